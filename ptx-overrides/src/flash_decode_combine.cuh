@@ -1,0 +1,61 @@
+// Flash-decoding combine: merges the per-split partial results of the split pass.
+//   lse = max_s + ln(sum_s exp(lse_s - max_s)),  O = sum_s exp(lse_s - lse) * O_s
+// Splits whose rows saw no key carry lse_s = -inf and weigh 0; a row with no key at all
+// gets O = 0, lse = -inf.
+#pragma once
+#include <math_constants.h>
+#include <cuda_fp16.h>
+#include "flash_params.cuh"
+
+namespace flash {
+
+constexpr int kCombineThreads = 128;
+
+// grid = ceil(B*Hq*Sq / (128 / (D/8))); each row is handled by D/8 threads, 8 columns each,
+// so the fp16 store is one 16-byte vector.  Row index = (b*Hq + h)*Sq + s, the lse layout.
+template <int D>
+__device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_partial,
+                                                    const float* __restrict__ lse_partial,
+                                                    __half* __restrict__ o, float* __restrict__ lse,
+                                                    const int* __restrict__ params) {
+  constexpr int kThreadsPerRow = D / 8;
+  constexpr int kRowsPerBlock = kCombineThreads / kThreadsPerRow;
+  const Params p = load_params(params);
+  const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
+  const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  if (row >= rows) return;
+  const int c = (threadIdx.x % kThreadsPerRow) * 8;
+  const int splits = p.num_splits;
+
+  float lmax = -CUDART_INF_F;
+  for (int s = 0; s < splits; ++s) lmax = fmaxf(lmax, lse_partial[s * rows + row]);
+
+  float acc[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j] = 0.f;
+  float wsum = 0.f;
+  if (lmax != -CUDART_INF_F) {
+    for (int s = 0; s < splits; ++s) {
+      const float ls = lse_partial[s * rows + row];
+      if (ls == -CUDART_INF_F) continue;
+      const float w = __expf(ls - lmax);
+      wsum += w;
+      const float4* src = reinterpret_cast<const float4*>(o_partial + (s * rows + row) * D + c);
+      const float4 x0 = src[0], x1 = src[1];
+      acc[0] += w * x0.x; acc[1] += w * x0.y; acc[2] += w * x0.z; acc[3] += w * x0.w;
+      acc[4] += w * x1.x; acc[5] += w * x1.y; acc[6] += w * x1.z; acc[7] += w * x1.w;
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  const int sq = (int)(row % p.Sq);
+  const int h = (int)((row / p.Sq) % p.Hq);
+  const int b = (int)(row / ((int64_t)p.Sq * p.Hq));
+  uint4 out;
+  __half2* oh = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) oh[j] = __floats2half2_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
+  *reinterpret_cast<uint4*>(o + b * p.o_sb + h * p.o_sh + sq * p.o_sr + c) = out;
+  if (p.write_lse && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : -CUDART_INF_F;
+}
+
+}  // namespace flash

@@ -1,0 +1,63 @@
+// Entry-point macros: every configuration gets a CUDA-driver entry and (static shared memory
+// only) a TornadoVM prebuilt-task entry.  Both are thin wrappers around the same body.
+// TornadoVM entries take a leading kernel-context word (ignored) and every array, params
+// included, as a pointer to the TornadoVM array header (payload 16 bytes in).
+#pragma once
+#include "flash_decode_combine.cuh"
+#include "flash_fwd_kernel.cuh"
+
+#define FLASH_FWD_ENTRY(NAME, KT)                                                                 \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_fwd_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,                   \
+                   const __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse, \
+                   const int* __restrict__ params) {                                              \
+    flash::run_fwd<KT, false>(q, k, v, o, nullptr, lse, params);                                 \
+  }
+
+#define FLASH_FWD_TORNADO_ENTRY(NAME, KT)                                                         \
+  static_assert(!KT::kDynamicSmem, "TornadoVM launches with static shared memory only");         \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_fwd_##NAME##_tornado(uint64_t kernel_context, const __half* __restrict__ q,              \
+                             const __half* __restrict__ k, const __half* __restrict__ v,         \
+                             __half* __restrict__ o, float* __restrict__ lse,                    \
+                             const int* __restrict__ params) {                                    \
+    flash::run_fwd<KT, false>(flash::tornado_data(q), flash::tornado_data(k),                    \
+                              flash::tornado_data(v), flash::tornado_data(o),                    \
+                              nullptr, flash::tornado_data(lse), flash::tornado_data(params));   \
+  }
+
+#define FLASH_DECODE_SPLIT_ENTRY(NAME, KT)                                                        \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_decode_split_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,          \
+                            const __half* __restrict__ v, float* __restrict__ o_partial,         \
+                            float* __restrict__ lse_partial, const int* __restrict__ params) {   \
+    flash::run_fwd<KT, true>(q, k, v, nullptr, o_partial, lse_partial, params);                  \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_decode_split_##NAME##_tornado(uint64_t kernel_context, const __half* __restrict__ q,     \
+                                      const __half* __restrict__ k, const __half* __restrict__ v, \
+                                      float* __restrict__ o_partial,                             \
+                                      float* __restrict__ lse_partial,                           \
+                                      const int* __restrict__ params) {                          \
+    flash::run_fwd<KT, true>(flash::tornado_data(q), flash::tornado_data(k),                     \
+                             flash::tornado_data(v), nullptr, flash::tornado_data(o_partial),    \
+                             flash::tornado_data(lse_partial), flash::tornado_data(params));     \
+  }
+
+#define FLASH_DECODE_COMBINE_ENTRY(NAME, D)                                                       \
+  extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
+  flash_decode_combine_##NAME(const float* __restrict__ o_partial,                               \
+                              const float* __restrict__ lse_partial, __half* __restrict__ o,     \
+                              float* __restrict__ lse, const int* __restrict__ params) {         \
+    flash::decode_combine_body<D>(o_partial, lse_partial, o, lse, params);                       \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
+  flash_decode_combine_##NAME##_tornado(uint64_t kernel_context,                                 \
+                                        const float* __restrict__ o_partial,                     \
+                                        const float* __restrict__ lse_partial,                   \
+                                        __half* __restrict__ o, float* __restrict__ lse,         \
+                                        const int* __restrict__ params) {                        \
+    flash::decode_combine_body<D>(flash::tornado_data(o_partial), flash::tornado_data(lse_partial), \
+                                  flash::tornado_data(o), flash::tornado_data(lse),              \
+                                  flash::tornado_data(params));                                  \
+  }

@@ -1,0 +1,492 @@
+// FlashAttention-2 forward: one kernel body for prefill and for the split-KV (flash-decoding)
+// pass.  Tile sizes and the shared-memory layout come from the traits (kernel_traits.cuh).
+//
+// Per CTA: one tile of Br query rows of one (batch, head) [prefill], or 16 packed rows
+// (query heads of one KV head x Sq) and one slice of the keys [decode split].  Q is copied
+// once and kept in registers as mma A fragments; K/V tiles of Bc keys stream through a ring
+// of kStages shared-memory stages with cp.async; S = Q K^T and O += P V run on mma.sync
+// m16n8k16; the softmax is online, in registers, with exp2 and a pre-multiplied scale*log2(e).
+#pragma once
+#include <math_constants.h>
+#include "flash_params.cuh"
+#include "kernel_traits.cuh"
+#include "ptx_primitives.cuh"
+
+namespace flash {
+
+__device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+template <class Kt>
+struct TileLayout {
+  // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] fp16 tile.
+  static __device__ __forceinline__ uint32_t chunk_off(int row, int chunk) {
+    const int c = Kt::O::kSwizzle ? (chunk ^ (row & 7)) : chunk;
+    return row * Kt::kRowBytes + c * 16;
+  }
+  // Byte offset of element (row, col): used by the scalar-load ablation.
+  static __device__ __forceinline__ uint32_t elem_off(int row, int col) {
+    return chunk_off(row, col >> 3) + (col & 7) * 2;
+  }
+};
+
+// kDecode = false: prefill.  grid = (ceil(Sq/Br), B*Hq); blockIdx.x = ceil(Sq/Br)-1-m_block
+//   (the longest causal tiles start first), blockIdx.y = b*Hq + h.  Writes o (fp16) and lse.
+// kDecode = true: split pass.  grid = (num_splits, ceil(G*Sq/16), B*Hkv), G = Hq/Hkv; packed
+//   row r = j*Sq + s is query s of head kvh*G + j.  Writes o_partial (fp32, normalised) and
+//   lse_partial (always).
+template <class Kt, bool kDecode>
+__device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __half* __restrict__ k,
+                                         const __half* __restrict__ v, __half* __restrict__ o,
+                                         float* __restrict__ o_partial, float* __restrict__ lse,
+                                         const int* __restrict__ params, unsigned char* smem) {
+  using Opt = typename Kt::O;
+  using L = TileLayout<Kt>;
+  constexpr int D = Kt::kHeadDim;
+  constexpr int BM = Kt::kBlockM;
+  constexpr int BN = Kt::kBlockN;
+  constexpr int RG = Kt::kRowGroups;
+  constexpr int ST = Kt::kStages;
+  constexpr int NT = BN / 8;   // n-tiles of S
+  constexpr int DT = D / 8;    // n-tiles of O
+  constexpr int KS = D / 16;   // k-steps of Q K^T
+  constexpr int PK = BN / 16;  // k-steps of P V
+  constexpr int RB = Kt::kRowBytes;
+  constexpr int CH = Kt::kChunks;
+  const float kNegInf = -CUDART_INF_F;
+
+  const Params p = load_params(params);
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;  // fragment row (and row + 8)
+  const int t4 = lane & 3;  // fragment column pair
+  const int G = p.Hq / p.Hkv;
+
+  int b, kvh, h_fixed = 0, m_block, split = 0, nrows;
+  if (kDecode) {
+    split = blockIdx.x;
+    m_block = blockIdx.y;
+    b = blockIdx.z / p.Hkv;
+    kvh = blockIdx.z % p.Hkv;
+    nrows = G * p.Sq;
+  } else {
+    m_block = gridDim.x - 1 - blockIdx.x;
+    b = blockIdx.y / p.Hq;
+    h_fixed = blockIdx.y % p.Hq;
+    kvh = h_fixed / G;
+    nrows = p.Sq;
+  }
+  const int row0 = m_block * BM;
+  auto row_head = [&](int r) { return kDecode ? kvh * G + r / p.Sq : h_fixed; };
+  auto row_query = [&](int r) { return kDecode ? r % p.Sq : r; };
+
+  // Keys this CTA visits: [kbeg, kend).
+  int kbeg = 0, kend = p.Skv;
+  if (kDecode) {
+    const int per_split = ceil_div(ceil_div(p.Skv, p.num_splits), BN) * BN;  // tile-aligned slices
+    kbeg = split * per_split;
+    kend = min(p.Skv, kbeg + per_split);
+  } else if (p.causal && Opt::kCausalSkip) {
+    // Bottom-right causal: the block's last row min(row0+Br, Sq)-1 sees keys < that + Skv - Sq + 1.
+    // Tiles wholly past it are never loaded.
+    kend = min(p.Skv, min(row0 + BM, p.Sq) + p.Skv - p.Sq);
+  }
+
+  const int warp_row0 = warp * RG * 16;  // first block-local row of this warp
+
+  if (kend <= kbeg) {
+    // No row of this CTA sees a key: O = 0, lse = -inf.
+    if (kDecode) {
+      for (int i = tid; i < BM * (D / 4); i += Kt::kNThreads) {
+        const int r = row0 + i / (D / 4), c = (i % (D / 4)) * 4;
+        if (r < nrows) {
+          const int64_t row_lin = ((int64_t)split * p.B + b) * p.Hq * p.Sq + (int64_t)row_head(r) * p.Sq + row_query(r);
+          *reinterpret_cast<float4*>(o_partial + row_lin * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (c == 0) lse[row_lin] = kNegInf;
+        }
+      }
+    } else {
+      for (int i = tid; i < BM * CH; i += Kt::kNThreads) {
+        const int r = row0 + i / CH, c = i % CH;
+        if (r < nrows) {
+          *reinterpret_cast<uint4*>(o + b * p.o_sb + h_fixed * p.o_sh + r * p.o_sr + c * 8) = make_uint4(0, 0, 0, 0);
+          if (c == 0 && p.write_lse) lse[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = kNegInf;
+        }
+      }
+    }
+    return;
+  }
+
+  const int n_min = kbeg / BN;
+  const int n_max = ceil_div(kend, BN);
+  const int n_tiles = n_max - n_min;
+
+  const __half* kbase = k + b * p.k_sb + kvh * p.k_sh;
+  const __half* vbase = v + b * p.v_sb + kvh * p.v_sh;
+
+  const uint32_t sbase = smem_addr(smem);
+  const uint32_t sQ = sbase + Kt::kQOffset;
+
+  auto load_q = [&]() {
+#pragma unroll
+    for (int it = 0; it < BM * CH / Kt::kNThreads; ++it) {
+      const int i = tid + it * Kt::kNThreads;
+      const int r = i / CH, c = i % CH;
+      const int gr = row0 + r;
+      const bool valid = gr < nrows;
+      const __half* src = q;
+      if (valid) src = q + b * p.q_sb + row_head(gr) * p.q_sh + row_query(gr) * p.q_sr + c * 8;
+      cp_async_16(sQ + L::chunk_off(r, c), src, valid);
+    }
+  };
+  // Tiles are visited from the last one down, so the only tiles that need a mask (the ragged
+  // end of Skv and the causal diagonal) come first and the rest run mask-free.
+  auto load_kv = [&](int n, int stage) {
+    // Thread -> (rows r0 + i*kRowsPerPass, chunk c): consecutive threads copy consecutive
+    // 16-byte chunks of a row (coalesced).  Pointers advance by a fixed stride so that no
+    // per-chunk 64-bit address has to live across the tile loop.
+    constexpr int kRowsPerPass = Kt::kNThreads / CH;
+    const int r0 = tid / CH, c = tid % CH;
+    const uint32_t sK = sbase + stage * Kt::kStageBytes;
+    const uint32_t sV = sK + Kt::kTileBytes;
+    const int key0 = n * BN + r0;
+    const __half* kp = kbase + (int64_t)key0 * p.k_sr + c * 8;
+    const __half* vp = vbase + (int64_t)key0 * p.v_sr + c * 8;
+#pragma unroll
+    for (int it = 0; it < BN / kRowsPerPass; ++it) {
+      const int r = r0 + it * kRowsPerPass;
+      const bool valid = key0 + it * kRowsPerPass < p.Skv;
+      cp_async_16(sK + L::chunk_off(r, c), valid ? kp : kbase, valid);
+      cp_async_16(sV + L::chunk_off(r, c), valid ? vp : vbase, valid);
+      kp += kRowsPerPass * p.k_sr;
+      vp += kRowsPerPass * p.v_sr;
+    }
+  };
+
+  // ldmatrix x4 lane roles: lane supplies row (lane % 8) of matrix (lane / 8).
+  const int lm = lane >> 3, lr = lane & 7;
+  // A operand (Q, P) and V^T: matrices (rows 0-7 | 8-15) x (chunk 0 | 1).
+  const int a_row = lr + (lm & 1) * 8;
+  const int a_x = Opt::kSwizzle ? ((lm >> 1) ^ lr) : (lm >> 1);
+  // K as the B operand of Q K^T: matrices (keys 0-7: chunk 0 | 1), (keys 8-15: chunk 0 | 1).
+  const int k_row = lr + (lm >> 1) * 8;
+  const int k_x = Opt::kSwizzle ? ((lm & 1) ^ lr) : (lm & 1);
+  // Rows are multiples of 8 apart from a_row / k_row, so row & 7 == lr throughout, and because
+  // the chunk pair starts at an even chunk, (2s + x0) ^ lr == 2s ^ (x0 ^ lr).
+
+  // Causal limit per owned row: key j is visible iff j <= lim.
+  int lim[RG][2];
+#pragma unroll
+  for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
+      lim[rg][hh] = p.causal ? min(p.Skv - 1, row_query(r) + p.Skv - p.Sq) : p.Skv - 1;
+    }
+  // A tile needs the mask iff its last key may be invisible to the CTA's first row.
+  const int block_lim = p.causal ? (kDecode ? 0 : row0) + p.Skv - p.Sq : p.Skv - 1;
+
+  // ---- prologue: Q and tile 0 in flight together; Q to registers; then the rest of the ring.
+  load_q();
+  cp_async_commit();
+  load_kv(n_max - 1, 0);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qf[RG][KS][4];
+#pragma unroll
+  for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const int rbase = warp_row0 + rg * 16;
+      if (Opt::kLdmatrix) {
+        ldmatrix_x4(qf[rg][ks], sQ + (rbase + a_row) * RB + (((2 * ks) ^ a_x) << 4));
+      } else {
+        qf[rg][ks][0] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 2 * t4));
+        qf[rg][ks][1] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 2 * t4));
+        qf[rg][ks][2] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 8 + 2 * t4));
+        qf[rg][ks][3] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 8 + 2 * t4));
+      }
+    }
+  __syncthreads();  // the Q buffer overlaps ring stages 1..
+#pragma unroll
+  for (int s = 1; s < ST - 1; ++s) {
+    if (s < n_tiles) load_kv(n_max - 1 - s, s);
+    cp_async_commit();
+  }
+
+  float acc_o[RG][DT][4];
+  float m_i[RG][2], l_i[RG][2];
+#pragma unroll
+  for (int rg = 0; rg < RG; ++rg) {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc_o[rg][dt][j] = 0.f;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      m_i[rg][hh] = kNegInf;
+      l_i[rg][hh] = 0.f;
+    }
+  }
+  const float sl2 = p.scale_log2;
+
+  int stage = 0;
+  for (int it = 0; it < n_tiles; ++it) {
+    const int n = n_max - 1 - it;
+    if constexpr (ST > 1) {
+      // Tile `it` landed (only the younger ST-2 groups may still fly); the barrier also
+      // tells us every warp is done with the stage read in the previous iteration, which
+      // is exactly the one the next prefetch overwrites.  One barrier per tile.
+      cp_async_wait<ST - 2>();
+      __syncthreads();
+      const int nxt = it + ST - 1;
+      if (nxt < n_tiles) load_kv(n_max - 1 - nxt, nxt % ST);
+      cp_async_commit();
+    } else {
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+    const uint32_t sK = sbase + stage * Kt::kStageBytes;
+    const uint32_t sV = sK + Kt::kTileBytes;
+
+    // ---- S = Q K^T
+    float s_acc[RG][NT][4];
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t kf[NT / 2][4];
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        if (Opt::kLdmatrix) {
+          ldmatrix_x4(kf[np], sK + (np * 16 + k_row) * RB + (((2 * ks) ^ k_x) << 4));
+        } else {
+          kf[np][0] = lds_u32(sK + L::elem_off(np * 16 + g, ks * 16 + 2 * t4));
+          kf[np][1] = lds_u32(sK + L::elem_off(np * 16 + g, ks * 16 + 8 + 2 * t4));
+          kf[np][2] = lds_u32(sK + L::elem_off(np * 16 + 8 + g, ks * 16 + 2 * t4));
+          kf[np][3] = lds_u32(sK + L::elem_off(np * 16 + 8 + g, ks * 16 + 8 + 2 * t4));
+        }
+      }
+#pragma unroll
+      for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          mma_16816(s_acc[rg][2 * np], qf[rg][ks], kf[np][0], kf[np][1]);
+          mma_16816(s_acc[rg][2 * np + 1], qf[rg][ks], kf[np][2], kf[np][3]);
+        }
+    }
+
+    // ---- mask (ragged Skv end, causal diagonal; also every tile when skipping is off)
+    if ((n + 1) * BN - 1 > block_lim || (n + 1) * BN > p.Skv) {
+#pragma unroll
+      for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int key = n * BN + nt * 8 + 2 * t4 + (j & 1);
+            if (key > lim[rg][j >> 1]) s_acc[rg][nt][j] = kNegInf;
+          }
+    }
+
+    // ---- online softmax, rows g and g+8 of each row group
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = kNegInf;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s_acc[rg][nt][2 * hh], s_acc[rg][nt][2 * hh + 1]));
+        mx = quad_max(mx);
+        const float m_old = m_i[rg][hh];
+        const float m_new = fmaxf(m_old, mx);
+        // m_old = -inf: nothing accumulated yet (acc, l are 0), any finite factor will do;
+        // this also avoids (-inf) - (-inf).
+        const float alpha = m_old == kNegInf ? 0.f : exp2_approx((m_old - m_new) * sl2);
+        m_i[rg][hh] = m_new;
+        // A row that has seen no key keeps m = -inf: subtract 0 so that exp2(-inf) = 0.
+        const float m_scaled = m_new == kNegInf ? 0.f : m_new * sl2;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float e = exp2_approx(fmaf(s_acc[rg][nt][2 * hh + c], sl2, -m_scaled));
+            s_acc[rg][nt][2 * hh + c] = e;
+            rs += e;
+          }
+        // Row sums stay per-thread partial (the quad's sum is taken once at the end).
+        l_i[rg][hh] = l_i[rg][hh] * alpha + rs;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          acc_o[rg][dt][2 * hh] *= alpha;
+          acc_o[rg][dt][2 * hh + 1] *= alpha;
+        }
+      }
+
+    // ---- P (fp16) as A fragments: the C layout of n-tiles 2kk, 2kk+1 is the A layout of
+    // k-step kk, so P never leaves registers.
+    uint32_t pf[RG][PK][4];
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int kk = 0; kk < PK; ++kk) {
+        pf[rg][kk][0] = pack_half2(s_acc[rg][2 * kk][0], s_acc[rg][2 * kk][1]);
+        pf[rg][kk][1] = pack_half2(s_acc[rg][2 * kk][2], s_acc[rg][2 * kk][3]);
+        pf[rg][kk][2] = pack_half2(s_acc[rg][2 * kk + 1][0], s_acc[rg][2 * kk + 1][1]);
+        pf[rg][kk][3] = pack_half2(s_acc[rg][2 * kk + 1][2], s_acc[rg][2 * kk + 1][3]);
+      }
+    if (!Opt::kPInRegs) {
+      // Ablation: the classic round trip through shared memory (per-warp region).
+#pragma unroll
+      for (int rg = 0; rg < RG; ++rg) {
+        const uint32_t sP = sbase + Kt::kPOffset + (warp * RG + rg) * 16 * Kt::kPPitch;
+#pragma unroll
+        for (int kk = 0; kk < PK; ++kk) {
+          sts_u32(sP + g * Kt::kPPitch + (kk * 16 + 2 * t4) * 2, pf[rg][kk][0]);
+          sts_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 2 * t4) * 2, pf[rg][kk][1]);
+          sts_u32(sP + g * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2, pf[rg][kk][2]);
+          sts_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2, pf[rg][kk][3]);
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int rg = 0; rg < RG; ++rg) {
+        const uint32_t sP = sbase + Kt::kPOffset + (warp * RG + rg) * 16 * Kt::kPPitch;
+#pragma unroll
+        for (int kk = 0; kk < PK; ++kk) {
+          if (Opt::kLdmatrix) {
+            ldmatrix_x4(pf[rg][kk], sP + a_row * Kt::kPPitch + (2 * kk + (lm >> 1)) * 16);
+          } else {
+            pf[rg][kk][0] = lds_u32(sP + g * Kt::kPPitch + (kk * 16 + 2 * t4) * 2);
+            pf[rg][kk][1] = lds_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 2 * t4) * 2);
+            pf[rg][kk][2] = lds_u32(sP + g * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2);
+            pf[rg][kk][3] = lds_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2);
+          }
+        }
+      }
+    }
+
+    // ---- O += P V
+#pragma unroll
+    for (int kk = 0; kk < PK; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < DT / 2; ++dp) {
+        uint32_t vf[4];
+        if (Opt::kLdmatrix) {
+          ldmatrix_x4_trans(vf, sV + (kk * 16 + a_row) * RB + (((2 * dp) ^ a_x) << 4));
+        } else {
+          // B fragment of V: (keys 2t, 2t+1 | 2t+8, 2t+9) of column d = 8*dtile + g.
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int d = (2 * dp + half) * 8 + g;
+            const int k0 = kk * 16 + 2 * t4;
+            vf[2 * half] = lds_u16(sV + L::elem_off(k0, d)) | (lds_u16(sV + L::elem_off(k0 + 1, d)) << 16);
+            vf[2 * half + 1] = lds_u16(sV + L::elem_off(k0 + 8, d)) | (lds_u16(sV + L::elem_off(k0 + 9, d)) << 16);
+          }
+        }
+#pragma unroll
+        for (int rg = 0; rg < RG; ++rg) {
+          mma_16816(acc_o[rg][2 * dp], pf[rg][kk], vf[0], vf[1]);
+          mma_16816(acc_o[rg][2 * dp + 1], pf[rg][kk], vf[2], vf[3]);
+        }
+      }
+    }
+
+    if constexpr (ST == 1) {
+      // Synchronous ablation: nobody may overwrite the single stage until all warps are done.
+      __syncthreads();
+      if (it + 1 < n_tiles) load_kv(n - 1, 0);
+      cp_async_commit();
+    }
+    stage = (stage + 1 == ST) ? 0 : stage + 1;
+  }
+
+  // ---- epilogue: normalise once, lse = m*scale + ln(l).
+  float lse_v[RG][2];
+#pragma unroll
+  for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float l = quad_sum(l_i[rg][hh]);
+      const bool any = l > 0.f;  // false only for a row that sees no key
+      const float inv = any ? 1.f / l : 0.f;
+      lse_v[rg][hh] = any ? m_i[rg][hh] * p.scale + logf(l) : kNegInf;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        acc_o[rg][dt][2 * hh] *= inv;
+        acc_o[rg][dt][2 * hh + 1] *= inv;
+      }
+    }
+
+  if (kDecode) {
+    // Partial results are small next to the K/V slice they summarise: direct 8-byte stores.
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
+        if (r < nrows) {
+          const int64_t row_lin = ((int64_t)split * p.B + b) * p.Hq * p.Sq + (int64_t)row_head(r) * p.Sq + row_query(r);
+          float* dst = o_partial + row_lin * D + 2 * t4;
+#pragma unroll
+          for (int dt = 0; dt < DT; ++dt)
+            *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]);
+          if (t4 == 0) lse[row_lin] = lse_v[rg][hh];
+        }
+      }
+  } else {
+    // Stage the fp16 tile in shared memory (the Q buffer) so that global stores are 16 bytes
+    // wide and each row is written contiguously.  Each warp only touches its own rows.
+    cp_async_wait<0>();
+    __syncthreads();  // other warps may still read K/V stages that overlap the Q buffer
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int rl = warp_row0 + rg * 16 + g + 8 * hh;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+          sts_u32(sQ + L::chunk_off(rl, dt) + 4 * t4, pack_half2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]));
+      }
+    __syncwarp();
+    __half* obase = o + b * p.o_sb + h_fixed * p.o_sh;
+#pragma unroll
+    for (int it = 0; it < RG * 16 * CH / 32; ++it) {
+      const int i = lane + it * 32;
+      const int rl = warp_row0 + i / CH, c = i % CH;
+      const int r = row0 + rl;
+      if (r < nrows) *reinterpret_cast<uint4*>(obase + r * p.o_sr + c * 8) = lds_u128(sQ + L::chunk_off(rl, c));
+    }
+    if (p.write_lse && t4 == 0) {
+#pragma unroll
+      for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
+          if (r < nrows) lse[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = lse_v[rg][hh];
+        }
+    }
+  }
+}
+
+// Shared memory for one configuration: static (<= 48 KB, what TornadoVM can launch) or
+// dynamic (CUDA-driver host only, after cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)).
+template <class Kt, bool kDecode>
+__device__ __forceinline__ void run_fwd(const __half* q, const __half* k, const __half* v, __half* o,
+                                        float* o_partial, float* lse, const int* params) {
+  if constexpr (Kt::kDynamicSmem) {
+    extern __shared__ __align__(128) unsigned char flash_dyn_smem[];
+    fwd_body<Kt, kDecode>(q, k, v, o, o_partial, lse, params, flash_dyn_smem);
+  } else {
+    __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
+    fwd_body<Kt, kDecode>(q, k, v, o, o_partial, lse, params, flash_smem);
+  }
+}
+
+}  // namespace flash

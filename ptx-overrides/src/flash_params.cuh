@@ -1,0 +1,58 @@
+// The call descriptor shared by every entry: 32 int32 in device memory (see README.md, "ABI").
+// The hosts fill it once per call; keeping it in memory instead of 20+ kernel parameters keeps
+// one entry signature for the CUDA-driver host and the TornadoVM prebuilt-task host alike.
+#pragma once
+#include <stdint.h>
+
+namespace flash {
+
+enum ParamIndex {
+  P_B = 0, P_HQ = 1, P_HKV = 2, P_SQ = 3, P_SKV = 4, P_D = 5, P_CAUSAL = 6,
+  P_SCALE_LOG2 = 7,      // float bits of scale * log2(e)
+  P_WRITE_LSE = 8,
+  P_Q_STRIDE = 9,        // batch, head, row strides (elements), 9..11
+  P_K_STRIDE = 12,       // 12..14
+  P_V_STRIDE = 15,       // 15..17
+  P_O_STRIDE = 18,       // 18..20
+  P_NUM_SPLITS = 21,     // decode only
+  P_SCALE = 22,          // float bits of scale
+  P_COUNT = 32
+};
+
+struct Params {
+  int B, Hq, Hkv, Sq, Skv, D;
+  bool causal, write_lse;
+  float scale_log2, scale;
+  int64_t q_sb, q_sh, q_sr, k_sb, k_sh, k_sr, v_sb, v_sh, v_sr, o_sb, o_sh, o_sr;
+  int num_splits;
+};
+
+// Every thread reads the same 32 words: one L1 line, a broadcast.
+__device__ __forceinline__ Params load_params(const int* __restrict__ p) {
+  Params r;
+  r.B = __ldg(p + P_B); r.Hq = __ldg(p + P_HQ); r.Hkv = __ldg(p + P_HKV);
+  r.Sq = __ldg(p + P_SQ); r.Skv = __ldg(p + P_SKV); r.D = __ldg(p + P_D);
+  r.causal = __ldg(p + P_CAUSAL) != 0;
+  r.scale_log2 = __int_as_float(__ldg(p + P_SCALE_LOG2));
+  r.write_lse = __ldg(p + P_WRITE_LSE) != 0;
+  r.q_sb = __ldg(p + P_Q_STRIDE); r.q_sh = __ldg(p + P_Q_STRIDE + 1); r.q_sr = __ldg(p + P_Q_STRIDE + 2);
+  r.k_sb = __ldg(p + P_K_STRIDE); r.k_sh = __ldg(p + P_K_STRIDE + 1); r.k_sr = __ldg(p + P_K_STRIDE + 2);
+  r.v_sb = __ldg(p + P_V_STRIDE); r.v_sh = __ldg(p + P_V_STRIDE + 1); r.v_sr = __ldg(p + P_V_STRIDE + 2);
+  r.o_sb = __ldg(p + P_O_STRIDE); r.o_sh = __ldg(p + P_O_STRIDE + 1); r.o_sr = __ldg(p + P_O_STRIDE + 2);
+  r.num_splits = __ldg(p + P_NUM_SPLITS);
+  r.scale = __int_as_float(__ldg(p + P_SCALE));
+  return r;
+}
+
+// TornadoVM passes every array as a pointer to its object header; the payload starts 16 bytes in.
+constexpr int kTornadoHeaderBytes = 16;
+template <typename T>
+__device__ __forceinline__ T* tornado_data(T* header) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(header) + kTornadoHeaderBytes);
+}
+template <typename T>
+__device__ __forceinline__ const T* tornado_data(const T* header) {
+  return reinterpret_cast<const T*>(reinterpret_cast<const char*>(header) + kTornadoHeaderBytes);
+}
+
+}  // namespace flash

@@ -1,0 +1,77 @@
+// Tile configurations ("kernel traits"), kept apart from the kernel body as in FlashAttention-2.
+// A configuration fixes the head dim, the query tile (Br = kBlockM), the key/value tile
+// (Bc = kBlockN), the warps, the K/V pipeline depth and the shared-memory layout; the Opt
+// switches exist for the ablation benchmark only (every shipped entry uses Opt<> defaults).
+#pragma once
+
+namespace flash {
+
+// Ablation switches.  Each one, set false, turns off exactly one optimisation.
+template <bool kCpAsyncPipeline_ = true,  // false: one K/V buffer, load -> wait -> compute (synchronous)
+          bool kLdmatrix_ = true,         // false: fragments read with 16/32-bit ld.shared
+          bool kSwizzle_ = true,          // false: plain row-major tiles (8-way bank conflicts)
+          bool kPInRegs_ = true,          // false: P goes through shared memory before P V
+          bool kCausalSkip_ = true>       // false: every K/V tile is loaded and masked
+struct Opt {
+  static constexpr bool kCpAsyncPipeline = kCpAsyncPipeline_;
+  static constexpr bool kLdmatrix = kLdmatrix_;
+  static constexpr bool kSwizzle = kSwizzle_;
+  static constexpr bool kPInRegs = kPInRegs_;
+  static constexpr bool kCausalSkip = kCausalSkip_;
+};
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_,
+          int kMinBlocksPerSm_, bool kDynamicSmem_ = false, class Opt_ = Opt<>>
+struct FwdTraits {
+  using O = Opt_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kNThreads = 32 * kNWarps;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  static constexpr bool kDynamicSmem = kDynamicSmem_;
+  // The synchronous ablation is a one-stage ring.
+  static constexpr int kStages = O::kCpAsyncPipeline ? kStages_ : 1;
+
+  // Each warp owns kRowGroups groups of 16 query rows: its rows never meet another warp's,
+  // so the softmax statistics stay in registers with only quad shuffles.
+  static constexpr int kRowsPerWarp = kBlockM / kNWarps;
+  static constexpr int kRowGroups = kRowsPerWarp / 16;
+  static_assert(kRowGroups * 16 * kNWarps == kBlockM, "Br must be 16 * warps * row groups");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
+  static_assert(kBlockN % 16 == 0, "Bc must be a multiple of 16 (one mma k-step of P V)");
+  static_assert(kStages >= 1 && kStages <= 4, "1..4 K/V stages");
+
+  // Shared memory: rows of kHeadDim fp16 = kChunks 16-byte chunks.  With the swizzle, chunk c
+  // of row r lives at chunk c ^ (r % 8): the 8 rows one ldmatrix 8x8 reads (same logical
+  // chunk) land on 8 different 16-byte bank groups, and so do cp.async's 16-byte writes.
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
+  static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
+  static constexpr int kQBytes = kBlockM * kRowBytes;
+  // Q is read into registers once, so its buffer may overlap stages 1.. of the K/V ring
+  // (stage 0 is free to load tile 0 while Q arrives).  The same bytes stage O at the end.
+  static constexpr int kQOffset = kStageBytes;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kQEnd = kQOffset + kQBytes;
+  static constexpr int kMainBytes = kRingBytes > kQEnd ? kRingBytes : kQEnd;
+  // P round trip (ablation): per warp and row group a 16 x Bc fp16 tile, rows padded by 16
+  // bytes so that both the fragment writes and the ldmatrix reads are conflict-free.
+  static constexpr int kPPitch = kBlockN * 2 + 16;
+  static constexpr int kPOffset = kMainBytes;
+  static constexpr int kPBytes = O::kPInRegs ? 0 : kNWarps * kRowGroups * 16 * kPPitch;
+  static constexpr int kSmemBytes = kMainBytes + kPBytes;
+  static_assert(kDynamicSmem || kSmemBytes <= 48 * 1024, "static shared memory is limited to 48 KB");
+
+  static constexpr int kTileChunks = kBlockN * kChunks;
+  static_assert(kTileChunks % kNThreads == 0 && kNThreads % kChunks == 0, "every thread copies the same number of chunks");
+};
+
+// Split-KV decode: a single warp per CTA owns 16 packed rows (the query heads of one KV head
+// times Sq), so K/V are read once per KV head instead of once per query head.
+template <int kHeadDim_, int kBlockN_, int kStages_, int kMinBlocksPerSm_>
+using DecodeTraits = FwdTraits<kHeadDim_, 16, kBlockN_, 1, kStages_, kMinBlocksPerSm_>;
+
+}  // namespace flash

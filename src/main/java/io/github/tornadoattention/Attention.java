@@ -1,0 +1,34 @@
+package io.github.tornadoattention;
+
+/**
+ * Entry points for inference code.
+ *
+ * <pre>{@code
+ * AttentionShape shape = AttentionShape.builder().batch(1).heads(32).kvHeads(8)
+ *         .queryLength(1).kvLength(4096).headDim(128).causal(true).build();
+ * try (AttentionPlan plan = Attention.plan(shape, "auto")) {   // once per layer shape
+ *     plan.forward(q, k, v, o, lse);                           // every step; lse may be null
+ * }
+ * }</pre>
+ */
+public final class Attention {
+    private Attention() {
+    }
+
+    /** A reusable plan on the fastest available backend that supports {@code shape}. */
+    public static AttentionPlan plan(AttentionShape shape) {
+        return plan(shape, Backends.AUTO);
+    }
+
+    /** A reusable plan on the backend with this id (see {@link Backends#IDS}). */
+    public static AttentionPlan plan(AttentionShape shape, String backendId) {
+        return Backends.get(backendId).plan(shape);
+    }
+
+    /** One-shot attention on the fastest available backend; prefer a plan in loops. */
+    public static HalfTensor forward(AttentionShape shape, HalfTensor q, HalfTensor k, HalfTensor v) {
+        try (AttentionPlan plan = plan(shape)) {
+            return plan.forward(q, k, v);
+        }
+    }
+}

@@ -1,0 +1,43 @@
+package io.github.tornadoattention;
+
+/**
+ * A way of computing attention (CPU reference, TornadoVM kernels, hand-tuned PTX). Implementations
+ * are discovered with {@link java.util.ServiceLoader}; see {@link Backends}. A provider's
+ * constructor must be cheap and must not fail when its runtime is missing: it reports that through
+ * {@link #availability()} instead.
+ */
+public interface AttentionBackend {
+
+    /** The id users select it by, e.g. {@code cpu-reference}. */
+    String id();
+
+    /** One line saying what it is. */
+    String description();
+
+    /** Whether it can run here, and on what, or why not. Cheap after the first call. */
+    Availability availability();
+
+    /**
+     * Throws {@link InvalidArgumentException} naming the argument (for example {@code headDim}) if
+     * this backend cannot run {@code shape}.
+     */
+    void checkSupported(AttentionShape shape);
+
+    /**
+     * Prepares a reusable plan for {@code shape}: compiles kernels and allocates device buffers.
+     *
+     * @throws BackendUnavailableException if the backend cannot run here
+     * @throws InvalidArgumentException if the shape is not supported
+     */
+    AttentionPlan plan(AttentionShape shape);
+
+    /** Checks availability and support, in that order; the first step of every {@link #plan}. */
+    default void checkCanPlan(AttentionShape shape) {
+        InvalidArgumentException.requireNonNull("shape", shape);
+        Availability availability = availability();
+        if (!availability.available()) {
+            throw new BackendUnavailableException(id(), availability.detail());
+        }
+        checkSupported(shape);
+    }
+}

@@ -1,0 +1,104 @@
+package io.github.tornadoattention;
+
+/**
+ * Attention for one fixed {@link AttentionShape} on one backend, prepared once and reused: kernels
+ * are compiled and device buffers allocated when the plan is made, not per call. This is what an
+ * inference loop holds on to (one plan per layer shape).
+ *
+ * <p>Thread safety: a plan may be shared between threads, but its calls are serialised (every
+ * public method is {@code synchronized}), because a plan owns one set of device buffers. Use one
+ * plan per thread for parallel work. Close it to release device memory; a closed plan refuses
+ * further calls.
+ */
+public abstract class AttentionPlan implements AutoCloseable {
+    private final String backendId;
+    private final AttentionShape shape;
+    private boolean closed;
+    private Call lastCall;
+
+    private record Call(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
+    }
+
+    protected AttentionPlan(String backendId, AttentionShape shape) {
+        this.backendId = backendId;
+        this.shape = InvalidArgumentException.requireNonNull("shape", shape);
+    }
+
+    public String backendId() {
+        return backendId;
+    }
+
+    public AttentionShape shape() {
+        return shape;
+    }
+
+    /**
+     * Computes O = softmax(scale * Q K^T) V into {@code o}, and the per-row logsumexp into {@code lse}
+     * when it is not null. Every argument is checked before anything is written.
+     */
+    public final synchronized void forward(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
+        ensureOpen();
+        shape.checkTensors(q, k, v, o, lse);
+        compute(q, k, v, o, lse);
+        lastCall = new Call(q, k, v, o, lse);
+    }
+
+    /** Computes attention into a new tensor, which the caller closes. */
+    public final HalfTensor forward(HalfTensor q, HalfTensor k, HalfTensor v) {
+        HalfTensor o = HalfTensor.allocate(shape.outputElements());
+        try {
+            forward(q, k, v, o, null);
+            return o;
+        } catch (RuntimeException e) {
+            o.close();
+            throw e;
+        }
+    }
+
+    /**
+     * For benchmarks: runs the computation of the last {@link #forward} call again on the inputs
+     * already on the device, waits for it and copies nothing back. Backends without a device simply
+     * recompute.
+     */
+    public final synchronized void rerunOnDevice() {
+        ensureOpen();
+        if (lastCall == null) {
+            throw new IllegalStateException("rerunOnDevice needs a forward call first");
+        }
+        if (!lastCall.q.isOpen() || !lastCall.k.isOpen() || !lastCall.v.isOpen() || !lastCall.o.isOpen()) {
+            throw new IllegalStateException("a tensor of the last forward call has been closed");
+        }
+        rerun(lastCall.q, lastCall.k, lastCall.v, lastCall.o, lastCall.lse);
+    }
+
+    @Override
+    public final synchronized void close() {
+        if (!closed) {
+            closed = true;
+            lastCall = null;
+            release();
+        }
+    }
+
+    public final synchronized boolean isClosed() {
+        return closed;
+    }
+
+    /** The backend's work; arguments are already validated against {@link #shape()}. */
+    protected abstract void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse);
+
+    /** See {@link #rerunOnDevice()}; device backends override this to launch without transfers. */
+    protected void rerun(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
+        compute(q, k, v, o, lse);
+    }
+
+    /** Frees device memory and other resources; called once. */
+    protected void release() {
+    }
+
+    private void ensureOpen() {
+        if (closed) {
+            throw new IllegalStateException("this " + backendId + " plan is closed");
+        }
+    }
+}

@@ -1,0 +1,177 @@
+package io.github.tornadoattention;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+
+/**
+ * A flat array of IEEE fp16 values in off-heap memory (a {@link MemorySegment}).
+ *
+ * <p>The data is preceded by {@value #HEADER_BYTES} spare bytes so that TornadoVM can wrap the
+ * same memory as a {@code HalfFloatArray} (which keeps its header in front of the data) without a
+ * copy; GPU hosts copy straight from {@link #data()} to the device.
+ *
+ * <p>Every write through this class bumps {@link #version()}, which GPU plans use to skip
+ * re-sending inputs that are already on the device (a KV cache). Whoever writes through
+ * {@link #data()} directly must call {@link #markModified()} afterwards.
+ *
+ * <p>Not safe for concurrent writes. Closing frees the memory; a tensor may be shared by threads
+ * for reading.
+ */
+public final class HalfTensor implements AutoCloseable {
+    /** Room left in front of the data for TornadoVM's array header. */
+    public static final long HEADER_BYTES = 16;
+    private static final long ALIGNMENT = 64;
+    private static final ValueLayout.OfShort FP16 = ValueLayout.JAVA_SHORT_UNALIGNED;
+
+    private final Arena arena;
+    private final MemorySegment withHeader;
+    private final MemorySegment data;
+    private final long length;
+    private long version;
+
+    private HalfTensor(long length) {
+        if (length <= 0) {
+            throw new InvalidArgumentException("length", length, "must be >= 1");
+        }
+        this.arena = Arena.ofShared();
+        this.withHeader = arena.allocate(HEADER_BYTES + 2 * length, ALIGNMENT);
+        this.data = withHeader.asSlice(HEADER_BYTES);
+        this.length = length;
+    }
+
+    /** A tensor of {@code length} zeros. */
+    public static HalfTensor allocate(long length) {
+        return new HalfTensor(length);
+    }
+
+    /** A tensor holding {@code values} rounded to fp16. */
+    public static HalfTensor of(float... values) {
+        InvalidArgumentException.requireNonNull("values", values);
+        HalfTensor t = new HalfTensor(values.length);
+        t.copyFrom(values);
+        return t;
+    }
+
+    /** A tensor holding raw fp16 bit patterns. */
+    public static HalfTensor ofBits(short... bits) {
+        InvalidArgumentException.requireNonNull("bits", bits);
+        HalfTensor t = new HalfTensor(bits.length);
+        t.copyFromBits(bits);
+        return t;
+    }
+
+    public long length() {
+        return length;
+    }
+
+    public boolean isOpen() {
+        return arena.scope().isAlive();
+    }
+
+    public float get(long index) {
+        return Float.float16ToFloat(getBits(index));
+    }
+
+    public short getBits(long index) {
+        return data.getAtIndex(FP16, checkIndex(index));
+    }
+
+    public void set(long index, float value) {
+        setBits(index, Float.floatToFloat16(value));
+    }
+
+    public void setBits(long index, short bits) {
+        data.setAtIndex(FP16, checkIndex(index), bits);
+        version++;
+    }
+
+    /** Sets every element to {@code value}; NaN is the usual poison for outputs under test. */
+    public void fill(float value) {
+        short bits = Float.floatToFloat16(value);
+        for (long i = 0; i < length; i++) {
+            data.setAtIndex(FP16, i, bits);
+        }
+        version++;
+    }
+
+    /** Copies {@code values} (rounded to nearest fp16) into this tensor; lengths must match. */
+    public void copyFrom(float[] values) {
+        checkSameLength("values", values == null ? -1 : values.length);
+        for (int i = 0; i < values.length; i++) {
+            data.setAtIndex(FP16, i, Float.floatToFloat16(values[i]));
+        }
+        version++;
+    }
+
+    public void copyFromBits(short[] bits) {
+        checkSameLength("bits", bits == null ? -1 : bits.length);
+        MemorySegment.copy(bits, 0, data, FP16, 0, bits.length);
+        version++;
+    }
+
+    public float[] toFloatArray() {
+        float[] out = new float[checkedArrayLength()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = Float.float16ToFloat(data.getAtIndex(FP16, i));
+        }
+        return out;
+    }
+
+    public short[] toBitsArray() {
+        short[] out = new short[checkedArrayLength()];
+        MemorySegment.copy(data, FP16, 0, out, 0, out.length);
+        return out;
+    }
+
+    /** The fp16 data, {@code 2 * length()} bytes. */
+    public MemorySegment data() {
+        return data;
+    }
+
+    /**
+     * The data with {@value #HEADER_BYTES} spare bytes in front, for runtimes that keep an array
+     * header before the data (TornadoVM's {@code HalfFloatArray.fromSegmentShallow}).
+     */
+    public MemorySegment dataWithHeaderRoom() {
+        return withHeader;
+    }
+
+    /** Incremented by every write through this class and by {@link #markModified()}. */
+    public long version() {
+        return version;
+    }
+
+    /** Call after writing through {@link #data()}, so plans re-send the tensor to the device. */
+    public void markModified() {
+        version++;
+    }
+
+    @Override
+    public void close() {
+        if (isOpen()) {
+            arena.close();
+        }
+    }
+
+    private long checkIndex(long index) {
+        if (index < 0 || index >= length) {
+            throw new IndexOutOfBoundsException("index = " + index + ": must be in [0, " + length + ")");
+        }
+        return index;
+    }
+
+    private void checkSameLength(String argument, int actual) {
+        if (actual != length) {
+            throw new InvalidArgumentException(argument + ".length", actual == -1 ? "null" : actual,
+                    "must equal the tensor's length " + length);
+        }
+    }
+
+    private int checkedArrayLength() {
+        if (length > Integer.MAX_VALUE - 8) {
+            throw new IllegalStateException("length = " + length + ": too large for a Java array");
+        }
+        return (int) length;
+    }
+}

@@ -1,0 +1,68 @@
+package io.github.tornadoattention.cli;
+
+import io.github.tornadoattention.BackendUnavailableException;
+import io.github.tornadoattention.InvalidArgumentException;
+import java.io.PrintWriter;
+import java.util.Map;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+
+/**
+ * The command line: {@code run}, {@code backends}, {@code selftest}. Exit codes: 0 success, 1 a
+ * check or the suite failed (or an unexpected error), 2 bad options or a bad shape (one line, no
+ * stack trace), 3 the chosen backend cannot run here.
+ */
+@Command(name = "tornado-attention", mixinStandardHelpOptions = true, version = "tornado-attention 0.1.0",
+        description = "FlashAttention forward for Java: CPU reference, TornadoVM kernels, hand-tuned PTX.",
+        subcommands = {RunCommand.class, BackendsCommand.class, SelftestCommand.class,
+                CommandLine.HelpCommand.class})
+public final class Main implements Runnable {
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    public static final int EXIT_FAILED = 1;
+    public static final int EXIT_BAD_INPUT = 2;
+    public static final int EXIT_UNAVAILABLE = 3;
+
+    /** API argument names as the user typed them on the command line. */
+    private static final Map<String, String> OPTION_OF_ARGUMENT = Map.of(
+            "batch", "--batch", "queryHeads", "--heads", "kvHeads", "--kv-heads", "queryLength", "--seq",
+            "kvLength", "--kv-seq", "headDim", "--dim", "scale", "--scale", "layout", "--layout",
+            "backend", "--backend");
+
+    @Override
+    public void run() {
+        throw new CommandLine.ParameterException(spec.commandLine(), "Missing a command: run, backends or selftest");
+    }
+
+    public static void main(String[] args) {
+        System.exit(execute(args, new PrintWriter(System.out, true), new PrintWriter(System.err, true)));
+    }
+
+    /** Runs the command line with the given streams and returns the exit code (for tests and embedding). */
+    public static int execute(String[] args, PrintWriter out, PrintWriter err) {
+        CommandLine cli = new CommandLine(new Main());
+        cli.setOut(out);
+        cli.setErr(err);
+        cli.setCaseInsensitiveEnumValuesAllowed(true);
+        cli.setParameterExceptionHandler((e, a) -> {
+            err.println("error: " + e.getMessage().replace(System.lineSeparator(), " ").trim()
+                    + " (see --help)");
+            return EXIT_BAD_INPUT;
+        });
+        cli.setExecutionExceptionHandler((e, commandLine, parseResult) -> {
+            if (e instanceof InvalidArgumentException bad) {
+                String option = OPTION_OF_ARGUMENT.getOrDefault(bad.argument(), bad.argument());
+                err.println("error: " + option + " = " + bad.value() + ": " + bad.allowed());
+                return EXIT_BAD_INPUT;
+            }
+            if (e instanceof BackendUnavailableException unavailable) {
+                err.println("error: " + unavailable.getMessage());
+                return EXIT_UNAVAILABLE;
+            }
+            err.println("error: " + e);
+            return EXIT_FAILED;
+        });
+        return cli.execute(args);
+    }
+}

@@ -1,0 +1,54 @@
+package io.github.tornadoattention.cpu;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Availability;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.HalfTensor;
+
+/** {@code cpu-reference}: the oracle as a backend. Any head dim, both layouts, runs anywhere. */
+public final class CpuReferenceBackend implements AttentionBackend {
+
+    @Override
+    public String id() {
+        return Backends.CPU_REFERENCE;
+    }
+
+    @Override
+    public String description() {
+        return "plain Java, double accumulation: the correctness oracle";
+    }
+
+    @Override
+    public Availability availability() {
+        return Availability.available("CPU (" + Runtime.getRuntime().availableProcessors() + " threads)");
+    }
+
+    @Override
+    public void checkSupported(AttentionShape shape) {
+        // Every valid shape.
+    }
+
+    @Override
+    public AttentionPlan plan(AttentionShape shape) {
+        checkCanPlan(shape);
+        return new AttentionPlan(id(), shape) {
+            @Override
+            protected void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
+                CpuReference.Result result = CpuReference.compute(shape, q, k, v);
+                double[] out = result.output();
+                float[] rounded = new float[out.length];
+                for (int i = 0; i < out.length; i++) {
+                    rounded[i] = (float) out[i];
+                }
+                o.copyFrom(rounded);
+                if (lse != null) {
+                    for (int i = 0; i < lse.length; i++) {
+                        lse[i] = (float) result.logSumExp()[i];
+                    }
+                }
+            }
+        };
+    }
+}

@@ -1,0 +1,137 @@
+package io.github.tornadoattention.verify;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.cpu.CpuReference;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+/**
+ * The correctness suite every backend must pass: the seven seed cases (128 to 2048 tokens, causal
+ * and not, D = 64), then D = 128, Sq != Skv both ways, odd lengths, GQA, MQA, BSHD and decode, plus
+ * optional random shapes. Each case runs on fresh random inputs into a NaN-poisoned output and is
+ * compared with the CPU reference; the CPU reference itself is compared with
+ * {@link OnlineSoftmaxReference}.
+ */
+public final class CorrectnessSuite {
+    private CorrectnessSuite() {
+    }
+
+    public record Case(String name, AttentionShape shape) {
+    }
+
+    /** One case's result; {@code failure} is set when the backend threw instead of answering. */
+    public record Outcome(Case testCase, long seed, ErrorStats errors, String failure) {
+        public boolean passed() {
+            return failure == null && errors.passes();
+        }
+
+        @Override
+        public String toString() {
+            return (passed() ? "PASS " : "FAIL ") + testCase.name() + " [" + testCase.shape() + "] "
+                    + (failure != null ? failure : errors.toString());
+        }
+    }
+
+    /** The seeds' cases: 128 to 2048 tokens, causal and non-causal, D = 64. */
+    public static List<Case> seedCases() {
+        return List.of(
+                new Case("seed-8x8x128", shape(8, 8, 8, 128, 128, 64, false, Layout.BHSD)),
+                new Case("seed-1x8x512-causal", shape(1, 8, 8, 512, 512, 64, true, Layout.BHSD)),
+                new Case("seed-16x8x512", shape(16, 8, 8, 512, 512, 64, false, Layout.BHSD)),
+                new Case("seed-16x8x512-causal", shape(16, 8, 8, 512, 512, 64, true, Layout.BHSD)),
+                new Case("seed-2x8x1024", shape(2, 8, 8, 1024, 1024, 64, false, Layout.BHSD)),
+                new Case("seed-1x4x2048", shape(1, 4, 4, 2048, 2048, 64, false, Layout.BHSD)),
+                new Case("seed-1x4x2048-causal", shape(1, 4, 4, 2048, 2048, 64, true, Layout.BHSD)));
+    }
+
+    /** The seeds plus the cases that exercise every other part of the semantics. */
+    public static List<Case> fullSuite() {
+        List<Case> cases = new ArrayList<>(seedCases());
+        cases.addAll(List.of(
+                new Case("d128", shape(2, 8, 8, 512, 512, 128, false, Layout.BHSD)),
+                new Case("d128-causal", shape(2, 8, 8, 512, 512, 128, true, Layout.BHSD)),
+                new Case("sq<skv-causal", shape(2, 4, 4, 200, 777, 64, true, Layout.BHSD)),
+                new Case("sq>skv-causal-empty-rows", shape(2, 4, 4, 300, 129, 64, true, Layout.BHSD)),
+                new Case("sq>skv", shape(1, 4, 4, 257, 100, 128, false, Layout.BHSD)),
+                new Case("odd-lengths-causal", shape(3, 5, 5, 77, 77, 64, true, Layout.BHSD)),
+                new Case("odd-lengths-d128", shape(1, 3, 3, 1000, 1001, 128, false, Layout.BHSD)),
+                new Case("single-token", shape(2, 2, 2, 1, 1, 64, true, Layout.BHSD)),
+                new Case("gqa-causal", shape(2, 8, 2, 256, 256, 64, true, Layout.BHSD)),
+                new Case("mqa", shape(2, 8, 1, 333, 333, 128, false, Layout.BHSD)),
+                new Case("bshd-causal", shape(2, 4, 4, 128, 128, 64, true, Layout.BSHD)),
+                new Case("bshd-gqa-d128", shape(1, 8, 2, 300, 500, 128, false, Layout.BSHD)),
+                new Case("decode-gqa", shape(4, 32, 8, 1, 4096, 128, true, Layout.BHSD)),
+                new Case("decode-16-queries", shape(1, 16, 4, 16, 3000, 128, true, Layout.BSHD)),
+                new Case("custom-scale", AttentionShape.builder().batch(1).heads(4).queryLength(130)
+                        .headDim(64).causal(true).scale(0.3f).build())));
+        return cases;
+    }
+
+    /** {@code count} random shapes (D 64 or 128, lengths up to 1500, GQA/MQA, both layouts, odd scales). */
+    public static List<Case> randomCases(int count, long seed) {
+        SplittableRandom random = new SplittableRandom(seed);
+        List<Case> cases = new ArrayList<>();
+        for (int n = 0; n < count; n++) {
+            int kvHeads = 1 << random.nextInt(3);
+            int queryHeads = kvHeads * (1 << random.nextInt(2));
+            int queryLength = 1 + random.nextInt(700);
+            int kvLength = random.nextBoolean() ? queryLength : 1 + random.nextInt(1500);
+            AttentionShape shape = AttentionShape.builder().batch(1 + random.nextInt(3)).heads(queryHeads)
+                    .kvHeads(kvHeads).queryLength(queryLength).kvLength(kvLength)
+                    .headDim(random.nextBoolean() ? 64 : 128).causal(random.nextBoolean())
+                    .layout(random.nextBoolean() ? Layout.BHSD : Layout.BSHD)
+                    .scale(random.nextInt(4) == 0 ? (float) (0.05 + 0.45 * random.nextDouble()) : null)
+                    .build();
+            cases.add(new Case("random-" + n, shape));
+        }
+        return cases;
+    }
+
+    /**
+     * Runs {@code testCase} on {@code backend} with inputs drawn from {@code seed}, output and
+     * logsumexp poisoned with NaN, and compares with the oracle.
+     */
+    public static Outcome check(AttentionBackend backend, Case testCase, long seed) {
+        AttentionShape shape = testCase.shape();
+        try (RandomInputs in = RandomInputs.generate(shape, seed);
+             HalfTensor o = RandomInputs.poisonedOutput(shape);
+             AttentionPlan plan = backend.plan(shape)) {
+            float[] lse = RandomInputs.poisonedLogSumExp(shape);
+            plan.forward(in.q(), in.k(), in.v(), o, lse);
+            return new Outcome(testCase, seed, compareWithOracle(backend.id(), shape, in, o, lse), null);
+        } catch (RuntimeException e) {
+            return new Outcome(testCase, seed, null, e.getClass().getSimpleName() + ": " + e.getMessage());
+        }
+    }
+
+    /**
+     * Compares a backend's output for {@code in} with the oracle: the CPU reference, or, for the CPU
+     * reference itself, the independent {@link OnlineSoftmaxReference}. {@code lse} may be null.
+     */
+    public static ErrorStats compareWithOracle(String backendId, AttentionShape shape, RandomInputs in,
+                                               HalfTensor o, float[] lse) {
+        float[] q = in.q().toFloatArray();
+        float[] k = in.k().toFloatArray();
+        float[] v = in.v().toFloatArray();
+        double[][] expected;
+        if (backendId.equals(Backends.CPU_REFERENCE)) {
+            expected = OnlineSoftmaxReference.compute(shape, q, k, v);
+        } else {
+            CpuReference.Result ref = CpuReference.compute(shape, q, k, v);
+            expected = new double[][] {ref.output(), ref.logSumExp()};
+        }
+        return ErrorStats.compare(o, expected[0], lse, expected[1]);
+    }
+
+    private static AttentionShape shape(int batch, int queryHeads, int kvHeads, int queryLength, int kvLength,
+                                        int headDim, boolean causal, Layout layout) {
+        return AttentionShape.builder().batch(batch).heads(queryHeads).kvHeads(kvHeads).queryLength(queryLength)
+                .kvLength(kvLength).headDim(headDim).causal(causal).layout(layout).build();
+    }
+}

@@ -1,0 +1,58 @@
+package io.github.tornadoattention.verify;
+
+import io.github.tornadoattention.HalfTensor;
+
+/**
+ * Differences between a result and the reference. A NaN or infinity where the reference is finite
+ * (or a finite logsumexp where the reference is -infinity) counts as a bad value and fails.
+ */
+public record ErrorStats(double maxAbsError, double relativeError, double maxLseError, long badValues) {
+
+    public static ErrorStats compare(HalfTensor output, double[] expected, float[] lse, double[] expectedLse) {
+        if (output.length() != expected.length) {
+            throw new IllegalArgumentException("output.length = " + output.length() + ": expected " + expected.length);
+        }
+        double maxAbs = 0;
+        double diffSquares = 0;
+        double refSquares = 0;
+        long bad = 0;
+        for (int i = 0; i < expected.length; i++) {
+            double actual = output.get(i);
+            if (!Double.isFinite(actual)) {
+                bad++;
+                continue;
+            }
+            double diff = actual - expected[i];
+            maxAbs = Math.max(maxAbs, Math.abs(diff));
+            diffSquares += diff * diff;
+            refSquares += expected[i] * expected[i];
+        }
+        double relative = refSquares == 0 ? Math.sqrt(diffSquares) : Math.sqrt(diffSquares / refSquares);
+        double maxLse = 0;
+        if (lse != null) {
+            for (int i = 0; i < expectedLse.length; i++) {
+                if (expectedLse[i] == Double.NEGATIVE_INFINITY) {
+                    if (lse[i] != Float.NEGATIVE_INFINITY) {
+                        bad++;
+                    }
+                } else if (!Float.isFinite(lse[i])) {
+                    bad++;
+                } else {
+                    maxLse = Math.max(maxLse, Math.abs(lse[i] - expectedLse[i]));
+                }
+            }
+        }
+        return new ErrorStats(maxAbs, relative, maxLse, bad);
+    }
+
+    public boolean passes() {
+        return badValues == 0 && maxAbsError <= Tolerance.MAX_ABS_ERROR
+                && relativeError <= Tolerance.MAX_RELATIVE_ERROR && maxLseError <= Tolerance.MAX_LSE_ERROR;
+    }
+
+    @Override
+    public String toString() {
+        return String.format("max abs %.2e, rel %.2e, lse %.2e%s", maxAbsError, relativeError, maxLseError,
+                badValues == 0 ? "" : ", " + badValues + " NaN/inf/unwritten");
+    }
+}

@@ -1,0 +1,114 @@
+package io.github.tornadoattention.verify;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Availability;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.Layout;
+import java.util.List;
+import java.util.function.Consumer;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+class CorrectnessSuiteTest {
+
+    static List<CorrectnessSuite.Case> fullSuite() {
+        return CorrectnessSuite.fullSuite();
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("fullSuite")
+    void cpuReferencePassesEveryCase(CorrectnessSuite.Case testCase) {
+        CorrectnessSuite.Outcome outcome = CorrectnessSuite.check(Backends.get(Backends.CPU_REFERENCE), testCase,
+                System.nanoTime());
+        assertTrue(outcome.passed(), outcome.toString());
+    }
+
+    @Test
+    void theSuiteCoversWhatTheDesignNames() {
+        List<CorrectnessSuite.Case> seeds = CorrectnessSuite.seedCases();
+        assertEquals(7, seeds.size());
+        assertTrue(seeds.stream().allMatch(c -> c.shape().headDim() == 64));
+        assertTrue(seeds.stream().anyMatch(c -> c.shape().causal()));
+        assertTrue(seeds.stream().anyMatch(c -> !c.shape().causal()));
+        assertEquals(128, seeds.stream().mapToInt(c -> c.shape().queryLength()).min().orElseThrow());
+        assertEquals(2048, seeds.stream().mapToInt(c -> c.shape().queryLength()).max().orElseThrow());
+        List<AttentionShape> all = fullSuite().stream().map(CorrectnessSuite.Case::shape).toList();
+        assertTrue(all.stream().anyMatch(s -> s.headDim() == 128));
+        assertTrue(all.stream().anyMatch(s -> s.causal() && s.queryLength() < s.kvLength()));
+        assertTrue(all.stream().anyMatch(s -> s.causal() && s.queryLength() > s.kvLength()));
+        assertTrue(all.stream().anyMatch(s -> s.queryLength() % 2 == 1 && s.kvLength() % 2 == 1));
+        assertTrue(all.stream().anyMatch(s -> s.kvHeads() > 1 && s.groupSize() > 1));
+        assertTrue(all.stream().anyMatch(s -> s.kvHeads() == 1 && s.queryHeads() > 1));
+        assertTrue(all.stream().anyMatch(s -> s.layout() == Layout.BSHD));
+    }
+
+    @Test
+    void randomShapesAreReproducibleFromTheirSeed() {
+        assertEquals(CorrectnessSuite.randomCases(20, 5), CorrectnessSuite.randomCases(20, 5));
+        assertEquals(20, CorrectnessSuite.randomCases(20, 5).stream().map(CorrectnessSuite.Case::shape).distinct().count());
+    }
+
+    /** The check must be able to fail: each broken backend below is caught. */
+    @Test
+    void brokenBackendsFail() {
+        CorrectnessSuite.Case c = new CorrectnessSuite.Case("small", AttentionShape.builder().batch(2).heads(4)
+                .kvHeads(2).queryLength(40).kvLength(50).headDim(64).causal(true).build());
+        AttentionBackend cpu = Backends.get(Backends.CPU_REFERENCE);
+        List<Consumer<HalfTensor>> breakages = List.of(
+                o -> o.set(o.length() - 1, Float.NaN),            // one NaN
+                o -> o.set(5, o.get(5) + 0.05f),                 // one element off by 0.05
+                o -> {                                            // every element off by 0.5%
+                    for (long i = 0; i < o.length(); i++) {
+                        o.set(i, o.get(i) * 1.005f);
+                    }
+                },
+                o -> o.fill(0f));                                 // unwritten output
+        for (Consumer<HalfTensor> breakage : breakages) {
+            AttentionBackend broken = new Broken(cpu, breakage);
+            assertFalse(CorrectnessSuite.check(broken, c, 1).passed());
+        }
+        assertTrue(CorrectnessSuite.check(new Broken(cpu, o -> { }), c, 1).passed());
+    }
+
+    /** Runs the CPU reference, then damages its output; reports itself as another backend. */
+    private record Broken(AttentionBackend inner, Consumer<HalfTensor> damage) implements AttentionBackend {
+        public String id() {
+            return "broken";
+        }
+
+        public String description() {
+            return "test double";
+        }
+
+        public Availability availability() {
+            return inner.availability();
+        }
+
+        public void checkSupported(AttentionShape shape) {
+        }
+
+        public AttentionPlan plan(AttentionShape shape) {
+            AttentionPlan real = inner.plan(shape);
+            return new AttentionPlan(id(), shape) {
+                @Override
+                protected void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
+                    real.forward(q, k, v, o, lse);
+                    damage.accept(o);
+                }
+
+                @Override
+                protected void release() {
+                    real.close();
+                }
+            };
+        }
+    }
+}
