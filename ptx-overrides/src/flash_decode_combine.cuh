@@ -54,7 +54,7 @@ __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_
   __half2* oh = reinterpret_cast<__half2*>(&out);
 #pragma unroll
   for (int j = 0; j < 4; ++j) oh[j] = __floats2half2_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
-  *reinterpret_cast<uint4*>(o + b * p.o_sb + h * p.o_sh + sq * p.o_sr + c) = out;
+  *reinterpret_cast<uint4*>(o + (int64_t)b * p.o_sb + (int64_t)h * p.o_sh + (int64_t)sq * p.o_sr + c) = out;
   if (p.write_lse && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : -CUDART_INF_F;
 }
 

@@ -61,3 +61,20 @@
                                   flash::tornado_data(o), flash::tornado_data(lse),              \
                                   flash::tornado_data(params));                                  \
   }
+
+// One configuration = one traits alias + its entries; the entry name spells the configuration:
+//   flash_fwd_d{D}_m{Br}n{Bc}w{warps}s{stages}{SUFFIX}   (SUFFIX: _qs = Q stays in shared
+//   memory, _dyn = dynamic shared memory, then an ablation tag for benchmark-only entries)
+#define FLASH_FWD_NAME(D, BR, BC, W, S, SUFFIX) d##D##_m##BR##n##BC##w##W##s##S##SUFFIX
+#define FLASH_FWD_CUDA(D, BR, BC, W, S, MINB, QREGS, DYN, SUFFIX, OPT)                            \
+  using Kt_d##D##_m##BR##n##BC##w##W##s##S##SUFFIX = flash::FwdTraits<D, BR, BC, W, S, MINB, QREGS, DYN, OPT>; \
+  FLASH_FWD_ENTRY(d##D##_m##BR##n##BC##w##W##s##S##SUFFIX, Kt_d##D##_m##BR##n##BC##w##W##s##S##SUFFIX)
+// Static shared memory configurations also get the TornadoVM entry.
+#define FLASH_FWD_BOTH(D, BR, BC, W, S, MINB, QREGS, SUFFIX)                                      \
+  FLASH_FWD_CUDA(D, BR, BC, W, S, MINB, QREGS, false, SUFFIX, flash::Opt<>)                      \
+  FLASH_FWD_TORNADO_ENTRY(d##D##_m##BR##n##BC##w##W##s##S##SUFFIX, Kt_d##D##_m##BR##n##BC##w##W##s##S##SUFFIX)
+
+// Decode split pass: flash_decode_split_d{D}_n{Bc}s{stages}.
+#define FLASH_DECODE(D, BC, S, MINB)                                                              \
+  using KtDec_d##D##_n##BC##s##S = flash::DecodeTraits<D, BC, S, MINB>;                          \
+  FLASH_DECODE_SPLIT_ENTRY(d##D##_n##BC##s##S, KtDec_d##D##_n##BC##s##S)

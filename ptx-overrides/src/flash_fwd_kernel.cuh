@@ -109,7 +109,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       for (int i = tid; i < BM * CH; i += Kt::kNThreads) {
         const int r = row0 + i / CH, c = i % CH;
         if (r < nrows) {
-          *reinterpret_cast<uint4*>(o + b * p.o_sb + h_fixed * p.o_sh + r * p.o_sr + c * 8) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(o + (int64_t)b * p.o_sb + (int64_t)h_fixed * p.o_sh + (int64_t)r * p.o_sr + c * 8) = make_uint4(0, 0, 0, 0);
           if (c == 0 && p.write_lse) lse[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = kNegInf;
         }
       }
@@ -121,8 +121,9 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   const int n_max = ceil_div(kend, BN);
   const int n_tiles = n_max - n_min;
 
-  const __half* kbase = k + b * p.k_sb + kvh * p.k_sh;
-  const __half* vbase = v + b * p.v_sb + kvh * p.v_sh;
+  const __half* kbase = k + (int64_t)b * p.k_sb + (int64_t)kvh * p.k_sh;
+  const __half* vbase = v + (int64_t)b * p.v_sb + (int64_t)kvh * p.v_sh;
+  const int k_sr = p.k_sr, v_sr = p.v_sr, Skv = p.Skv;
 
   const uint32_t sbase = smem_addr(smem);
   const uint32_t sQ = sbase + Kt::kQOffset;
@@ -135,7 +136,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       const int gr = row0 + r;
       const bool valid = gr < nrows;
       const __half* src = q;
-      if (valid) src = q + b * p.q_sb + row_head(gr) * p.q_sh + row_query(gr) * p.q_sr + c * 8;
+      if (valid) src = q + (int64_t)b * p.q_sb + (int64_t)row_head(gr) * p.q_sh + (int64_t)row_query(gr) * p.q_sr + c * 8;
       cp_async_16(sQ + L::chunk_off(r, c), src, valid);
     }
   };
@@ -150,16 +151,16 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     const uint32_t sK = sbase + stage * Kt::kStageBytes;
     const uint32_t sV = sK + Kt::kTileBytes;
     const int key0 = n * BN + r0;
-    const __half* kp = kbase + (int64_t)key0 * p.k_sr + c * 8;
-    const __half* vp = vbase + (int64_t)key0 * p.v_sr + c * 8;
+    const __half* kp = kbase + (int64_t)key0 * k_sr + c * 8;
+    const __half* vp = vbase + (int64_t)key0 * v_sr + c * 8;
 #pragma unroll
     for (int it = 0; it < BN / kRowsPerPass; ++it) {
       const int r = r0 + it * kRowsPerPass;
-      const bool valid = key0 + it * kRowsPerPass < p.Skv;
+      const bool valid = key0 + it * kRowsPerPass < Skv;
       cp_async_16(sK + L::chunk_off(r, c), valid ? kp : kbase, valid);
       cp_async_16(sV + L::chunk_off(r, c), valid ? vp : vbase, valid);
-      kp += kRowsPerPass * p.k_sr;
-      vp += kRowsPerPass * p.v_sr;
+      kp += (int64_t)kRowsPerPass * k_sr;
+      vp += (int64_t)kRowsPerPass * v_sr;
     }
   };
 
@@ -193,21 +194,25 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
-  uint32_t qf[RG][KS][4];
-#pragma unroll
-  for (int rg = 0; rg < RG; ++rg)
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      const int rbase = warp_row0 + rg * 16;
-      if (Opt::kLdmatrix) {
-        ldmatrix_x4(qf[rg][ks], sQ + (rbase + a_row) * RB + (((2 * ks) ^ a_x) << 4));
-      } else {
-        qf[rg][ks][0] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 2 * t4));
-        qf[rg][ks][1] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 2 * t4));
-        qf[rg][ks][2] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 8 + 2 * t4));
-        qf[rg][ks][3] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 8 + 2 * t4));
-      }
+  // A fragment of Q for row group rg, k-step ks.
+  auto load_q_frag = [&](uint32_t (&f)[4], int rg, int ks) {
+    const int rbase = warp_row0 + rg * 16;
+    if (Opt::kLdmatrix) {
+      ldmatrix_x4(f, sQ + (rbase + a_row) * RB + (((2 * ks) ^ a_x) << 4));
+    } else {
+      f[0] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 2 * t4));
+      f[1] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 2 * t4));
+      f[2] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 8 + 2 * t4));
+      f[3] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 8 + 2 * t4));
     }
+  };
+  uint32_t qf[Kt::kQInRegs ? RG : 1][Kt::kQInRegs ? KS : 1][4];
+  if constexpr (Kt::kQInRegs) {
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) load_q_frag(qf[rg][ks], rg, ks);
+  }
   __syncthreads();  // the Q buffer overlaps ring stages 1..
 #pragma unroll
   for (int s = 1; s < ST - 1; ++s) {
@@ -273,12 +278,20 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         }
       }
 #pragma unroll
-      for (int rg = 0; rg < RG; ++rg)
+      for (int rg = 0; rg < RG; ++rg) {
+        uint32_t qs[4];
+        if constexpr (Kt::kQInRegs) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) qs[j] = qf[rg][ks][j];
+        } else {
+          load_q_frag(qs, rg, ks);
+        }
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
-          mma_16816(s_acc[rg][2 * np], qf[rg][ks], kf[np][0], kf[np][1]);
-          mma_16816(s_acc[rg][2 * np + 1], qf[rg][ks], kf[np][2], kf[np][3]);
+          mma_16816(s_acc[rg][2 * np], qs, kf[np][0], kf[np][1]);
+          mma_16816(s_acc[rg][2 * np + 1], qs, kf[np][2], kf[np][3]);
         }
+      }
     }
 
     // ---- mask (ragged Skv end, causal diagonal; also every tile when skipping is off)
@@ -408,6 +421,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   }
 
   // ---- epilogue: normalise once, lse = m*scale + ln(l).
+  // Values only the epilogue needs are re-read here rather than kept live across the loop.
+  const float scale = __int_as_float(reload_param(params, P_SCALE));
   float lse_v[RG][2];
 #pragma unroll
   for (int rg = 0; rg < RG; ++rg)
@@ -416,7 +431,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       const float l = quad_sum(l_i[rg][hh]);
       const bool any = l > 0.f;  // false only for a row that sees no key
       const float inv = any ? 1.f / l : 0.f;
-      lse_v[rg][hh] = any ? m_i[rg][hh] * p.scale + logf(l) : kNegInf;
+      lse_v[rg][hh] = any ? m_i[rg][hh] * scale + logf(l) : kNegInf;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
         acc_o[rg][dt][2 * hh] *= inv;
@@ -424,6 +439,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       }
     }
 
+  const int B_ = reload_param(params, P_B), Hq_ = reload_param(params, P_HQ), Sq_ = reload_param(params, P_SQ);
   if (kDecode) {
     // Partial results are small next to the K/V slice they summarise: direct 8-byte stores.
 #pragma unroll
@@ -432,7 +448,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       for (int hh = 0; hh < 2; ++hh) {
         const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
         if (r < nrows) {
-          const int64_t row_lin = ((int64_t)split * p.B + b) * p.Hq * p.Sq + (int64_t)row_head(r) * p.Sq + row_query(r);
+          const int64_t row_lin = ((int64_t)split * B_ + b) * Hq_ * Sq_ + (int64_t)row_head(r) * Sq_ + row_query(r);
           float* dst = o_partial + row_lin * D + 2 * t4;
 #pragma unroll
           for (int dt = 0; dt < DT; ++dt)
@@ -455,21 +471,22 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
           sts_u32(sQ + L::chunk_off(rl, dt) + 4 * t4, pack_half2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]));
       }
     __syncwarp();
-    __half* obase = o + b * p.o_sb + h_fixed * p.o_sh;
+    __half* obase = o + (int64_t)b * reload_param(params, P_O_STRIDE) + (int64_t)h_fixed * reload_param(params, P_O_STRIDE + 1);
+    const int o_sr = reload_param(params, P_O_STRIDE + 2);
 #pragma unroll
     for (int it = 0; it < RG * 16 * CH / 32; ++it) {
       const int i = lane + it * 32;
       const int rl = warp_row0 + i / CH, c = i % CH;
       const int r = row0 + rl;
-      if (r < nrows) *reinterpret_cast<uint4*>(obase + r * p.o_sr + c * 8) = lds_u128(sQ + L::chunk_off(rl, c));
+      if (r < Sq_) *reinterpret_cast<uint4*>(obase + (int64_t)r * o_sr + c * 8) = lds_u128(sQ + L::chunk_off(rl, c));
     }
-    if (p.write_lse && t4 == 0) {
+    if (reload_param(params, P_WRITE_LSE) != 0 && t4 == 0) {
 #pragma unroll
       for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
-          if (r < nrows) lse[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = lse_v[rg][hh];
+          if (r < Sq_) lse[((int64_t)b * Hq_ + h_fixed) * Sq_ + r] = lse_v[rg][hh];
         }
     }
   }

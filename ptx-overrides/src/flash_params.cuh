@@ -23,7 +23,9 @@ struct Params {
   int B, Hq, Hkv, Sq, Skv, D;
   bool causal, write_lse;
   float scale_log2, scale;
-  int64_t q_sb, q_sh, q_sr, k_sb, k_sh, k_sr, v_sb, v_sh, v_sr, o_sb, o_sh, o_sr;
+  // Strides are int32 (each must fit); offsets are formed in 64 bits at the point of use,
+  // (int64_t)index * stride, which is one wide multiply-add and keeps half the registers live.
+  int q_sb, q_sh, q_sr, k_sb, k_sh, k_sr, v_sb, v_sh, v_sr, o_sb, o_sh, o_sr;
   int num_splits;
 };
 
@@ -42,6 +44,14 @@ __device__ __forceinline__ Params load_params(const int* __restrict__ p) {
   r.num_splits = __ldg(p + P_NUM_SPLITS);
   r.scale = __int_as_float(__ldg(p + P_SCALE));
   return r;
+}
+
+// A fresh (non-CSE-able) read of one word, for values needed only in the epilogue: cheaper
+// than keeping them in registers across the main loop.
+__device__ __forceinline__ int reload_param(const int* p, int idx) {
+  int v;
+  asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(p + idx));
+  return v;
 }
 
 // TornadoVM passes every array as a pointer to its object header; the payload starts 16 bytes in.

@@ -21,7 +21,7 @@ struct Opt {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_,
-          int kMinBlocksPerSm_, bool kDynamicSmem_ = false, class Opt_ = Opt<>>
+          int kMinBlocksPerSm_, bool kQInRegs_ = true, bool kDynamicSmem_ = false, class Opt_ = Opt<>>
 struct FwdTraits {
   using O = Opt_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -31,6 +31,10 @@ struct FwdTraits {
   static constexpr int kNThreads = 32 * kNWarps;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
   static constexpr bool kDynamicSmem = kDynamicSmem_;
+  // Q fragments in registers (read from shared memory once) or re-read with ldmatrix every
+  // K/V tile.  Registers pay when a warp owns 16 rows; with 32 rows (two row groups) and
+  // D = 128 the O accumulator alone takes 128 registers and Q has to stay in shared memory.
+  static constexpr bool kQInRegs = kQInRegs_;
   // The synchronous ablation is a one-stage ring.
   static constexpr int kStages = O::kCpAsyncPipeline ? kStages_ : 1;
 
@@ -51,10 +55,11 @@ struct FwdTraits {
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
   static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
   static constexpr int kQBytes = kBlockM * kRowBytes;
-  // Q is read into registers once, so its buffer may overlap stages 1.. of the K/V ring
-  // (stage 0 is free to load tile 0 while Q arrives).  The same bytes stage O at the end.
-  static constexpr int kQOffset = kStageBytes;
+  // Q read into registers once may overlap stages 1.. of the K/V ring (stage 0 is free to
+  // load tile 0 while Q arrives); Q kept in shared memory gets its own region after the
+  // ring.  The same bytes stage O at the end.
   static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kQOffset = kQInRegs ? kStageBytes : kRingBytes;
   static constexpr int kQEnd = kQOffset + kQBytes;
   static constexpr int kMainBytes = kRingBytes > kQEnd ? kRingBytes : kQEnd;
   // P round trip (ablation): per warp and row group a 16 x Bc fp16 tile, rows padded by 16
@@ -72,6 +77,6 @@ struct FwdTraits {
 // Split-KV decode: a single warp per CTA owns 16 packed rows (the query heads of one KV head
 // times Sq), so K/V are read once per KV head instead of once per query head.
 template <int kHeadDim_, int kBlockN_, int kStages_, int kMinBlocksPerSm_>
-using DecodeTraits = FwdTraits<kHeadDim_, 16, kBlockN_, 1, kStages_, kMinBlocksPerSm_>;
+using DecodeTraits = FwdTraits<kHeadDim_, 16, kBlockN_, 1, kStages_, kMinBlocksPerSm_, true>;
 
 }  // namespace flash

@@ -1,5 +1,7 @@
 package io.github.tornadoattention;
 
+import java.util.OptionalDouble;
+
 /**
  * Attention for one fixed {@link AttentionShape} on one backend, prepared once and reused: kernels
  * are compiled and device buffers allocated when the plan is made, not per call. This is what an
@@ -15,6 +17,7 @@ public abstract class AttentionPlan implements AutoCloseable {
     private final AttentionShape shape;
     private boolean closed;
     private Call lastCall;
+    private double lastDeviceMillis = Double.NaN;
 
     private record Call(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
     }
@@ -69,6 +72,20 @@ public abstract class AttentionPlan implements AutoCloseable {
             throw new IllegalStateException("a tensor of the last forward call has been closed");
         }
         rerun(lastCall.q, lastCall.k, lastCall.v, lastCall.o, lastCall.lse);
+    }
+
+    /**
+     * How long the device spent on the last call's kernels (timed on the device, e.g. with CUDA
+     * events or TornadoVM's profiler), without launch gaps or host work; empty where the backend
+     * cannot tell (the CPU reference).
+     */
+    public final synchronized OptionalDouble lastDeviceMillis() {
+        return Double.isNaN(lastDeviceMillis) ? OptionalDouble.empty() : OptionalDouble.of(lastDeviceMillis);
+    }
+
+    /** Backends that time their kernels on the device report each call's time here. */
+    protected final void recordDeviceMillis(double millis) {
+        lastDeviceMillis = millis;
     }
 
     @Override

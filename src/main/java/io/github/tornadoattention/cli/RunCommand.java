@@ -94,12 +94,20 @@ final class RunCommand implements Callable<Integer> {
                 plan.forward(in.q(), in.k(), in.v(), o, null);
             }
             TimingStats call = time(() -> plan.forward(in.q(), in.k(), in.v(), o, null));
-            TimingStats resident = time(plan::rerunOnDevice);
+            double[] kernelMillis = new double[iters];
+            TimingStats resident = time(i -> {
+                plan.rerunOnDevice();
+                kernelMillis[i] = plan.lastDeviceMillis().orElse(Double.NaN);
+            });
+            TimingStats kernel = Double.isNaN(kernelMillis[0]) ? null : TimingStats.of(kernelMillis);
 
             out.printf("backend     %s (%s)%n", plan.backendId(), device);
             out.printf("shape       %s, seed %d%n", shape, inputSeed);
             printTiming(out, "call", call, shape, "whole Java call, host transfers included");
             printTiming(out, "on device", resident, shape, "inputs already on the device, no copies");
+            if (kernel != null) {
+                printTiming(out, "kernel", kernel, shape, "device-timed kernels only");
+            }
 
             Map<String, Object> result = new LinkedHashMap<>();
             result.put("backend", plan.backendId());
@@ -120,6 +128,10 @@ final class RunCommand implements Callable<Integer> {
             result.put("tflops", call.teraflops(shape.flops()));
             result.put("device_median_ms", resident.medianMillis());
             result.put("device_tflops", resident.teraflops(shape.flops()));
+            if (kernel != null) {
+                result.put("kernel_median_ms", kernel.medianMillis());
+                result.put("kernel_tflops", kernel.teraflops(shape.flops()));
+            }
 
             int exit = 0;
             if (check) {
@@ -143,10 +155,15 @@ final class RunCommand implements Callable<Integer> {
     }
 
     private TimingStats time(Runnable call) {
+        return time(i -> call.run());
+    }
+
+    /** Wall-clock times of {@code iters} calls of {@code call} (given the iteration number). */
+    private TimingStats time(java.util.function.IntConsumer call) {
         double[] millis = new double[iters];
         for (int i = 0; i < iters; i++) {
             long start = System.nanoTime();
-            call.run();
+            call.accept(i);
             millis[i] = (System.nanoTime() - start) / 1e6;
         }
         return TimingStats.of(millis);

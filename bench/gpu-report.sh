@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU report, in one command on a GPU host that has PyTorch, given the packed runtime
+# (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM PTX SDK) and the jars built on a build machine
+# (src/target, tornado-kernels/target, bench/target). From the repository root:
+#
+#   bench/gpu-report.sh                # every GPU backend, every shape, 50 random correctness shapes
+#   BACKENDS=ptx-cuda SHAPES=prefill RANDOM_SHAPES=10 bench/gpu-report.sh
+#
+# Steps: 1. correctness of each backend against the CPU reference (selftest), 2. the PyTorch SDPA
+# baseline (FLASH and CUDNN) on the same shapes, 3. the JMH benchmarks, 4. the report:
+# $OUT/report/<gpu>-<date>.{md,json,png}, plus $OUT/raw.tar.gz with every raw result and log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+BACKENDS=${BACKENDS:-ptx-cuda,ptx-tornado,tornado-mma,tornado-simt}
+SHAPES=${SHAPES:-all}
+RANDOM_SHAPES=${RANDOM_SHAPES:-50}
+JMH_ARGS=${JMH_ARGS:---forks 1 --warmup-iterations 2 --iterations 5 --iteration-ms 300}
+raw=$OUT/raw; mkdir -p "$raw" "$OUT/report"
+
+if [ -z "${TORNADOVM_HOME:-}" ]; then
+  bundle=${BUNDLE:-.gpu/gpu-bundle.tar.xz}
+  [ -d /opt/gpu-bundle ] || tar -xJf "$bundle" -C /opt || { echo "cannot unpack $bundle" >&2; exit 2; }
+  source /opt/gpu-bundle/env.sh
+fi
+step() { echo "== $(date +%T) $*" | tee -a "$raw/progress.log"; }
+
+step "environment"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)
+cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)
+jdk=$("$JAVA_HOME/bin/java" -version 2>&1 | head -n 1)
+tornadovm=$(ls "$TORNADOVM_HOME"/share/java/tornado/tornado-api-*.jar 2>/dev/null | sed 's/.*tornado-api-\(.*\)\.jar/\1/' | head -n 1)
+torch=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)
+date=$(date +%Y-%m-%d)
+name=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/-/g; s/-$//')-$date
+cat > "$raw/env.json" <<JSON
+{"gpu": "$gpu", "driver": "$driver", "cuda": "$cuda", "jdk": "${jdk//\"/}", "tornadovm": "$tornadovm", "torch": "$torch", "date": "$date"}
+JSON
+cat "$raw/env.json"
+
+step "correctness: selftest of $BACKENDS with $RANDOM_SHAPES random shapes"
+for backend in ${BACKENDS//,/ }; do
+  bin/tornado-attention selftest --backend "$backend" --random "$RANDOM_SHAPES" > "$raw/selftest-$backend.log" 2>&1
+  echo "$backend: $(tail -n 1 "$raw/selftest-$backend.log")"
+done
+
+bench_jar=bench/target/benchmarks.jar
+cp="$bench_jar:tornado-kernels/target/tornado-kernels.jar"
+step "PyTorch SDPA baseline"
+"$JAVA_HOME/bin/java" -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner shapes --shapes "$SHAPES" > "$raw/shapes.json"
+PYTHONUNBUFFERED=1 python3 bench/sdpa_baseline.py "$raw/shapes.json" "$raw/sdpa.json" 2>&1 | tee "$raw/sdpa.log"
+
+step "JMH: $BACKENDS on $SHAPES"
+"$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
+  -Dtornado.recover.bailout=False -cp "$cp" io.github.tornadoattention.bench.BenchmarkRunner jmh \
+  --backends "$BACKENDS" --shapes "$SHAPES" $JMH_ARGS --out "$raw" > "$raw/jmh.log" 2>&1
+grep -E "^AttentionBenchmark\.[a-zA-Z]+ " "$raw/jmh.log" | tail -n 80
+
+step "report"
+"$JAVA_HOME/bin/java" -Djava.awt.headless=true -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner report \
+  --results "$raw" --name "$name" --to "$OUT/report" \
+  --command "BACKENDS=$BACKENDS SHAPES=$SHAPES RANDOM_SHAPES=$RANDOM_SHAPES JMH_ARGS='$JMH_ARGS' bench/gpu-report.sh"
+tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"
+step "done"
+sed -n '/## Correctness/,/## Performance/p' "$OUT/report/$name.md" | head -n 12
+grep -E "device-timed|cuda events" "$OUT/report/$name.md" | cut -c1-150 | head -n 60

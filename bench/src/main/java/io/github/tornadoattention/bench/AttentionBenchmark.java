@@ -1,0 +1,97 @@
+package io.github.tornadoattention.bench;
+
+import com.fasterxml.jackson.jr.ob.JSON;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.verify.RandomInputs;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import org.openjdk.jmh.annotations.Benchmark;
+import org.openjdk.jmh.annotations.BenchmarkMode;
+import org.openjdk.jmh.annotations.Level;
+import org.openjdk.jmh.annotations.Mode;
+import org.openjdk.jmh.annotations.OutputTimeUnit;
+import org.openjdk.jmh.annotations.Param;
+import org.openjdk.jmh.annotations.Scope;
+import org.openjdk.jmh.annotations.Setup;
+import org.openjdk.jmh.annotations.State;
+import org.openjdk.jmh.annotations.TearDown;
+import org.openjdk.jmh.infra.IterationParams;
+import org.openjdk.jmh.runner.IterationType;
+
+/**
+ * Attention on one backend and shape, in two modes: {@link #kernel} (inputs resident on the
+ * device, no copies: the plan's {@code rerunOnDevice}) and {@link #javaCall} (the whole Java call,
+ * every input re-sent and the output copied back). Device-timed kernel durations seen during
+ * {@link #kernel} are saved beside the JMH results when {@value #KERNEL_TIMES_PROPERTY} names a folder.
+ */
+@State(Scope.Benchmark)
+@BenchmarkMode(Mode.SampleTime)
+@OutputTimeUnit(TimeUnit.MILLISECONDS)
+public class AttentionBenchmark {
+    public static final String KERNEL_TIMES_PROPERTY = "bench.kernelTimesDir";
+
+    @Param(Backends.CPU_REFERENCE)
+    public String backend;
+
+    /** See {@link BenchShape#spec()}. */
+    @Param("1,8,8,512,512,64,0")
+    public String shape;
+
+    private AttentionPlan plan;
+    private RandomInputs inputs;
+    private HalfTensor output;
+    private final List<Double> kernelMillis = new ArrayList<>();
+    private boolean measuring;
+
+    @Setup(Level.Trial)
+    public void setUp() {
+        BenchShape s = BenchShape.parse(shape);
+        plan = Backends.get(backend).plan(s.toShape());
+        inputs = RandomInputs.generate(s.toShape(), System.nanoTime());
+        output = RandomInputs.poisonedOutput(s.toShape());
+        plan.forward(inputs.q(), inputs.k(), inputs.v(), output, null);
+    }
+
+    /** Device times are kept from measurement iterations only, not warm-up. */
+    @Setup(Level.Iteration)
+    public void startIteration(IterationParams iteration) {
+        measuring = iteration.getType() == IterationType.MEASUREMENT;
+    }
+
+    @Benchmark
+    public void kernel() {
+        plan.rerunOnDevice();
+        if (measuring) {
+            plan.lastDeviceMillis().ifPresent(kernelMillis::add);
+        }
+    }
+
+    @Benchmark
+    public void javaCall() {
+        inputs.q().markModified();
+        inputs.k().markModified();
+        inputs.v().markModified();
+        plan.forward(inputs.q(), inputs.k(), inputs.v(), output, null);
+    }
+
+    @TearDown(Level.Trial)
+    public void tearDown() throws IOException {
+        String dir = System.getProperty(KERNEL_TIMES_PROPERTY);
+        if (dir != null && !kernelMillis.isEmpty()) {
+            Path file = Path.of(dir, backend + "_" + shape.replace(',', '-') + ".json");
+            Files.createDirectories(file.getParent());
+            Files.writeString(file, JSON.std.asString(Map.of("backend", backend, "shape", shape,
+                    "kernel_ms", kernelMillis)));
+        }
+        plan.close();
+        inputs.close();
+        output.close();
+    }
+}

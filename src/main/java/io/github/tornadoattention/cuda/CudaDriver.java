@@ -1,0 +1,355 @@
+package io.github.tornadoattention.cuda;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.SymbolLookup;
+import java.lang.invoke.MethodHandle;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * The few CUDA driver API calls the ptx-cuda host needs, bound with java.lang.foreign (no JNI).
+ * Handles ({@code CUcontext}, {@code CUmodule}, ...) and device pointers are plain {@code long}s.
+ * Every call checks its CUresult and throws {@link CudaException} with the result's name.
+ */
+public final class CudaDriver {
+    static final String LIBRARY = "libcuda.so.1";
+    /** CU_DEVICE_ATTRIBUTE_* values from cuda.h. */
+    static final int ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+    static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+    static final int ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+    static final int ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
+    /** CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES. */
+    static final int FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+    /** CU_JIT_ERROR_LOG_BUFFER and its size, for readable PTX load errors. */
+    private static final int JIT_ERROR_LOG_BUFFER = 5;
+    private static final int JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
+    private static final int LOG_BYTES = 16 * 1024;
+
+    private static final Linker LINKER = Linker.nativeLinker();
+    private final SymbolLookup lib;
+    private final MethodHandle cuGetErrorName;
+    private final MethodHandle cuInit;
+    private final MethodHandle cuDeviceGetCount;
+    private final MethodHandle cuDeviceGet;
+    private final MethodHandle cuDeviceGetName;
+    private final MethodHandle cuDeviceGetAttribute;
+    private final MethodHandle cuDevicePrimaryCtxRetain;
+    private final MethodHandle cuCtxSetCurrent;
+    private final MethodHandle cuModuleLoadDataEx;
+    private final MethodHandle cuModuleGetFunction;
+    private final MethodHandle cuFuncSetAttribute;
+    private final MethodHandle cuMemAlloc;
+    private final MethodHandle cuMemFree;
+    private final MethodHandle cuMemcpyHtoDAsync;
+    private final MethodHandle cuMemcpyDtoHAsync;
+    private final MethodHandle cuStreamCreate;
+    private final MethodHandle cuStreamSynchronize;
+    private final MethodHandle cuStreamDestroy;
+    private final MethodHandle cuEventCreate;
+    private final MethodHandle cuEventRecord;
+    private final MethodHandle cuEventSynchronize;
+    private final MethodHandle cuEventElapsedTime;
+    private final MethodHandle cuEventDestroy;
+    private final MethodHandle cuLaunchKernel;
+
+    /**
+     * Binds the driver library.
+     *
+     * @throws IllegalArgumentException if {@value #LIBRARY} cannot be loaded (no NVIDIA driver)
+     */
+    CudaDriver() {
+        lib = SymbolLookup.libraryLookup(LIBRARY, Arena.global());
+        cuGetErrorName = bind("cuGetErrorName", JAVA_INT, ADDRESS);
+        cuInit = bind("cuInit", JAVA_INT);
+        cuDeviceGetCount = bind("cuDeviceGetCount", ADDRESS);
+        cuDeviceGet = bind("cuDeviceGet", ADDRESS, JAVA_INT);
+        cuDeviceGetName = bind("cuDeviceGetName", ADDRESS, JAVA_INT, JAVA_INT);
+        cuDeviceGetAttribute = bind("cuDeviceGetAttribute", ADDRESS, JAVA_INT, JAVA_INT);
+        cuDevicePrimaryCtxRetain = bind("cuDevicePrimaryCtxRetain", ADDRESS, JAVA_INT);
+        cuCtxSetCurrent = bind("cuCtxSetCurrent", JAVA_LONG);
+        cuModuleLoadDataEx = bind("cuModuleLoadDataEx", ADDRESS, ADDRESS, JAVA_INT, ADDRESS, ADDRESS);
+        cuModuleGetFunction = bind("cuModuleGetFunction", ADDRESS, JAVA_LONG, ADDRESS);
+        cuFuncSetAttribute = bind("cuFuncSetAttribute", JAVA_LONG, JAVA_INT, JAVA_INT);
+        cuMemAlloc = bind("cuMemAlloc_v2", ADDRESS, JAVA_LONG);
+        cuMemFree = bind("cuMemFree_v2", JAVA_LONG);
+        cuMemcpyHtoDAsync = bind("cuMemcpyHtoDAsync_v2", JAVA_LONG, ADDRESS, JAVA_LONG, JAVA_LONG);
+        cuMemcpyDtoHAsync = bind("cuMemcpyDtoHAsync_v2", ADDRESS, JAVA_LONG, JAVA_LONG, JAVA_LONG);
+        cuStreamCreate = bind("cuStreamCreate", ADDRESS, JAVA_INT);
+        cuStreamSynchronize = bind("cuStreamSynchronize", JAVA_LONG);
+        cuStreamDestroy = bind("cuStreamDestroy_v2", JAVA_LONG);
+        cuEventCreate = bind("cuEventCreate", ADDRESS, JAVA_INT);
+        cuEventRecord = bind("cuEventRecord", JAVA_LONG, JAVA_LONG);
+        cuEventSynchronize = bind("cuEventSynchronize", JAVA_LONG);
+        cuEventElapsedTime = bind("cuEventElapsedTime", ADDRESS, JAVA_LONG, JAVA_LONG);
+        cuEventDestroy = bind("cuEventDestroy_v2", JAVA_LONG);
+        cuLaunchKernel = bind("cuLaunchKernel", JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT,
+                JAVA_INT, JAVA_INT, JAVA_LONG, ADDRESS, ADDRESS);
+    }
+
+    private MethodHandle bind(String name, java.lang.foreign.MemoryLayout... args) {
+        MemorySegment symbol = lib.find(name)
+                .orElseThrow(() -> new IllegalArgumentException(LIBRARY + " has no symbol " + name));
+        return LINKER.downcallHandle(symbol, FunctionDescriptor.of(JAVA_INT, args));
+    }
+
+    /** The CUresult's name, e.g. CUDA_ERROR_NO_DEVICE. */
+    public String errorName(int result) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(ADDRESS);
+            if ((int) cuGetErrorName.invokeExact(result, out) != 0) {
+                return "CUresult " + result;
+            }
+            return out.get(ADDRESS, 0).reinterpret(256).getString(0, StandardCharsets.US_ASCII);
+        } catch (Throwable t) {
+            return "CUresult " + result;
+        }
+    }
+
+    private void check(String call, int result) {
+        check(call, result, null);
+    }
+
+    private void check(String call, int result, String detail) {
+        if (result != 0) {
+            throw new CudaException(call, result, errorName(result), detail);
+        }
+    }
+
+    private static RuntimeException rethrow(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IllegalStateException(t);
+    }
+
+    public void init() {
+        try {
+            check("cuInit", (int) cuInit.invokeExact(0));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public int deviceCount() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            check("cuDeviceGetCount", (int) cuDeviceGetCount.invokeExact(out));
+            return out.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public int device(int ordinal) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            check("cuDeviceGet", (int) cuDeviceGet.invokeExact(out, ordinal));
+            return out.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public String deviceName(int device) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment name = arena.allocate(256);
+            check("cuDeviceGetName", (int) cuDeviceGetName.invokeExact(name, 256, device));
+            return name.getString(0, StandardCharsets.US_ASCII);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public int deviceAttribute(int device, int attribute) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            check("cuDeviceGetAttribute", (int) cuDeviceGetAttribute.invokeExact(out, attribute, device));
+            return out.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** The device's primary context (shared with every other user of the driver in this process). */
+    public long primaryContext(int device) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_LONG);
+            check("cuDevicePrimaryCtxRetain", (int) cuDevicePrimaryCtxRetain.invokeExact(out, device));
+            return out.get(JAVA_LONG, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Contexts are current per thread; every entry point sets it, since plans may move between threads. */
+    public void setCurrent(long context) {
+        try {
+            check("cuCtxSetCurrent", (int) cuCtxSetCurrent.invokeExact(context));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** JIT-compiles PTX text into a module; a failure carries the JIT's error log. */
+    public long loadModule(String ptx) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment image = arena.allocateFrom(ptx, StandardCharsets.US_ASCII);
+            MemorySegment log = arena.allocate(LOG_BYTES);
+            MemorySegment options = arena.allocate(JAVA_INT, 2);
+            options.setAtIndex(JAVA_INT, 0, JIT_ERROR_LOG_BUFFER);
+            options.setAtIndex(JAVA_INT, 1, JIT_ERROR_LOG_BUFFER_SIZE_BYTES);
+            MemorySegment values = arena.allocate(ADDRESS, 2);
+            values.setAtIndex(ADDRESS, 0, log);
+            values.setAtIndex(ADDRESS, 1, MemorySegment.ofAddress(LOG_BYTES));
+            MemorySegment out = arena.allocate(JAVA_LONG);
+            int result = (int) cuModuleLoadDataEx.invokeExact(out, image, 2, options, values);
+            check("cuModuleLoadDataEx", result, log.getString(0, StandardCharsets.US_ASCII).strip());
+            return out.get(JAVA_LONG, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public long function(long module, String name) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_LONG);
+            check("cuModuleGetFunction(" + name + ")",
+                    (int) cuModuleGetFunction.invokeExact(out, module, arena.allocateFrom(name)));
+            return out.get(JAVA_LONG, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Lets {@code function} use more than 48 KB of dynamic shared memory. */
+    public void setMaxDynamicSharedMemory(long function, int bytes) {
+        try {
+            check("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                    (int) cuFuncSetAttribute.invokeExact(function, FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public long malloc(long bytes) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_LONG);
+            check("cuMemAlloc(" + bytes + " bytes)", (int) cuMemAlloc.invokeExact(out, bytes));
+            return out.get(JAVA_LONG, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void free(long devicePointer) {
+        try {
+            check("cuMemFree", (int) cuMemFree.invokeExact(devicePointer));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void copyToDevice(long destination, MemorySegment source, long bytes, long stream) {
+        try {
+            check("cuMemcpyHtoDAsync", (int) cuMemcpyHtoDAsync.invokeExact(destination, source, bytes, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void copyToHost(MemorySegment destination, long source, long bytes, long stream) {
+        try {
+            check("cuMemcpyDtoHAsync", (int) cuMemcpyDtoHAsync.invokeExact(destination, source, bytes, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public long createStream() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_LONG);
+            check("cuStreamCreate", (int) cuStreamCreate.invokeExact(out, 1 /* CU_STREAM_NON_BLOCKING */));
+            return out.get(JAVA_LONG, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void synchronize(long stream) {
+        try {
+            check("cuStreamSynchronize", (int) cuStreamSynchronize.invokeExact(stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void destroyStream(long stream) {
+        try {
+            check("cuStreamDestroy", (int) cuStreamDestroy.invokeExact(stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public long createEvent() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_LONG);
+            check("cuEventCreate", (int) cuEventCreate.invokeExact(out, 0));
+            return out.get(JAVA_LONG, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void recordEvent(long event, long stream) {
+        try {
+            check("cuEventRecord", (int) cuEventRecord.invokeExact(event, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Waits for {@code end} and returns the milliseconds between the two events. */
+    public float elapsedMillis(long start, long end) {
+        try (Arena arena = Arena.ofConfined()) {
+            check("cuEventSynchronize", (int) cuEventSynchronize.invokeExact(end));
+            MemorySegment out = arena.allocate(JAVA_FLOAT);
+            check("cuEventElapsedTime", (int) cuEventElapsedTime.invokeExact(out, start, end));
+            return out.get(JAVA_FLOAT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void destroyEvent(long event) {
+        try {
+            check("cuEventDestroy", (int) cuEventDestroy.invokeExact(event));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /**
+     * Launches {@code function}; {@code kernelParams} is the {@code void**} array of pointers to each
+     * argument's value, as cuLaunchKernel expects.
+     */
+    public void launch(long function, int gridX, int gridY, int gridZ, int blockX, int dynamicSharedBytes,
+                       long stream, MemorySegment kernelParams) {
+        try {
+            check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, gridY, gridZ, blockX, 1, 1,
+                    dynamicSharedBytes, stream, kernelParams, MemorySegment.NULL));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+}
