@@ -14,7 +14,7 @@ public final class KernelParams {
     private KernelParams() {
     }
 
-    /** Params for {@code shape}; {@code splits} is the decode split count (1 for prefill). */
+    /** Params for {@code shape}; {@code splits} is the decode split count (0 for prefill). */
     public static int[] of(AttentionShape shape, int splits) {
         int[] p = new int[LENGTH];
         p[0] = shape.batch();

@@ -1,0 +1,172 @@
+package io.github.tornadoattention.cuda;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.ptx.KernelParams;
+import io.github.tornadoattention.ptx.LaunchTable;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * A ptx-cuda plan: device buffers, the params block, the kernel functions and their argument
+ * arrays are all made once here; a call copies in the inputs that changed, launches, and copies O
+ * (and logsumexp, when asked) back on one stream, timing the kernels with CUDA events.
+ */
+final class PtxCudaPlan extends AttentionPlan {
+    private final CudaContext cuda;
+    private final CudaDriver driver;
+    private final Arena arena = Arena.ofShared();
+    private final List<Long> allocations = new ArrayList<>();
+    private final long stream;
+    private final long start;
+    private final long end;
+    private final Input[] inputs;
+    private final long deviceO;
+    private final long deviceLse;
+    private final MemorySegment hostLse;
+    private final List<Kernel> kernels = new ArrayList<>();
+
+    /** A launch with its function handle and its prepared {@code void**} argument array. */
+    private record Kernel(long function, LaunchTable.Launch launch, MemorySegment arguments) {
+    }
+
+    /** An input's device copy and what was last sent to it (tensor and version), to skip resends. */
+    private static final class Input {
+        final long device;
+        HalfTensor sent;
+        long sentVersion;
+
+        Input(long device) {
+            this.device = device;
+        }
+    }
+
+    PtxCudaPlan(String backendId, AttentionShape shape, CudaContext cuda) {
+        super(backendId, shape);
+        this.cuda = cuda;
+        this.driver = cuda.driver();
+        cuda.makeCurrent();
+        try {
+            stream = driver.createStream();
+            start = driver.createEvent();
+            end = driver.createEvent();
+            inputs = new Input[] {new Input(alloc(2 * shape.queryElements())), new Input(alloc(2 * shape.kvElements())),
+                new Input(alloc(2 * shape.kvElements()))};
+            deviceO = alloc(2 * shape.outputElements());
+            deviceLse = alloc(4L * shape.logSumExpElements());
+            hostLse = arena.allocate(JAVA_FLOAT, shape.logSumExpElements());
+            boolean decode = LaunchTable.isDecode(shape);
+            int splits = decode ? LaunchTable.decodeSplits(shape, cuda.multiprocessors()) : 0;
+            long params = alloc(4L * KernelParams.LENGTH);
+            MemorySegment hostParams = arena.allocateFrom(JAVA_INT, KernelParams.of(shape, splits));
+            driver.copyToDevice(params, hostParams, hostParams.byteSize(), stream);
+            List<LaunchTable.Launch> launches = LaunchTable.launches(shape, splits, "");
+            if (decode) {
+                long partialRows = LaunchTable.decodeWorkspaceFloats(shape, splits) / (shape.headDim() + 1);
+                long partialO = alloc(4 * partialRows * shape.headDim());
+                long partialLse = alloc(4 * partialRows);
+                kernels.add(kernel(launches.get(0), inputs[0].device, inputs[1].device, inputs[2].device, partialO,
+                        partialLse, params));
+                kernels.add(kernel(launches.get(1), partialO, partialLse, deviceO, deviceLse, params));
+            } else {
+                kernels.add(kernel(launches.get(0), inputs[0].device, inputs[1].device, inputs[2].device, deviceO,
+                        deviceLse, params));
+            }
+            driver.synchronize(stream);
+        } catch (RuntimeException e) {
+            release();
+            throw e;
+        }
+    }
+
+    private long alloc(long bytes) {
+        long pointer = driver.malloc(bytes);
+        allocations.add(pointer);
+        return pointer;
+    }
+
+    private Kernel kernel(LaunchTable.Launch launch, long... pointers) {
+        long function = cuda.function(launch.module(), LaunchTable.ptx(launch.module()), launch.entry());
+        MemorySegment values = arena.allocate(JAVA_LONG, pointers.length);
+        MemorySegment arguments = arena.allocate(ADDRESS, pointers.length);
+        for (int i = 0; i < pointers.length; i++) {
+            values.setAtIndex(JAVA_LONG, i, pointers[i]);
+            arguments.setAtIndex(ADDRESS, i, values.asSlice(8L * i, 8));
+        }
+        return new Kernel(function, launch, arguments);
+    }
+
+    @Override
+    protected void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
+        cuda.makeCurrent();
+        send(inputs[0], q);
+        send(inputs[1], k);
+        send(inputs[2], v);
+        launchAll();
+        driver.copyToHost(o.data(), deviceO, 2 * shape().outputElements(), stream);
+        if (lse != null) {
+            driver.copyToHost(hostLse, deviceLse, hostLse.byteSize(), stream);
+        }
+        driver.synchronize(stream);
+        o.markModified();
+        if (lse != null) {
+            MemorySegment.copy(hostLse, JAVA_FLOAT, 0, lse, 0, lse.length);
+        }
+        recordDeviceMillis(driver.elapsedMillis(start, end));
+    }
+
+    @Override
+    protected void rerun(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
+        cuda.makeCurrent();
+        launchAll();
+        driver.synchronize(stream);
+        recordDeviceMillis(driver.elapsedMillis(start, end));
+    }
+
+    /** Copies {@code tensor} to the device unless this very tensor, unchanged, is already there (a KV cache). */
+    private void send(Input input, HalfTensor tensor) {
+        if (input.sent == tensor && input.sentVersion == tensor.version()) {
+            return;
+        }
+        driver.copyToDevice(input.device, tensor.data(), tensor.data().byteSize(), stream);
+        input.sent = tensor;
+        input.sentVersion = tensor.version();
+    }
+
+    private void launchAll() {
+        driver.recordEvent(start, stream);
+        for (Kernel k : kernels) {
+            LaunchTable.Launch l = k.launch();
+            driver.launch(k.function(), l.gridX(), l.gridY(), l.gridZ(), l.threads(), l.dynamicSharedBytes(), stream,
+                    k.arguments());
+        }
+        driver.recordEvent(end, stream);
+    }
+
+    @Override
+    protected void release() {
+        cuda.makeCurrent();
+        for (long pointer : allocations) {
+            driver.free(pointer);
+        }
+        allocations.clear();
+        if (stream != 0) {
+            driver.destroyStream(stream);
+        }
+        if (start != 0) {
+            driver.destroyEvent(start);
+        }
+        if (end != 0) {
+            driver.destroyEvent(end);
+        }
+        arena.close();
+    }
+}
