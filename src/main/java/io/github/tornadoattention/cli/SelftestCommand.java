@@ -13,15 +13,19 @@ import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
 
-/** {@code selftest}: the correctness suite on one backend, printing {@code N passed, M failed}. */
+/**
+ * {@code selftest}: the correctness suite on one backend (or several, sharing each case's inputs
+ * and reference), printing {@code N passed, M failed}.
+ */
 @Command(name = "selftest", mixinStandardHelpOptions = true,
         description = "Run the correctness suite against the CPU reference; exit 1 if any case fails.")
 final class SelftestCommand implements Callable<Integer> {
     @Spec
     CommandSpec spec;
 
-    @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO, description = "backend to test (default: ${DEFAULT-VALUE})")
-    String backend;
+    @Option(names = "--backend", paramLabel = "ID", split = ",", defaultValue = Backends.AUTO,
+            description = "backend to test, or several separated by commas (default: ${DEFAULT-VALUE})")
+    List<String> backendIds;
 
     @Option(names = "--random", paramLabel = "N", defaultValue = "0", description = "also run N random shapes (default: ${DEFAULT-VALUE})")
     int random;
@@ -34,24 +38,39 @@ final class SelftestCommand implements Callable<Integer> {
         if (random < 0) {
             throw new InvalidArgumentException("--random", random, "must be >= 0");
         }
-        AttentionBackend target = Backends.require(backend);
+        List<AttentionBackend> backends = new ArrayList<>();
+        for (String id : backendIds) {
+            backends.add(Backends.require(id));
+        }
         long baseSeed = seed != null ? seed : System.nanoTime();
         List<CorrectnessSuite.Case> cases = new ArrayList<>(CorrectnessSuite.fullSuite());
         cases.addAll(CorrectnessSuite.randomCases(random, baseSeed));
         PrintWriter out = spec.commandLine().getOut();
-        out.printf("selftest of %s (%s), seed %d, %d cases%n", target.id(), target.availability().detail(), baseSeed,
-                cases.size());
-        int passed = 0;
-        for (int i = 0; i < cases.size(); i++) {
-            CorrectnessSuite.Outcome outcome = CorrectnessSuite.check(target, cases.get(i), baseSeed + i);
-            out.printf("[%d/%d] %s%n", i + 1, cases.size(), outcome);
-            out.flush();
-            if (outcome.passed()) {
-                passed++;
-            }
+        for (AttentionBackend backend : backends) {
+            out.printf("selftest of %s (%s)%n", backend.id(), backend.availability().detail());
         }
-        int failed = cases.size() - passed;
-        out.printf("%d passed, %d failed%n", passed, failed);
+        out.printf("seed %d, %d cases%n", baseSeed, cases.size());
+        int[] passed = new int[backends.size()];
+        for (int i = 0; i < cases.size(); i++) {
+            List<CorrectnessSuite.Outcome> outcomes = CorrectnessSuite.check(backends, cases.get(i), baseSeed + i);
+            for (int b = 0; b < backends.size(); b++) {
+                CorrectnessSuite.Outcome outcome = outcomes.get(b);
+                String who = backends.size() > 1 ? backends.get(b).id() + " " : "";
+                out.printf("[%d/%d] %s%s%n", i + 1, cases.size(), who, outcome);
+                passed[b] += outcome.passed() ? 1 : 0;
+            }
+            out.flush();
+        }
+        int failed = 0;
+        int total = 0;
+        for (int b = 0; b < backends.size(); b++) {
+            if (backends.size() > 1) {
+                out.printf("%s: %d passed, %d failed%n", backends.get(b).id(), passed[b], cases.size() - passed[b]);
+            }
+            failed += cases.size() - passed[b];
+            total += passed[b];
+        }
+        out.printf("%d passed, %d failed%n", total, failed);
         return failed == 0 ? 0 : Main.EXIT_FAILED;
     }
 }

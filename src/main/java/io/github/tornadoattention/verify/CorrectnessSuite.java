@@ -98,16 +98,29 @@ public final class CorrectnessSuite {
      * logsumexp poisoned with NaN, and compares with the oracle.
      */
     public static Outcome check(AttentionBackend backend, Case testCase, long seed) {
+        return check(List.of(backend), testCase, seed).get(0);
+    }
+
+    /** As {@link #check(AttentionBackend, Case, long)} for several backends on the same inputs; the oracle runs once. */
+    public static List<Outcome> check(List<AttentionBackend> backends, Case testCase, long seed) {
         AttentionShape shape = testCase.shape();
-        try (RandomInputs in = RandomInputs.generate(shape, seed);
-             HalfTensor o = RandomInputs.poisonedOutput(shape);
-             AttentionPlan plan = backend.plan(shape)) {
-            float[] lse = RandomInputs.poisonedLogSumExp(shape);
-            plan.forward(in.q(), in.k(), in.v(), o, lse);
-            return new Outcome(testCase, seed, compareWithOracle(backend.id(), shape, in, o, lse), null);
-        } catch (RuntimeException e) {
-            return new Outcome(testCase, seed, null, e.getClass().getSimpleName() + ": " + e.getMessage());
+        List<Outcome> outcomes = new ArrayList<>();
+        try (RandomInputs in = RandomInputs.generate(shape, seed)) {
+            // The oracle runs before any backend, so a backend that wrote into its inputs cannot hide it.
+            Oracle oracle = new Oracle(shape, in);
+            backends.forEach(backend -> oracle.expectedFor(backend.id()));
+            for (AttentionBackend backend : backends) {
+                try (HalfTensor o = RandomInputs.poisonedOutput(shape); AttentionPlan plan = backend.plan(shape)) {
+                    float[] lse = RandomInputs.poisonedLogSumExp(shape);
+                    plan.forward(in.q(), in.k(), in.v(), o, lse);
+                    double[][] expected = oracle.expectedFor(backend.id());
+                    outcomes.add(new Outcome(testCase, seed, ErrorStats.compare(o, expected[0], lse, expected[1]), null));
+                } catch (RuntimeException e) {
+                    outcomes.add(new Outcome(testCase, seed, null, e.getClass().getSimpleName() + ": " + e.getMessage()));
+                }
+            }
         }
+        return outcomes;
     }
 
     /**
@@ -116,17 +129,36 @@ public final class CorrectnessSuite {
      */
     public static ErrorStats compareWithOracle(String backendId, AttentionShape shape, RandomInputs in,
                                                HalfTensor o, float[] lse) {
-        float[] q = in.q().toFloatArray();
-        float[] k = in.k().toFloatArray();
-        float[] v = in.v().toFloatArray();
-        double[][] expected;
-        if (backendId.equals(Backends.CPU_REFERENCE)) {
-            expected = OnlineSoftmaxReference.compute(shape, q, k, v);
-        } else {
-            CpuReference.Result ref = CpuReference.compute(shape, q, k, v);
-            expected = new double[][] {ref.output(), ref.logSumExp()};
-        }
+        double[][] expected = new Oracle(shape, in).expectedFor(backendId);
         return ErrorStats.compare(o, expected[0], lse, expected[1]);
+    }
+
+    /** The expected O and logsumexp for one set of inputs, each formulation computed at most once. */
+    private static final class Oracle {
+        private final AttentionShape shape;
+        private final RandomInputs in;
+        private double[][] reference;
+        private double[][] secondFormulation;
+
+        Oracle(AttentionShape shape, RandomInputs in) {
+            this.shape = shape;
+            this.in = in;
+        }
+
+        double[][] expectedFor(String backendId) {
+            if (backendId.equals(Backends.CPU_REFERENCE)) {
+                if (secondFormulation == null) {
+                    secondFormulation = OnlineSoftmaxReference.compute(shape, in.q().toFloatArray(),
+                            in.k().toFloatArray(), in.v().toFloatArray());
+                }
+                return secondFormulation;
+            }
+            if (reference == null) {
+                CpuReference.Result ref = CpuReference.compute(shape, in.q(), in.k(), in.v());
+                reference = new double[][] {ref.output(), ref.logSumExp()};
+            }
+            return reference;
+        }
     }
 
     private static AttentionShape shape(int batch, int queryHeads, int kvHeads, int queryLength, int kvLength,

@@ -71,6 +71,7 @@ class MainTest {
         "run --batch 1 --heads 8 --seq 4 --dim 64 --iters 0       | --iters = 0: must be >= 1",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --bogus         | --bogus",
         "selftest --random -1                                     | --random = -1: must be >= 0",
+        "selftest --backend cpu-reference,nope                    | --backend = nope: must be one of",
         "frobnicate                                               | frobnicate",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {

@@ -160,27 +160,41 @@ final class GpuReport implements Callable<Integer> {
         return byBackend;
     }
 
-    /** One line per selftest log: backend, pass/fail counts and the largest errors seen. */
+    /**
+     * One table line per backend from the selftest logs ({@code selftest*.log}): pass/fail counts and
+     * the largest errors seen. A log of several backends prefixes each case line with the backend id
+     * and ends with one {@code <id>: N passed, M failed} line per backend.
+     */
     private List<String> readSelftests() throws IOException {
-        List<String> lines = new ArrayList<>();
-        Pattern errors = Pattern.compile("max abs ([0-9.eE+-]+), rel ([0-9.eE+-]+)");
+        Pattern caseLine = Pattern.compile("^\\[\\d+/\\d+\\] (?:(\\S+) )?(?:PASS|FAIL) .*max abs ([0-9.eE+-]+), rel ([0-9.eE+-]+)");
+        Pattern summary = Pattern.compile("^(?:(\\S+): )?(\\d+ passed, \\d+ failed)$");
+        Map<String, double[]> worst = new LinkedHashMap<>();
+        Map<String, String> summaries = new LinkedHashMap<>();
         try (Stream<Path> files = Files.list(results)) {
-            for (Path file : files.filter(f -> f.getFileName().toString().matches("selftest-.*\\.log")).sorted().toList()) {
-                List<String> log = Files.readAllLines(file);
-                String summary = log.stream().filter(l -> l.matches("\\d+ passed, \\d+ failed")).reduce((a, b) -> b)
-                        .orElse("did not finish");
-                double maxAbs = 0;
-                double maxRel = 0;
-                for (String l : log) {
-                    Matcher m = errors.matcher(l);
-                    if (m.find()) {
-                        maxAbs = Math.max(maxAbs, Double.parseDouble(m.group(1)));
-                        maxRel = Math.max(maxRel, Double.parseDouble(m.group(2)));
+            for (Path file : files.filter(f -> f.getFileName().toString().matches("selftest.*\\.log")).sorted().toList()) {
+                String single = file.getFileName().toString().replaceAll("selftest-?(.*)\\.log", "$1");
+                for (String line : Files.readAllLines(file)) {
+                    Matcher c = caseLine.matcher(line);
+                    if (c.find()) {
+                        String backend = c.group(1) != null ? c.group(1) : single;
+                        double[] w = worst.computeIfAbsent(backend, k -> new double[2]);
+                        w[0] = Math.max(w[0], Double.parseDouble(c.group(2)));
+                        w[1] = Math.max(w[1], Double.parseDouble(c.group(3)));
+                    }
+                    Matcher m = summary.matcher(line);
+                    if (m.find() && (m.group(1) != null || !single.isEmpty())) {
+                        summaries.put(m.group(1) != null ? m.group(1) : single, m.group(2));
                     }
                 }
-                String backend = file.getFileName().toString().replaceAll("selftest-(.*)\\.log", "$1");
-                lines.add(String.format("| %s | %s | %.2e | %.2e |", backend, summary, maxAbs, maxRel));
             }
+        }
+        List<String> lines = new ArrayList<>();
+        java.util.Set<String> backends = new java.util.LinkedHashSet<>(worst.keySet());
+        backends.addAll(summaries.keySet());
+        for (String backend : backends) {
+            double[] w = worst.getOrDefault(backend, new double[2]);
+            lines.add(String.format("| %s | %s | %.2e | %.2e |", backend, summaries.getOrDefault(backend, "did not finish"),
+                    w[0], w[1]));
         }
         return lines;
     }

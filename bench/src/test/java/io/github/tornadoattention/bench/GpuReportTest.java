@@ -28,11 +28,22 @@ class GpuReportTest {
                 "shape", spec, "kernel_ms", List.of(0.1, 0.1, 0.1, 0.2, 0.2))));
         Files.writeString(raw.resolve("selftest-ptx-cuda.log"),
                 "[1/2] PASS a [x] max abs 1.00e-03, rel 2.00e-04, lse 1e-6\n[2/2] PASS b [y] max abs 3.00e-03, rel 1.00e-04, lse 1e-6\n2 passed, 0 failed\n");
+        Files.writeString(raw.resolve("selftest.log"), """
+                [1/2] ptx-tornado PASS a [x] max abs 2.00e-03, rel 3.00e-04, lse 1e-6
+                [1/2] tornado-mma FAIL a [x] IllegalStateException: boom
+                [2/2] ptx-tornado PASS b [y] max abs 1.00e-03, rel 1.00e-04, lse 1e-6
+                [2/2] tornado-mma PASS b [y] max abs 4.00e-03, rel 5.00e-04, lse 1e-6
+                ptx-tornado: 2 passed, 0 failed
+                tornado-mma: 1 passed, 1 failed
+                3 passed, 1 failed
+                """);
         int exit = new CommandLine(new GpuReport()).execute("--results", raw.toString(), "--name", "r",
                 "--to", dir.toString(), "--command", "test");
         assertEquals(0, exit);
         String md = Files.readString(dir.resolve("r.md"));
         assertTrue(md.contains("| ptx-cuda | 2 passed, 0 failed | 3.00e-03 | 2.00e-04 |"), md);
+        assertTrue(md.contains("| ptx-tornado | 2 passed, 0 failed | 2.00e-03 | 3.00e-04 |"), md);
+        assertTrue(md.contains("| tornado-mma | 1 passed, 1 failed | 4.00e-03 | 5.00e-04 |"), md);
         Map<String, Object> json = JSON.std.mapFrom(Files.readString(dir.resolve("r.json")));
         @SuppressWarnings("unchecked")
         List<Map<String, Object>> rows = (List<Map<String, Object>>) json.get("rows");
