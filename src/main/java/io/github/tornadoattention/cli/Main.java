@@ -20,6 +20,7 @@ public final class Main implements Runnable {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
 
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(Main.class);
     public static final int EXIT_FAILED = 1;
     public static final int EXIT_BAD_INPUT = 2;
     public static final int EXIT_UNAVAILABLE = 3;
@@ -61,6 +62,7 @@ public final class Main implements Runnable {
                 return EXIT_UNAVAILABLE;
             }
             err.println("error: " + e);
+            LOG.debug("stack trace (shown at debug level: JAVA_OPTS=-Dorg.slf4j.simpleLogger.defaultLogLevel=debug)", e);
             return EXIT_FAILED;
         });
         return cli.execute(args);

@@ -51,11 +51,16 @@ public final class LaunchTable {
         }
     }
 
+    /**
+     * FlashAttention-2's sm_8x tile choices, tuned on H100/H200 (ptx-overrides/README.md): D=64 takes
+     * 128 query rows per block (Q in registers, K/V tiles of 64 keys); D=128 takes 64 rows and tiles of
+     * 48 keys, the largest whose two stages fit 48 KB of static shared memory. Both serve causal and
+     * non-causal shapes.
+     */
     static Prefill prefill(int headDim, boolean causal) {
         return switch (headDim) {
-            case 64 -> causal ? new Prefill("flash_fwd_d64_m64n64w4s2", 64, 128)
-                    : new Prefill("flash_fwd_d64_m128n64w4s2", 128, 128);
-            case 128 -> new Prefill("flash_fwd_d128_m64n32w4s2", 64, 128);
+            case 64 -> new Prefill("flash_fwd_d64_m128n64w4s2", 128, 128);
+            case 128 -> new Prefill("flash_fwd_d128_m64n48w4s2", 64, 128);
             default -> throw new IllegalArgumentException("headDim " + headDim);
         };
     }
