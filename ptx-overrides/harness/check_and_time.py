@@ -53,6 +53,15 @@ class Driver:
             raise RuntimeError(f"{what}: CUDA error {err} {s.value.decode() if s.value else ''}")
 
     def load(self, ptx_path):
+        # each loading thread needs the context current
+        ctx = ctypes.c_void_p()
+        self.cu.cuCtxGetCurrent(ctypes.byref(ctx))
+        if not ctx.value:
+            dev = ctypes.c_int()
+            self.check(self.cu.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+            pctx = ctypes.c_void_p()
+            self.check(self.cu.cuDevicePrimaryCtxRetain(ctypes.byref(pctx), dev), "cuDevicePrimaryCtxRetain")
+            self.check(self.cu.cuCtxSetCurrent(pctx), "cuCtxSetCurrent")
         data = open(ptx_path, "rb").read() + b"\0"
         mod = ctypes.c_void_p()
         logbuf = ctypes.create_string_buffer(1 << 16)
@@ -159,17 +168,19 @@ class Entry:
 
 
 def load_entries(drv):
+    """JIT every PTX file (in parallel threads: ctypes drops the GIL) and wrap its entries."""
+    from concurrent.futures import ThreadPoolExecutor
+    files = [fn for fn in sorted(os.listdir(PTX_DIR)) if fn.endswith(".ptx")]
+    t0 = time.time()
+    with ThreadPoolExecutor(len(files)) as ex:
+        mods = list(ex.map(lambda fn: drv.load(os.path.join(PTX_DIR, fn)), files))
     entries = []
-    for fn in sorted(os.listdir(PTX_DIR)):
-        if not fn.endswith(".ptx"):
-            continue
-        path = os.path.join(PTX_DIR, fn)
-        t0 = time.time()
-        mod = drv.load(path)
-        names = re.findall(r"\.entry\s+(\w+)\s*\(", open(path).read())
+    for fn, mod in zip(files, mods):
+        names = re.findall(r"\.entry\s+(\w+)\s*\(", open(os.path.join(PTX_DIR, fn)).read())
         for n in names:
             entries.append(Entry(drv, mod, n, fn))
-        log(f"loaded {fn}: {len(names)} entries, JIT {time.time() - t0:.1f}s")
+        log(f"loaded {fn}: {len(names)} entries")
+    log(f"JIT of {len(files)} files: {time.time() - t0:.1f}s")
     return entries
 
 
@@ -525,7 +536,7 @@ def timing(runner, entries, quick):
     fwd = [e for e in entries if e.kind == "fwd" and not e.tornado and not e.ablation]
     rows = []
     shapes = [(16, 8, 512, 64), (4, 16, 2048, 128), (4, 16, 2048, 64), (1, 32, 4096, 128)]
-    reps = 10 if quick else 30
+    reps = 10 if quick else 100
     for (B, H, S, D) in shapes:
         for causal in (False, True):
             pb = Problem(B, H, H, S, S, D, causal, "bhsd", lse=True, gen=gen)
@@ -582,7 +593,7 @@ def ablation_timing(runner, entries, quick):
     gen.manual_seed(99)
     abl = [e for e in entries if e.kind == "fwd" and e.ablation and not e.tornado]
     bases = sorted({e.base for e in abl})
-    reps = 10 if quick else 30
+    reps = 10 if quick else 100
     out = []
     for base in bases:
         be = runner.by_name[base]

@@ -21,9 +21,7 @@
                              const __half* __restrict__ k, const __half* __restrict__ v,         \
                              __half* __restrict__ o, float* __restrict__ lse,                    \
                              const int* __restrict__ params) {                                    \
-    flash::run_fwd<KT, false>(flash::tornado_data(q), flash::tornado_data(k),                    \
-                              flash::tornado_data(v), flash::tornado_data(o),                    \
-                              nullptr, flash::tornado_data(lse), flash::tornado_data(params));   \
+    flash::run_fwd<KT, false, flash::kTornadoHeaderBytes>(q, k, v, o, nullptr, lse, params);    \
   }
 
 #define FLASH_DECODE_SPLIT_ENTRY(NAME, KT)                                                        \
@@ -39,9 +37,8 @@
                                       float* __restrict__ o_partial,                             \
                                       float* __restrict__ lse_partial,                           \
                                       const int* __restrict__ params) {                          \
-    flash::run_fwd<KT, true>(flash::tornado_data(q), flash::tornado_data(k),                     \
-                             flash::tornado_data(v), nullptr, flash::tornado_data(o_partial),    \
-                             flash::tornado_data(lse_partial), flash::tornado_data(params));     \
+    flash::run_fwd<KT, true, flash::kTornadoHeaderBytes>(q, k, v, nullptr, o_partial,           \
+                                                         lse_partial, params);                   \
   }
 
 #define FLASH_DECODE_COMBINE_ENTRY(NAME, D)                                                       \
@@ -66,12 +63,12 @@
 //   flash_fwd_d{D}_m{Br}n{Bc}w{warps}s{stages}{SUFFIX}   (SUFFIX: _qs = Q stays in shared
 //   memory, _dyn = dynamic shared memory, then an ablation tag for benchmark-only entries)
 #define FLASH_FWD_NAME(D, BR, BC, W, S, SUFFIX) d##D##_m##BR##n##BC##w##W##s##S##SUFFIX
-#define FLASH_FWD_CUDA(D, BR, BC, W, S, MINB, QREGS, DYN, SUFFIX, OPT)                            \
-  using Kt_d##D##_m##BR##n##BC##w##W##s##S##SUFFIX = flash::FwdTraits<D, BR, BC, W, S, MINB, QREGS, DYN, OPT>; \
+#define FLASH_FWD_CUDA(D, BR, BC, W, S, MINB, QREGS, DYN, SUFFIX, ... /* Opt */)               \
+  using Kt_d##D##_m##BR##n##BC##w##W##s##S##SUFFIX = flash::FwdTraits<D, BR, BC, W, S, MINB, QREGS, DYN, __VA_ARGS__>; \
   FLASH_FWD_ENTRY(d##D##_m##BR##n##BC##w##W##s##S##SUFFIX, Kt_d##D##_m##BR##n##BC##w##W##s##S##SUFFIX)
 // Static shared memory configurations also get the TornadoVM entry.
-#define FLASH_FWD_BOTH(D, BR, BC, W, S, MINB, QREGS, SUFFIX)                                      \
-  FLASH_FWD_CUDA(D, BR, BC, W, S, MINB, QREGS, false, SUFFIX, flash::Opt<>)                      \
+#define FLASH_FWD_BOTH(D, BR, BC, W, S, MINB, QREGS, SUFFIX, ... /* Opt */)                       \
+  FLASH_FWD_CUDA(D, BR, BC, W, S, MINB, QREGS, false, SUFFIX, __VA_ARGS__)                       \
   FLASH_FWD_TORNADO_ENTRY(d##D##_m##BR##n##BC##w##W##s##S##SUFFIX, Kt_d##D##_m##BR##n##BC##w##W##s##S##SUFFIX)
 
 // Decode split pass: flash_decode_split_d{D}_n{Bc}s{stages}.

@@ -34,7 +34,7 @@ struct TileLayout {
 // kDecode = true: split pass.  grid = (num_splits, ceil(G*Sq/16), B*Hkv), G = Hq/Hkv; packed
 //   row r = j*Sq + s is query s of head kvh*G + j.  Writes o_partial (fp32, normalised) and
 //   lse_partial (always).
-template <class Kt, bool kDecode>
+template <class Kt, bool kDecode, int kHdr>
 __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __half* __restrict__ k,
                                          const __half* __restrict__ v, __half* __restrict__ o,
                                          float* __restrict__ o_partial, float* __restrict__ lse,
@@ -54,7 +54,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   constexpr int CH = Kt::kChunks;
   const float kNegInf = -CUDART_INF_F;
 
-  const Params p = load_params(params);
+  const Params p = load_params(at_data<kHdr>(params));
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
@@ -101,16 +101,16 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         const int r = row0 + i / (D / 4), c = (i % (D / 4)) * 4;
         if (r < nrows) {
           const int64_t row_lin = ((int64_t)split * p.B + b) * p.Hq * p.Sq + (int64_t)row_head(r) * p.Sq + row_query(r);
-          *reinterpret_cast<float4*>(o_partial + row_lin * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (c == 0) lse[row_lin] = kNegInf;
+          *reinterpret_cast<float4*>(at_data<kHdr>(o_partial) + row_lin * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (c == 0) at_data<kHdr>(lse)[row_lin] = kNegInf;
         }
       }
     } else {
       for (int i = tid; i < BM * CH; i += Kt::kNThreads) {
         const int r = row0 + i / CH, c = i % CH;
         if (r < nrows) {
-          *reinterpret_cast<uint4*>(o + (int64_t)b * p.o_sb + (int64_t)h_fixed * p.o_sh + (int64_t)r * p.o_sr + c * 8) = make_uint4(0, 0, 0, 0);
-          if (c == 0 && p.write_lse) lse[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = kNegInf;
+          *reinterpret_cast<uint4*>(at_data<kHdr>(o) + (int64_t)b * p.o_sb + (int64_t)h_fixed * p.o_sh + (int64_t)r * p.o_sr + c * 8) = make_uint4(0, 0, 0, 0);
+          if (c == 0 && p.write_lse) at_data<kHdr>(lse)[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = kNegInf;
         }
       }
     }
@@ -121,8 +121,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   const int n_max = ceil_div(kend, BN);
   const int n_tiles = n_max - n_min;
 
-  const __half* kbase = k + (int64_t)b * p.k_sb + (int64_t)kvh * p.k_sh;
-  const __half* vbase = v + (int64_t)b * p.v_sb + (int64_t)kvh * p.v_sh;
+  const __half* kbase = at_data<kHdr>(k) + (int64_t)b * p.k_sb + (int64_t)kvh * p.k_sh;
+  const __half* vbase = at_data<kHdr>(v) + (int64_t)b * p.v_sb + (int64_t)kvh * p.v_sh;
   const int k_sr = p.k_sr, v_sr = p.v_sr, Skv = p.Skv;
 
   const uint32_t sbase = smem_addr(smem);
@@ -135,8 +135,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       const int r = i / CH, c = i % CH;
       const int gr = row0 + r;
       const bool valid = gr < nrows;
-      const __half* src = q;
-      if (valid) src = q + (int64_t)b * p.q_sb + (int64_t)row_head(gr) * p.q_sh + (int64_t)row_query(gr) * p.q_sr + c * 8;
+      const __half* src = at_data<kHdr>(q);
+      if (valid) src = src + (int64_t)b * p.q_sb + (int64_t)row_head(gr) * p.q_sh + (int64_t)row_query(gr) * p.q_sr + c * 8;
       cp_async_16(sQ + L::chunk_off(r, c), src, valid);
     }
   };
@@ -175,17 +175,15 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   // Rows are multiples of 8 apart from a_row / k_row, so row & 7 == lr throughout, and because
   // the chunk pair starts at an even chunk, (2s + x0) ^ lr == 2s ^ (x0 ^ lr).
 
-  // Causal limit per owned row: key j is visible iff j <= lim.
-  int lim[RG][2];
-#pragma unroll
-  for (int rg = 0; rg < RG; ++rg)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
-      lim[rg][hh] = p.causal ? min(p.Skv - 1, row_query(r) + p.Skv - p.Sq) : p.Skv - 1;
-    }
+  // Causal limit of an owned row: key j is visible iff j <= row_limit(rg, hh).  Recomputed in
+  // the (few) masked tiles instead of being kept in registers.
+  const int diag = p.causal ? p.Skv - p.Sq : (1 << 30);  // one register instead of three
+  auto row_limit = [&](int rg, int hh) {
+    const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
+    return min(Skv - 1, row_query(r) + diag);
+  };
   // A tile needs the mask iff its last key may be invisible to the CTA's first row.
-  const int block_lim = p.causal ? (kDecode ? 0 : row0) + p.Skv - p.Sq : p.Skv - 1;
+  const int block_lim = min(Skv - 1, (kDecode ? 0 : row0) + diag);
 
   // ---- prologue: Q and tile 0 in flight together; Q to registers; then the rest of the ring.
   load_q();
@@ -249,6 +247,10 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       if (nxt < n_tiles) load_kv(n_max - 1 - nxt, nxt % ST);
       cp_async_commit();
     } else {
+      if (it > 0) {
+        load_kv(n, 0);
+        cp_async_commit();
+      }
       cp_async_wait<0>();
       __syncthreads();
     }
@@ -265,6 +267,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
+      // K fragments of key n-tiles 2np, 2np+1 for this k-step.
       uint32_t kf[NT / 2][4];
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
@@ -295,19 +298,23 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     }
 
     // ---- mask (ragged Skv end, causal diagonal; also every tile when skipping is off)
-    if ((n + 1) * BN - 1 > block_lim || (n + 1) * BN > p.Skv) {
+    if ((n + 1) * BN - 1 > block_lim) {
 #pragma unroll
       for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int hh = 0; hh < 2; ++hh) {
+          const int lim = row_limit(rg, hh) - (n * BN + 2 * t4);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int key = n * BN + nt * 8 + 2 * t4 + (j & 1);
-            if (key > lim[rg][j >> 1]) s_acc[rg][nt][j] = kNegInf;
-          }
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+              if (nt * 8 + c > lim) s_acc[rg][nt][2 * hh + c] = kNegInf;
+        }
     }
 
     // ---- online softmax, rows g and g+8 of each row group
+    float alphas[RG][2];
+    bool rescale = false;
 #pragma unroll
     for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
@@ -335,12 +342,33 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
           }
         // Row sums stay per-thread partial (the quad's sum is taken once at the end).
         l_i[rg][hh] = l_i[rg][hh] * alpha + rs;
+        if constexpr (Opt::kLazyRescale) {
+          alphas[rg][hh] = alpha;
+          rescale |= alpha != 1.f;
+        } else {
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc_o[rg][dt][2 * hh] *= alpha;
-          acc_o[rg][dt][2 * hh + 1] *= alpha;
+          for (int dt = 0; dt < DT; ++dt) {
+            acc_o[rg][dt][2 * hh] *= alpha;
+            acc_o[rg][dt][2 * hh + 1] *= alpha;
+          }
         }
       }
+    if constexpr (Opt::kLazyRescale) {
+      // Once the running max has settled the factor is exactly 1: skip the D/4 FMULs per
+      // row pair when no row of the warp needs them (warp-uniform branch).  It also shortens
+      // live ranges, which is what lets some configurations fit their register budget.
+      if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+        for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+              acc_o[rg][dt][2 * hh] *= alphas[rg][hh];
+              acc_o[rg][dt][2 * hh + 1] *= alphas[rg][hh];
+            }
+      }
+    }
 
     // ---- P (fp16) as A fragments: the C layout of n-tiles 2kk, 2kk+1 is the A layout of
     // k-step kk, so P never leaves registers.
@@ -414,15 +442,13 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     if constexpr (ST == 1) {
       // Synchronous ablation: nobody may overwrite the single stage until all warps are done.
       __syncthreads();
-      if (it + 1 < n_tiles) load_kv(n - 1, 0);
-      cp_async_commit();
     }
     stage = (stage + 1 == ST) ? 0 : stage + 1;
   }
 
   // ---- epilogue: normalise once, lse = m*scale + ln(l).
   // Values only the epilogue needs are re-read here rather than kept live across the loop.
-  const float scale = __int_as_float(reload_param(params, P_SCALE));
+  const float scale = __int_as_float(reload_param<P_SCALE, kHdr>(params));
   float lse_v[RG][2];
 #pragma unroll
   for (int rg = 0; rg < RG; ++rg)
@@ -439,7 +465,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       }
     }
 
-  const int B_ = reload_param(params, P_B), Hq_ = reload_param(params, P_HQ), Sq_ = reload_param(params, P_SQ);
+  const int B_ = reload_param<P_B, kHdr>(params), Hq_ = reload_param<P_HQ, kHdr>(params), Sq_ = reload_param<P_SQ, kHdr>(params);
   if (kDecode) {
     // Partial results are small next to the K/V slice they summarise: direct 8-byte stores.
 #pragma unroll
@@ -449,11 +475,11 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
         if (r < nrows) {
           const int64_t row_lin = ((int64_t)split * B_ + b) * Hq_ * Sq_ + (int64_t)row_head(r) * Sq_ + row_query(r);
-          float* dst = o_partial + row_lin * D + 2 * t4;
+          float* dst = at_data<kHdr>(o_partial) + row_lin * D + 2 * t4;
 #pragma unroll
           for (int dt = 0; dt < DT; ++dt)
             *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]);
-          if (t4 == 0) lse[row_lin] = lse_v[rg][hh];
+          if (t4 == 0) at_data<kHdr>(lse)[row_lin] = lse_v[rg][hh];
         }
       }
   } else {
@@ -471,8 +497,10 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
           sts_u32(sQ + L::chunk_off(rl, dt) + 4 * t4, pack_half2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]));
       }
     __syncwarp();
-    __half* obase = o + (int64_t)b * reload_param(params, P_O_STRIDE) + (int64_t)h_fixed * reload_param(params, P_O_STRIDE + 1);
-    const int o_sr = reload_param(params, P_O_STRIDE + 2);
+    // b and h from blockIdx again rather than kept live across the loop.
+    const int b = blockIdx.y / Hq_, h_fixed = blockIdx.y % Hq_;
+    __half* obase = at_data<kHdr>(o) + (int64_t)b * reload_param<P_O_STRIDE, kHdr>(params) + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
+    const int o_sr = reload_param<P_O_STRIDE + 2, kHdr>(params);
 #pragma unroll
     for (int it = 0; it < RG * 16 * CH / 32; ++it) {
       const int i = lane + it * 32;
@@ -480,13 +508,13 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       const int r = row0 + rl;
       if (r < Sq_) *reinterpret_cast<uint4*>(obase + (int64_t)r * o_sr + c * 8) = lds_u128(sQ + L::chunk_off(rl, c));
     }
-    if (reload_param(params, P_WRITE_LSE) != 0 && t4 == 0) {
+    if (reload_param<P_WRITE_LSE, kHdr>(params) != 0 && t4 == 0) {
 #pragma unroll
       for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
-          if (r < Sq_) lse[((int64_t)b * Hq_ + h_fixed) * Sq_ + r] = lse_v[rg][hh];
+          if (r < Sq_) at_data<kHdr>(lse)[((int64_t)b * Hq_ + h_fixed) * Sq_ + r] = lse_v[rg][hh];
         }
     }
   }
@@ -494,15 +522,15 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
 
 // Shared memory for one configuration: static (<= 48 KB, what TornadoVM can launch) or
 // dynamic (CUDA-driver host only, after cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)).
-template <class Kt, bool kDecode>
+template <class Kt, bool kDecode, int kHdr = 0>
 __device__ __forceinline__ void run_fwd(const __half* q, const __half* k, const __half* v, __half* o,
                                         float* o_partial, float* lse, const int* params) {
   if constexpr (Kt::kDynamicSmem) {
     extern __shared__ __align__(128) unsigned char flash_dyn_smem[];
-    fwd_body<Kt, kDecode>(q, k, v, o, o_partial, lse, params, flash_dyn_smem);
+    fwd_body<Kt, kDecode, kHdr>(q, k, v, o, o_partial, lse, params, flash_dyn_smem);
   } else {
     __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
-    fwd_body<Kt, kDecode>(q, k, v, o, o_partial, lse, params, flash_smem);
+    fwd_body<Kt, kDecode, kHdr>(q, k, v, o, o_partial, lse, params, flash_smem);
   }
 }
 

@@ -46,16 +46,28 @@ __device__ __forceinline__ Params load_params(const int* __restrict__ p) {
   return r;
 }
 
-// A fresh (non-CSE-able) read of one word, for values needed only in the epilogue: cheaper
-// than keeping them in registers across the main loop.
-__device__ __forceinline__ int reload_param(const int* p, int idx) {
+// A fresh (non-CSE-able) read of word kIdx, for values needed only in the epilogue: cheaper
+// than keeping them in registers across the main loop.  The offset (header bytes included) is
+// an immediate on the raw kernel parameter, so no adjusted pointer stays live either.
+template <int kIdx, int kHdr>
+__device__ __forceinline__ int reload_param(const int* p) {
   int v;
-  asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(p + idx));
+  asm volatile("ld.global.nc.b32 %0, [%1+%2];\n" : "=r"(v) : "l"(p), "n"(kHdr + 4 * kIdx));
   return v;
 }
 
 // TornadoVM passes every array as a pointer to its object header; the payload starts 16 bytes in.
 constexpr int kTornadoHeaderBytes = 16;
+
+// Pointer to the data of an array passed by a host with kHdr header bytes (0: CUDA host,
+// 16: TornadoVM), applied at each use so that it folds into the address arithmetic there
+// instead of keeping an adjusted pointer in registers across the main loop.
+template <int kHdr, typename T>
+__device__ __forceinline__ T* at_data(T* p) {
+  static_assert(kHdr % sizeof(T) == 0, "header must be a whole number of elements");
+  return p + kHdr / sizeof(T);
+}
+
 template <typename T>
 __device__ __forceinline__ T* tornado_data(T* header) {
   return reinterpret_cast<T*>(reinterpret_cast<char*>(header) + kTornadoHeaderBytes);

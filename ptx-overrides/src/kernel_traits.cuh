@@ -1,7 +1,8 @@
 // Tile configurations ("kernel traits"), kept apart from the kernel body as in FlashAttention-2.
 // A configuration fixes the head dim, the query tile (Br = kBlockM), the key/value tile
 // (Bc = kBlockN), the warps, the K/V pipeline depth and the shared-memory layout; the Opt
-// switches exist for the ablation benchmark only (every shipped entry uses Opt<> defaults).
+// switches exist for the ablation benchmark (the first five) and for the lazy O rescale, which
+// the shipped D=128 configuration turns on (flash_fwd.cu).
 #pragma once
 
 namespace flash {
@@ -11,13 +12,15 @@ template <bool kCpAsyncPipeline_ = true,  // false: one K/V buffer, load -> wait
           bool kLdmatrix_ = true,         // false: fragments read with 16/32-bit ld.shared
           bool kSwizzle_ = true,          // false: plain row-major tiles (8-way bank conflicts)
           bool kPInRegs_ = true,          // false: P goes through shared memory before P V
-          bool kCausalSkip_ = true>       // false: every K/V tile is loaded and masked
+          bool kCausalSkip_ = true,       // false: every K/V tile is loaded and masked
+          bool kLazyRescale_ = false>     // true: skip O *= alpha when no row of the warp needs it
 struct Opt {
   static constexpr bool kCpAsyncPipeline = kCpAsyncPipeline_;
   static constexpr bool kLdmatrix = kLdmatrix_;
   static constexpr bool kSwizzle = kSwizzle_;
   static constexpr bool kPInRegs = kPInRegs_;
   static constexpr bool kCausalSkip = kCausalSkip_;
+  static constexpr bool kLazyRescale = kLazyRescale_;
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_,
