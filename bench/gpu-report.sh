@@ -6,6 +6,10 @@
 #   bench/gpu-report.sh                # every GPU backend, every shape, 50 random correctness shapes
 #   BACKENDS=ptx-cuda SHAPES=prefill RANDOM_SHAPES=10 bench/gpu-report.sh
 #
+# A run can be split over several sessions (each under a time limit): PHASES picks the steps
+# (default "correctness sdpa jmh report") and RAW_IN names a folder of raw results from an earlier
+# part (an unpacked raw.tar.gz) to continue from; JMH results of several parts are merged.
+#
 # Steps: 1. correctness of each backend against the CPU reference (selftest), 2. the PyTorch SDPA
 # baseline (FLASH and CUDNN) on the same shapes, 3. the JMH benchmarks, 4. the report:
 # $OUT/report/<gpu>-<date>.{md,json,png}, plus $OUT/raw.tar.gz with every raw result and log.
@@ -16,7 +20,10 @@ BACKENDS=${BACKENDS:-ptx-cuda,ptx-tornado,tornado-mma,tornado-simt}
 SHAPES=${SHAPES:-all}
 RANDOM_SHAPES=${RANDOM_SHAPES:-50}
 JMH_ARGS=${JMH_ARGS:---forks 1 --warmup-iterations 2 --iterations 5 --iteration-ms 300}
+PHASES=${PHASES:-correctness sdpa jmh report}
 raw=$OUT/raw; mkdir -p "$raw" "$OUT/report"
+if [ -n "${RAW_IN:-}" ]; then cp -r "$RAW_IN"/. "$raw"/; fi
+want() { [[ " $PHASES " == *" $1 "* ]]; }
 
 if [ -z "${TORNADOVM_HOME:-}" ]; then
   bundle=${BUNDLE:-.gpu/gpu-bundle.tar.xz}
@@ -39,23 +46,31 @@ cat > "$raw/env.json" <<JSON
 JSON
 cat "$raw/env.json"
 
-step "correctness: selftest of $BACKENDS with $RANDOM_SHAPES random shapes"
-# One run for all backends: each case's inputs and CPU reference are shared.
-bin/tornado-attention selftest --backend "$BACKENDS" --random "$RANDOM_SHAPES" > "$raw/selftest.log" 2>&1
-grep -E "passed, [0-9]+ failed|FAIL" "$raw/selftest.log" | tail -n 20
+if want correctness; then
+  step "correctness: selftest of $BACKENDS with $RANDOM_SHAPES random shapes"
+  # One run for all backends: each case's inputs and CPU reference are shared.
+  bin/tornado-attention selftest --backend "$BACKENDS" --random "$RANDOM_SHAPES" > "$raw/selftest.log" 2>&1
+  grep -E "passed, [0-9]+ failed|FAIL" "$raw/selftest.log" | tail -n 20
+fi
 
 bench_jar=bench/target/benchmarks.jar
 cp="$bench_jar:tornado-kernels/target/tornado-kernels.jar"
-step "PyTorch SDPA baseline"
-"$JAVA_HOME/bin/java" -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner shapes --shapes "$SHAPES" > "$raw/shapes.json"
-PYTHONUNBUFFERED=1 python3 bench/sdpa_baseline.py "$raw/shapes.json" "$raw/sdpa.json" 2>&1 | tee "$raw/sdpa.log"
+if want sdpa; then
+  step "PyTorch SDPA baseline"
+  "$JAVA_HOME/bin/java" -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner shapes --shapes "$SHAPES" > "$raw/shapes.json"
+  PYTHONUNBUFFERED=1 python3 bench/sdpa_baseline.py "$raw/shapes.json" "$raw/sdpa.json" 2>&1 | tee "$raw/sdpa.log"
+fi
 
-step "JMH: $BACKENDS on $SHAPES"
-"$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
-  -Dtornado.recover.bailout=False -cp "$cp" io.github.tornadoattention.bench.BenchmarkRunner jmh \
-  --backends "$BACKENDS" --shapes "$SHAPES" $JMH_ARGS --out "$raw" > "$raw/jmh.log" 2>&1
-grep -E "^AttentionBenchmark\.[a-zA-Z]+ " "$raw/jmh.log" | tail -n 80
+if want jmh; then
+  step "JMH: $BACKENDS on $SHAPES"
+  part=$(date +%H%M%S)
+  "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
+    -Dtornado.recover.bailout=False -cp "$cp" io.github.tornadoattention.bench.BenchmarkRunner jmh \
+    --backends "$BACKENDS" --shapes "$SHAPES" $JMH_ARGS --out "$raw" --name "jmh-$part" > "$raw/jmh-$part.log" 2>&1
+  grep -E "^AttentionBenchmark\.[a-zA-Z]+ " "$raw/jmh-$part.log" | tail -n 80
+fi
 
+want report || { tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"; step "done (no report)"; exit 0; }
 step "report"
 "$JAVA_HOME/bin/java" -Djava.awt.headless=true -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner report \
   --results "$raw" --name "$name" --to "$OUT/report" \

@@ -72,8 +72,11 @@ public final class BenchmarkRunner {
         @Option(names = "--iteration-ms", defaultValue = "500")
         int iterationMillis;
 
-        @Option(names = "--out", defaultValue = "bench-out", description = "folder for jmh.json and kernel-times/")
+        @Option(names = "--out", defaultValue = "bench-out", description = "folder for the results and kernel-times/")
         Path out;
+
+        @Option(names = "--name", defaultValue = "jmh", description = "results file name: <out>/<name>.json (default: ${DEFAULT-VALUE})")
+        String name;
 
         @Override
         public Integer call() throws RunnerException, IOException {
@@ -94,7 +97,7 @@ public final class BenchmarkRunner {
                     .jvmArgsAppend("-D" + AttentionBenchmark.KERNEL_TIMES_PROPERTY + "="
                             + out.resolve("kernel-times").toAbsolutePath())
                     .resultFormat(ResultFormatType.JSON)
-                    .result(out.resolve("jmh.json").toString());
+                    .result(out.resolve(name + ".json").toString());
             new Runner(options.build()).run();
             return 0;
         }

@@ -23,7 +23,7 @@ import picocli.CommandLine.Option;
  */
 @Command(name = "report", mixinStandardHelpOptions = true, description = "Write the GPU report from a results folder.")
 final class GpuReport implements Callable<Integer> {
-    @Option(names = "--results", required = true, description = "folder with jmh.json, kernel-times/, sdpa.json, selftest-*.log, env.json")
+    @Option(names = "--results", required = true, description = "folder with jmh*.json, kernel-times/, sdpa.json, selftest*.log, env.json")
     Path results;
 
     @Option(names = "--name", required = true, description = "report file name without extension, e.g. h100-2026-11-21")
@@ -96,12 +96,17 @@ final class GpuReport implements Callable<Integer> {
         return samples == null ? null : TimingStats.of(samples).medianMillis();
     }
 
-    @SuppressWarnings("unchecked")
+    /** Every {@code jmh*.json} in the results folder (a run may come in parts). */
     private void readJmh(Map<String, Map<String, double[]>> ours) throws IOException {
-        Path file = results.resolve("jmh.json");
-        if (!Files.exists(file)) {
-            return;
+        try (Stream<Path> files = Files.list(results)) {
+            for (Path file : files.filter(f -> f.getFileName().toString().matches("jmh.*\\.json")).sorted().toList()) {
+                readJmh(file, ours);
+            }
         }
+    }
+
+    @SuppressWarnings("unchecked")
+    private void readJmh(Path file, Map<String, Map<String, double[]>> ours) throws IOException {
         for (Object o : JSON.std.listFrom(Files.readString(file))) {
             Map<String, Object> bench = (Map<String, Object>) o;
             Map<String, Object> params = (Map<String, Object>) bench.get("params");
