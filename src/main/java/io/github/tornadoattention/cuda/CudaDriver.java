@@ -112,71 +112,65 @@ public final class CudaDriver {
         }
     }
 
-    private void check(String call, int result) {
-        check(call, result, null);
+    /** A downcall returning a CUresult. */
+    @FunctionalInterface
+    private interface Downcall {
+        int invoke() throws Throwable;
     }
 
-    private void check(String call, int result, String detail) {
-        if (result != 0) {
-            throw new CudaException(call, result, errorName(result), detail);
-        }
+    /** Runs a downcall and throws {@link CudaException} unless it returned CUDA_SUCCESS. */
+    private void call(String name, Downcall downcall) {
+        call(name, downcall, () -> null);
     }
 
-    private static RuntimeException rethrow(Throwable t) {
-        if (t instanceof RuntimeException r) {
-            return r;
-        }
-        if (t instanceof Error e) {
+    /** As {@link #call(String, Downcall)}, with a detail (e.g. the JIT log) for the exception. */
+    private void call(String name, Downcall downcall, java.util.function.Supplier<String> detail) {
+        int result;
+        try {
+            result = downcall.invoke();
+        } catch (RuntimeException | Error e) {
             throw e;
+        } catch (Throwable t) {
+            throw new IllegalStateException(name, t);
         }
-        return new IllegalStateException(t);
+        if (result != 0) {
+            throw new CudaException(name, result, errorName(result), detail.get());
+        }
     }
 
     public void init() {
-        try {
-            check("cuInit", (int) cuInit.invokeExact(0));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuInit", () -> (int) cuInit.invokeExact(0));
     }
 
     public int deviceCount() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_INT);
-            check("cuDeviceGetCount", (int) cuDeviceGetCount.invokeExact(out));
+            call("cuDeviceGetCount", () -> (int) cuDeviceGetCount.invokeExact(out));
             return out.get(JAVA_INT, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public int device(int ordinal) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_INT);
-            check("cuDeviceGet", (int) cuDeviceGet.invokeExact(out, ordinal));
+            call("cuDeviceGet", () -> (int) cuDeviceGet.invokeExact(out, ordinal));
             return out.get(JAVA_INT, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public String deviceName(int device) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment name = arena.allocate(256);
-            check("cuDeviceGetName", (int) cuDeviceGetName.invokeExact(name, 256, device));
+            call("cuDeviceGetName", () -> (int) cuDeviceGetName.invokeExact(name, 256, device));
             return name.getString(0, StandardCharsets.US_ASCII);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public int deviceAttribute(int device, int attribute) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_INT);
-            check("cuDeviceGetAttribute", (int) cuDeviceGetAttribute.invokeExact(out, attribute, device));
+            call("cuDeviceGetAttribute", () -> (int) cuDeviceGetAttribute.invokeExact(out, attribute, device));
             return out.get(JAVA_INT, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
@@ -184,20 +178,14 @@ public final class CudaDriver {
     public long primaryContext(int device) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_LONG);
-            check("cuDevicePrimaryCtxRetain", (int) cuDevicePrimaryCtxRetain.invokeExact(out, device));
+            call("cuDevicePrimaryCtxRetain", () -> (int) cuDevicePrimaryCtxRetain.invokeExact(out, device));
             return out.get(JAVA_LONG, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     /** Contexts are current per thread; every entry point sets it, since plans may move between threads. */
     public void setCurrent(long context) {
-        try {
-            check("cuCtxSetCurrent", (int) cuCtxSetCurrent.invokeExact(context));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuCtxSetCurrent", () -> (int) cuCtxSetCurrent.invokeExact(context));
     }
 
     /** JIT-compiles PTX text into a module; a failure carries the JIT's error log. */
@@ -212,131 +200,87 @@ public final class CudaDriver {
             values.setAtIndex(ADDRESS, 0, log);
             values.setAtIndex(ADDRESS, 1, MemorySegment.ofAddress(LOG_BYTES));
             MemorySegment out = arena.allocate(JAVA_LONG);
-            int result = (int) cuModuleLoadDataEx.invokeExact(out, image, 2, options, values);
-            check("cuModuleLoadDataEx", result, log.getString(0, StandardCharsets.US_ASCII).strip());
+            call("cuModuleLoadDataEx", () -> (int) cuModuleLoadDataEx.invokeExact(out, image, 2, options, values),
+                    () -> log.getString(0, StandardCharsets.US_ASCII).strip());
             return out.get(JAVA_LONG, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public long function(long module, String name) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_LONG);
-            check("cuModuleGetFunction(" + name + ")",
-                    (int) cuModuleGetFunction.invokeExact(out, module, arena.allocateFrom(name)));
+            MemorySegment cName = arena.allocateFrom(name);
+            call("cuModuleGetFunction(" + name + ")", () -> (int) cuModuleGetFunction.invokeExact(out, module, cName));
             return out.get(JAVA_LONG, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     /** Lets {@code function} use more than 48 KB of dynamic shared memory. */
     public void setMaxDynamicSharedMemory(long function, int bytes) {
-        try {
-            check("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-                    (int) cuFuncSetAttribute.invokeExact(function, FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                () -> (int) cuFuncSetAttribute.invokeExact(function, FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
     }
 
     public long malloc(long bytes) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_LONG);
-            check("cuMemAlloc(" + bytes + " bytes)", (int) cuMemAlloc.invokeExact(out, bytes));
+            call("cuMemAlloc(" + bytes + " bytes)", () -> (int) cuMemAlloc.invokeExact(out, bytes));
             return out.get(JAVA_LONG, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public void free(long devicePointer) {
-        try {
-            check("cuMemFree", (int) cuMemFree.invokeExact(devicePointer));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuMemFree", () -> (int) cuMemFree.invokeExact(devicePointer));
     }
 
     public void copyToDevice(long destination, MemorySegment source, long bytes, long stream) {
-        try {
-            check("cuMemcpyHtoDAsync", (int) cuMemcpyHtoDAsync.invokeExact(destination, source, bytes, stream));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuMemcpyHtoDAsync", () -> (int) cuMemcpyHtoDAsync.invokeExact(destination, source, bytes, stream));
     }
 
     public void copyToHost(MemorySegment destination, long source, long bytes, long stream) {
-        try {
-            check("cuMemcpyDtoHAsync", (int) cuMemcpyDtoHAsync.invokeExact(destination, source, bytes, stream));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuMemcpyDtoHAsync", () -> (int) cuMemcpyDtoHAsync.invokeExact(destination, source, bytes, stream));
     }
 
     public long createStream() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_LONG);
-            check("cuStreamCreate", (int) cuStreamCreate.invokeExact(out, 1 /* CU_STREAM_NON_BLOCKING */));
+            call("cuStreamCreate", () -> (int) cuStreamCreate.invokeExact(out, 1 /* CU_STREAM_NON_BLOCKING */));
             return out.get(JAVA_LONG, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public void synchronize(long stream) {
-        try {
-            check("cuStreamSynchronize", (int) cuStreamSynchronize.invokeExact(stream));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuStreamSynchronize", () -> (int) cuStreamSynchronize.invokeExact(stream));
     }
 
     public void destroyStream(long stream) {
-        try {
-            check("cuStreamDestroy", (int) cuStreamDestroy.invokeExact(stream));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuStreamDestroy", () -> (int) cuStreamDestroy.invokeExact(stream));
     }
 
     public long createEvent() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(JAVA_LONG);
-            check("cuEventCreate", (int) cuEventCreate.invokeExact(out, 0));
+            call("cuEventCreate", () -> (int) cuEventCreate.invokeExact(out, 0));
             return out.get(JAVA_LONG, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public void recordEvent(long event, long stream) {
-        try {
-            check("cuEventRecord", (int) cuEventRecord.invokeExact(event, stream));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuEventRecord", () -> (int) cuEventRecord.invokeExact(event, stream));
     }
 
     /** Waits for {@code end} and returns the milliseconds between the two events. */
     public float elapsedMillis(long start, long end) {
         try (Arena arena = Arena.ofConfined()) {
-            check("cuEventSynchronize", (int) cuEventSynchronize.invokeExact(end));
+            call("cuEventSynchronize", () -> (int) cuEventSynchronize.invokeExact(end));
             MemorySegment out = arena.allocate(JAVA_FLOAT);
-            check("cuEventElapsedTime", (int) cuEventElapsedTime.invokeExact(out, start, end));
+            call("cuEventElapsedTime", () -> (int) cuEventElapsedTime.invokeExact(out, start, end));
             return out.get(JAVA_FLOAT, 0);
-        } catch (Throwable t) {
-            throw rethrow(t);
         }
     }
 
     public void destroyEvent(long event) {
-        try {
-            check("cuEventDestroy", (int) cuEventDestroy.invokeExact(event));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        call("cuEventDestroy", () -> (int) cuEventDestroy.invokeExact(event));
     }
 
     /**
@@ -345,11 +289,7 @@ public final class CudaDriver {
      */
     public void launch(long function, int gridX, int gridY, int gridZ, int blockX, int dynamicSharedBytes,
                        long stream, MemorySegment kernelParams) {
-        try {
-            check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, gridY, gridZ, blockX, 1, 1,
+        call("cuLaunchKernel", () -> (int) cuLaunchKernel.invokeExact(function, gridX, gridY, gridZ, blockX, 1, 1,
                     dynamicSharedBytes, stream, kernelParams, MemorySegment.NULL));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
     }
 }
