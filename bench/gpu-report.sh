@@ -5,6 +5,7 @@
 #
 #   bench/gpu-report.sh                # every GPU backend, every shape, 50 random correctness shapes
 #   BACKENDS=ptx-cuda SHAPES=prefill RANDOM_SHAPES=10 bench/gpu-report.sh
+# JMH_BACKENDS (default: BACKENDS) picks the backends JMH times; JMH_TIMEOUT (seconds) bounds it.
 #
 # A run can be split over several sessions (each under a time limit): PHASES picks the steps
 # (default "correctness sdpa jmh report") and RAW_IN names a folder of raw results from an earlier
@@ -21,6 +22,9 @@ SHAPES=${SHAPES:-all}
 RANDOM_SHAPES=${RANDOM_SHAPES:-50}
 JMH_ARGS=${JMH_ARGS:---forks 1 --warmup-iterations 2 --iterations 5 --iteration-ms 300}
 PHASES=${PHASES:-correctness sdpa jmh report}
+SEED=${SEED:-$(date +%s)}
+JMH_BACKENDS=${JMH_BACKENDS:-$BACKENDS}
+JMH_TIMEOUT=${JMH_TIMEOUT:-0}
 raw=$OUT/raw; mkdir -p "$raw" "$OUT/report"
 if [ -n "${RAW_IN:-}" ]; then cp -r "$RAW_IN"/. "$raw"/; fi
 want() { [[ " $PHASES " == *" $1 "* ]]; }
@@ -47,10 +51,17 @@ JSON
 cat "$raw/env.json"
 
 if want correctness; then
-  step "correctness: selftest of $BACKENDS with $RANDOM_SHAPES random shapes"
-  # One run for all backends: each case's inputs and CPU reference are shared.
-  bin/tornado-attention selftest --backend "$BACKENDS" --random "$RANDOM_SHAPES" > "$raw/selftest.log" 2>&1
-  grep -E "passed, [0-9]+ failed|FAIL" "$raw/selftest.log" | tail -n 20
+  step "correctness: selftest of $BACKENDS with $RANDOM_SHAPES random shapes, seed $SEED"
+  # One JVM per backend, side by side: a TornadoVM failure cannot take the others down with it.
+  for backend in ${BACKENDS//,/ }; do
+    bin/tornado-attention selftest --backend "$backend" --random "$RANDOM_SHAPES" --seed "$SEED" \
+      > "$raw/selftest-$backend.log" 2>&1 &
+  done
+  wait
+  for backend in ${BACKENDS//,/ }; do
+    echo "$backend: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$raw/selftest-$backend.log" || echo 'did not finish')"
+    grep -E "FAIL|^error|fatal" "$raw/selftest-$backend.log" | head -n 5 | cut -c1-200
+  done
 fi
 
 bench_jar=bench/target/benchmarks.jar
@@ -62,11 +73,13 @@ if want sdpa; then
 fi
 
 if want jmh; then
-  step "JMH: $BACKENDS on $SHAPES"
+  step "JMH: $JMH_BACKENDS on $SHAPES"
   part=$(date +%H%M%S)
-  "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
-    -Dtornado.recover.bailout=False -cp "$cp" io.github.tornadoattention.bench.BenchmarkRunner jmh \
-    --backends "$BACKENDS" --shapes "$SHAPES" $JMH_ARGS --out "$raw" --name "jmh-$part" > "$raw/jmh-$part.log" 2>&1
+  # tornado.attention.profile: TornadoVM's profiler times the kernels of the TornadoVM-hosted backends.
+  timeout "$JMH_TIMEOUT" "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
+    -Dtornado.recover.bailout=False -Dtornado.attention.profile=true \
+    -cp "$cp" io.github.tornadoattention.bench.BenchmarkRunner jmh \
+    --backends "$JMH_BACKENDS" --shapes "$SHAPES" $JMH_ARGS --out "$raw" --name "jmh-$part" > "$raw/jmh-$part.log" 2>&1
   grep -E "^AttentionBenchmark\.[a-zA-Z]+ " "$raw/jmh-$part.log" | tail -n 80
 fi
 
@@ -74,7 +87,7 @@ want report || { tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"; step
 step "report"
 "$JAVA_HOME/bin/java" -Djava.awt.headless=true -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner report \
   --results "$raw" --name "$name" --to "$OUT/report" \
-  --command "BACKENDS=$BACKENDS SHAPES=$SHAPES RANDOM_SHAPES=$RANDOM_SHAPES JMH_ARGS='$JMH_ARGS' bench/gpu-report.sh"
+  --command "BACKENDS=$BACKENDS JMH_BACKENDS=$JMH_BACKENDS SHAPES=$SHAPES RANDOM_SHAPES=$RANDOM_SHAPES SEED=$SEED JMH_ARGS='$JMH_ARGS' bench/gpu-report.sh"
 tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"
 step "done"
 sed -n '/## Correctness/,/## Performance/p' "$OUT/report/$name.md" | head -n 12

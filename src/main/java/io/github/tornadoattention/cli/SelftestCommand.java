@@ -33,6 +33,10 @@ final class SelftestCommand implements Callable<Integer> {
     @Option(names = "--seed", paramLabel = "N", description = "seed of inputs and random shapes (default: fresh each run)")
     Long seed;
 
+    @Option(names = "--cases", paramLabel = "FROM[-TO]",
+            description = "run only these cases (1-based, of the suite then the random shapes), e.g. 5 or 3-9")
+    String caseRange;
+
     @Override
     public Integer call() {
         if (random < 0) {
@@ -45,6 +49,8 @@ final class SelftestCommand implements Callable<Integer> {
         long baseSeed = seed != null ? seed : System.nanoTime();
         List<CorrectnessSuite.Case> cases = new ArrayList<>(CorrectnessSuite.fullSuite());
         cases.addAll(CorrectnessSuite.randomCases(random, baseSeed));
+        int[] range = range(caseRange, cases.size());
+        cases = cases.subList(range[0] - 1, range[1]);
         PrintWriter out = spec.commandLine().getOut();
         for (AttentionBackend backend : backends) {
             out.printf("selftest of %s (%s)%n", backend.id(), backend.availability().detail());
@@ -52,11 +58,12 @@ final class SelftestCommand implements Callable<Integer> {
         out.printf("seed %d, %d cases%n", baseSeed, cases.size());
         int[] passed = new int[backends.size()];
         for (int i = 0; i < cases.size(); i++) {
-            List<CorrectnessSuite.Outcome> outcomes = CorrectnessSuite.check(backends, cases.get(i), baseSeed + i);
+            int number = range[0] + i;
+            List<CorrectnessSuite.Outcome> outcomes = CorrectnessSuite.check(backends, cases.get(i), baseSeed + number - 1);
             for (int b = 0; b < backends.size(); b++) {
                 CorrectnessSuite.Outcome outcome = outcomes.get(b);
                 String who = backends.size() > 1 ? backends.get(b).id() + " " : "";
-                out.printf("[%d/%d] %s%s%n", i + 1, cases.size(), who, outcome);
+                out.printf("[%d/%d] %s%s%n", number, range[2], who, outcome);
                 passed[b] += outcome.passed() ? 1 : 0;
             }
             out.flush();
@@ -72,5 +79,23 @@ final class SelftestCommand implements Callable<Integer> {
         }
         out.printf("%d passed, %d failed%n", total, failed);
         return failed == 0 ? 0 : Main.EXIT_FAILED;
+    }
+
+    /** {from, to, total} of a 1-based inclusive range such as "5" or "3-9"; all cases when null. */
+    private static int[] range(String spec, int total) {
+        if (spec == null) {
+            return new int[] {1, total, total};
+        }
+        try {
+            String[] parts = spec.split("-", 2);
+            int from = Integer.parseInt(parts[0].trim());
+            int to = parts.length == 2 ? Integer.parseInt(parts[1].trim()) : from;
+            if (from >= 1 && from <= to && to <= total) {
+                return new int[] {from, to, total};
+            }
+        } catch (NumberFormatException e) {
+            // reported below
+        }
+        throw new InvalidArgumentException("--cases", spec, "must be N or FROM-TO within 1.." + total);
     }
 }

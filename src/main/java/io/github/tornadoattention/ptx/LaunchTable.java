@@ -102,10 +102,15 @@ public final class LaunchTable {
                     new Launch(DECODE_MODULE, combine, (rows + rowsPerCombineBlock - 1) / rowsPerCombineBlock, 1, 1,
                             COMBINE_THREADS, 0));
         }
-        Prefill p = prefill(d, shape.causal());
-        return List.of(new Launch(FWD_MODULE, p.entry() + entrySuffix,
+        return List.of(prefillLaunch(shape, entrySuffix));
+    }
+
+    /** The prefill kernel's launch; it is correct for any Sq (decode shapes included), if slower there. */
+    public static Launch prefillLaunch(AttentionShape shape, String entrySuffix) {
+        Prefill p = prefill(shape.headDim(), shape.causal());
+        return new Launch(FWD_MODULE, p.entry() + entrySuffix,
                 (shape.queryLength() + p.rowsPerBlock() - 1) / p.rowsPerBlock(), shape.batch() * shape.queryHeads(), 1,
-                p.threads(), 0));
+                p.threads(), 0);
     }
 
     /** Floats of the decode workspace: partial O [splits, B, Hq, Sq, D] and partial lse [splits, B, Hq, Sq]. */

@@ -72,6 +72,8 @@ class MainTest {
         "run --batch 1 --heads 8 --seq 4 --dim 64 --bogus         | --bogus",
         "selftest --random -1                                     | --random = -1: must be >= 0",
         "selftest --backend cpu-reference,nope                    | --backend = nope: must be one of",
+        "selftest --backend cpu-reference --cases 0               | --cases = 0: must be N or FROM-TO within 1..22",
+        "selftest --backend cpu-reference --cases 3-99            | --cases = 3-99: must be N or FROM-TO within 1..22",
         "frobnicate                                               | frobnicate",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
@@ -83,6 +85,16 @@ class MainTest {
         assertTrue(errLines[0].startsWith("error: "), r.err());
         assertTrue(errLines[0].contains(expected.trim()), r.err());
         assertFalse(r.err().contains("\tat "), "stack trace printed");
+    }
+
+    @Test
+    void selftestRunsTheChosenCasesAndCounts() {
+        Result r = run("selftest", "--backend", "cpu-reference", "--random", "2", "--seed", "7", "--cases", "22-24");
+        assertEquals(0, r.exit(), r.out() + r.err());
+        String[] lines = r.outLines();
+        assertTrue(lines[2].startsWith("[22/24] PASS custom-scale"), r.out());
+        assertTrue(lines[4].startsWith("[24/24] PASS random-1"), r.out());
+        assertEquals("3 passed, 0 failed", lines[lines.length - 1]);
     }
 
     @Test

@@ -81,7 +81,7 @@ public final class BenchmarkRunner {
         @Override
         public Integer call() throws RunnerException, IOException {
             Files.createDirectories(out);
-            // Forked JVMs get it through jvmArgsAppend; with --forks 0 the benchmark runs in this JVM.
+            // Forked JVMs get it through forkArguments(); with --forks 0 the benchmark runs in this JVM.
             System.setProperty(AttentionBenchmark.KERNEL_TIMES_PROPERTY, out.resolve("kernel-times").toAbsolutePath().toString());
             List<String> specs = shapes(shapes).stream().map(BenchShape::spec).toList();
             ChainedOptionsBuilder options = new OptionsBuilder()
@@ -94,13 +94,19 @@ public final class BenchmarkRunner {
                     .measurementIterations(iterations)
                     .measurementTime(TimeValue.milliseconds(iterationMillis))
                     .shouldFailOnError(false)
-                    .jvmArgsAppend("-D" + AttentionBenchmark.KERNEL_TIMES_PROPERTY + "="
-                            + out.resolve("kernel-times").toAbsolutePath())
+                    // Forks run with this JVM's arguments (TornadoVM's argfile among them) plus the results folder.
+                    .jvmArgs(forkArguments())
                     .resultFormat(ResultFormatType.JSON)
                     .result(out.resolve(name + ".json").toString());
             new Runner(options.build()).run();
             return 0;
         }
+    }
+
+    private static String[] forkArguments() {
+        List<String> args = new ArrayList<>(java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments());
+        args.add("-D" + AttentionBenchmark.KERNEL_TIMES_PROPERTY + "=" + System.getProperty(AttentionBenchmark.KERNEL_TIMES_PROPERTY));
+        return args.toArray(String[]::new);
     }
 
     @Command(name = "shapes", mixinStandardHelpOptions = true,

@@ -1,0 +1,604 @@
+package io.github.tornadoattention.tornado;
+
+import uk.ac.manchester.tornado.api.KernelContext;
+import uk.ac.manchester.tornado.api.enums.MMAShape;
+import uk.ac.manchester.tornado.api.math.TornadoMath;
+import uk.ac.manchester.tornado.api.types.HalfFloat;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.LongArray;
+
+/**
+ * tornado-mma: FlashAttention-2 forward with both matrix products on tensor cores, through
+ * KernelContext's MMA intrinsics ({@code mma.sync.m16n8k16}, fp16 in, fp32 accumulate; operands read
+ * from local memory with {@code ldmatrix}).
+ *
+ * <p><b>Structure.</b> A CTA of 4 warps works on a tile of Br = 64 query rows of one (batch, head); the
+ * grid loops over tiles when there are more than {@link MmaTileConfig#MAX_CTAS}. Q is loaded once per
+ * tile, transposed, as the B operand. Per K/V tile (Bc keys):
+ * <ol>
+ *   <li>K and V are staged in local memory (K as A operand, V as B operand, both in their natural
+ *       row-major layout, which is what the intrinsics read).</li>
+ *   <li>S^T = K Q^T on tensor cores. Computing S transposed lets K be the A operand: the API's B load is
+ *       {@code ldmatrix .trans} only, so S = Q K^T would need K transposed in local memory every tile,
+ *       whereas Q^T is built once per query tile.</li>
+ *   <li>Softmax in fp32 by all threads; P rounded to fp16 into local memory as the A operand of P V.</li>
+ *   <li>O += P V on tensor cores; the row sums of P come from the same MMAs (P times a tile of ones), so
+ *       the accumulator fragments hold both numerator and denominator.</li>
+ * </ol>
+ *
+ * <p><b>What the API lacks, and the detours taken.</b>
+ * <ul>
+ *   <li>No access to the elements of an accumulator fragment: {@code mmaStore} to a global FloatArray is
+ *       the only way out, {@code mmaFragment(v)} and {@code mma} the only ways in. FlashAttention-2 keeps
+ *       S in registers and turns it into the fp16 A fragment of P V in registers; here S^T goes through an
+ *       fp32 scratch in global memory (per CTA, L1/L2 resident), is read back by the softmax threads, and P
+ *       goes to local memory for {@code ldmatrix}.</li>
+ *   <li>fp32 to fp16: TornadoVM's PTX backend emits {@code cvt.rn.f16.f32} only for
+ *       {@code new HalfFloat(floatArray.get(i))}, a value just read from a FloatArray, and has no
+ *       float-to-int bit cast to do it by hand. So P is written to the scratch in fp32 and packed to fp16
+ *       by another thread after a barrier; O likewise at the end.</li>
+ *   <li>No rescaling of O: FlashAttention-2 multiplies the O accumulator row-wise by exp(m_old - m_new)
+ *       whenever a row's running max grows, which needs the fragment's elements. Moreover TornadoVM
+ *       types a fragment that flows through an {@code if}/{@code else} merge as a 64-bit scalar (wrong
+ *       PTX), so fragments may only be carried around loops, each value straight from an {@code mma}.
+ *       Instead each row fixes a reference max m from the first K/V tile, and P = exp(s - m) is accumulated
+ *       against it without rescaling; that is exact as long as no later score exceeds m by more than
+ *       {@link #MAX_EXCESS} (P <= e^5, well inside fp16), which for realistic inputs is always.
+ *       If some score does, the tile is recomputed: a first sweep over the K tiles finds every row's exact
+ *       max, then the accumulation runs again against it (never exceeding).</li>
+ * </ul>
+ *
+ * <p>fp16 tensors are passed as {@link LongArray} views of the same bytes, so every global load and
+ * store moves four values (the API has no wider access). Scalar arguments are specialised by TornadoVM
+ * into the compiled kernel (the plan compiles one kernel per shape).
+ */
+public final class MmaKernels {
+    /** Largest excess of a score over its row's reference max that P may carry (natural log units). */
+    static final float MAX_EXCESS = 5.0f;
+    private static final int HALF_ONE_PAIR = 0x3C003C00;
+
+    private MmaKernels() {
+    }
+
+    /** {@link MmaTileConfig#D64}: D = 64, Br = 64, Bc = 64, 4 warps (128 threads). */
+    public static void attentionD64(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
+                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+        final int d = 64;
+        final int bq = 64;
+        final int bkv = 64;
+        int[] qT = kc.allocateIntLocalArray(2048);      // D x Br / 2: Q^T, B operand
+        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
+        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
+        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        float[] rowMax = kc.allocateFloatLocalArray(64);
+        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
+
+        int t = kc.localIdx;
+        int warp = t >> 5;
+        int lane = t & 31;
+        if (t < 64) {
+            ones[t] = HALF_ONE_PAIR;
+        }
+        if (t == 0) {
+            flag[0] = -1;
+        }
+
+        int heads = batch * queryHeads;
+        int queryTiles = (queryLength + bq - 1) / bq;
+        int tiles = queryTiles * heads;
+        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T, P, O | l
+        int pBase = sBase + bkv * bq;
+        int oBase = pBase + bq * bkv;
+        int oStride = d + 8;
+        int stamp = 0;
+
+        for (int round = 0; round * gridSize < tiles; round++) {
+            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
+            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
+            int tile = round * gridSize + position;
+            if (tile < tiles) {
+                int bh = tile % heads;
+                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
+                int b = bh / queryHeads;
+                int h = bh % queryHeads;
+                int hkv = h / (queryHeads / kvHeads);
+                int q0 = qt * bq;
+                int qRow = bshd == 1 ? queryHeads * d : d;
+                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
+                int kvRow = bshd == 1 ? kvHeads * d : d;
+                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
+                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
+
+                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
+
+                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
+                // the values of two queries for one d share an int. Rows past the end are zeros.
+                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
+                    int qa = 2 * (it / (d / 4));       // even query of the pair
+                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
+                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
+                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
+                    // common. No sign-mask (x >> 31): TornadoVM emits every right shift, >> included, as
+                    // shr.b32/shr.b64, a logical shift in PTX, so x >> 31 is 1, not -1, for a negative x.
+                    // x >>> 31 means the same in Java and in PTX.
+                    int ra = q0 + qa;
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >> 2) * (bq / 8) + (qa >> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >> 1);
+                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
+                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
+                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
+                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
+                }
+                if (t < bq) {
+                    rowMax[t] = Float.NEGATIVE_INFINITY;
+                }
+
+                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
+                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
+                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
+                int attempts = 1;
+                for (int attempt = 0; attempt < attempts; attempt++) {
+                    stamp++;
+                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
+                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
+                        // exact max first. Sweep 1 accumulates O and l.
+                        float[] o0 = kc.mmaFragment(0.0f);
+                        float[] o1 = kc.mmaFragment(0.0f);
+                        float[] o2 = kc.mmaFragment(0.0f);
+                        float[] o3 = kc.mmaFragment(0.0f);
+                        float[] o4 = kc.mmaFragment(0.0f);
+                        float[] o5 = kc.mmaFragment(0.0f);
+                        float[] o6 = kc.mmaFragment(0.0f);
+                        float[] o7 = kc.mmaFragment(0.0f);
+                        float[] rowSum = kc.mmaFragment(0.0f);
+                        for (int kvt = 0; kvt < kvTiles; kvt++) {
+                            int j0 = kvt * bkv;
+                            kc.localBarrier();
+
+                            // K into A-operand sub-tiles (16 keys x 16 d, sub-tile (key / 16, d / 16)) and V into
+                            // B-operand sub-tiles (16 keys x 8 d, sub-tile (key / 16, d / 8)), 64 bits at a time.
+                            // Consecutive threads take four consecutive words of 8 rows: 32-byte sectors fully used,
+                            // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
+                            for (int it = t; it < bkv * (d / 4); it += 128) {
+                                int dqL = it & 3;
+                                int jj = (it >> 2) & 15;
+                                int dqH = (it >> 6) % (d / 16);
+                                int kb = (it >> 6) / (d / 16);
+                                int row = j0 + kb * 16 + jj;
+                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >> 2;
+                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
+                                long lk = k.get(at) * keep;
+                                long lv = v.get(at) * keep;
+                                int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
+                                kT[kAt] = (int) lk;
+                                kT[kAt + 1] = (int) (lk >>> 32);
+                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >> 1)) * 64 + jj * 4 + 2 * (dqL & 1);
+                                vT[vAt] = (int) lv;
+                                vT[vAt + 1] = (int) (lv >>> 32);
+                            }
+                            kc.localBarrier();
+
+                            // S^T = K Q^T into the scratch (key rows, Br columns): warp w, keys [16 w, 16 w + 16).
+                            int kb = warp;
+                            HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 4 + 0) * 512);
+                            HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 4 + 1) * 512);
+                            HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 4 + 2) * 512);
+                            HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 4 + 3) * 512);
+                            for (int qn = 0; qn < 8; qn++) {
+                                float[] s = kc.mmaFragment(0.0f);
+                                s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                kc.mmaStore(s, scratch, kb * 16, sBase + qn * 8, bq);
+                            }
+                            kc.localBarrier();   // S^T complete in the scratch
+
+                            if (sweep == 0 || kvt == 0 && attempt == 0) {
+                                // One thread per row: fold this tile's max over visible scores into rowMax (the
+                                // reference max is the first tile's on attempt 0, the exact max on attempt 1).
+                                if (t < bq) {
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
+                                    float tileMax = Float.NEGATIVE_INFINITY;
+                                    for (int jl = 0; jl < bkv; jl++) {
+                                        if (j0 + jl <= limit) {
+                                            tileMax = Math.max(tileMax, scratch.get(sBase + jl * bq + t) * scale);
+                                        }
+                                    }
+                                    rowMax[t] = Math.max(rowMax[t], tileMax);
+                                }
+                                kc.localBarrier();
+                            }
+                            if (sweep == 1) {
+                                // P = exp(scale s - m) in fp32 into the scratch's P region (Br x Bc, row-major). In round
+                                // i thread t takes row 16 (i / (Bc/16)) + t / 8, keys 16 (i % (Bc/16)) + 2 (t % 8), + 1.
+                                for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
+                                    int r = (it / (bkv / 16)) * 16 + (t >> 3);
+                                    int jl = (it % (bkv / 16)) * 16 + ((t & 7) << 1);
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
+                                    float x0 = j0 + jl <= limit ? scratch.get(sBase + jl * bq + r) * scale : Float.NEGATIVE_INFINITY;
+                                    float x1 = j0 + jl + 1 <= limit ? scratch.get(sBase + (jl + 1) * bq + r) * scale : Float.NEGATIVE_INFINITY;
+                                    float m = rowMax[r];
+                                    if (x0 > m + MAX_EXCESS || x1 > m + MAX_EXCESS) {
+                                        flag[0] = stamp;
+                                    }
+                                    scratch.set(pBase + r * bkv + jl, x0 == Float.NEGATIVE_INFINITY ? 0.0f : TornadoMath.exp(x0 - m));
+                                    scratch.set(pBase + r * bkv + jl + 1, x1 == Float.NEGATIVE_INFINITY ? 0.0f : TornadoMath.exp(x1 - m));
+                                }
+                                kc.localBarrier();   // P in the scratch
+                                // P to fp16 A-operand sub-tiles (16 queries x 16 keys): in round i thread t fills int
+                                // t ^ 64 of sub-tile i (consecutive ints, no bank conflicts), a pair another thread wrote.
+                                int u = t ^ 64;
+                                for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
+                                    int at = pBase + ((it / (bkv / 16)) * 16 + (u >> 3)) * bkv + (it % (bkv / 16)) * 16 + ((u & 7) << 1);
+                                    int h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
+                                    int h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
+                                    pT[it * 128 + u] = h0 | (h1 << 16);
+                                }
+                                kc.localBarrier();   // P tile complete
+                            }
+
+                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
+                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // fragment update unconditional.)
+                            for (int kbb = 0; kbb < 4; kbb++) {
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 0) * 256), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 1) * 256), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 2) * 256), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 3) * 256), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 4) * 256), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 5) * 256), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 6) * 256), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 7) * 256), o7, MMAShape.M16N8K16);
+                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                            }
+                        }
+                        int rows = warp * 16;
+                        kc.mmaStore(o0, scratch, rows, oBase + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oBase + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oBase + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oBase + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oBase + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oBase + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oBase + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oBase + 56, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oBase + d, oStride);
+                    }
+                    if (flag[0] == stamp) {
+                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
+                        if (t < bq) {
+                            rowMax[t] = Float.NEGATIVE_INFINITY;
+                        }
+                    }
+                }
+                normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                kc.localBarrier();
+                float m = t < bq ? rowMax[t] : 0.0f;
+                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                        (b * queryHeads + h) * queryLength, d, bq);
+            }
+        }
+    }
+
+    /** {@link MmaTileConfig#D128}: D = 128, Br = 64, Bc = 32, 4 warps (128 threads). */
+    public static void attentionD128(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
+                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+        final int d = 128;
+        final int bq = 64;
+        final int bkv = 32;
+        int[] qT = kc.allocateIntLocalArray(4096);      // D x Br / 2: Q^T, B operand
+        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
+        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
+        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        float[] rowMax = kc.allocateFloatLocalArray(64);
+        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
+
+        int t = kc.localIdx;
+        int warp = t >> 5;
+        int lane = t & 31;
+        if (t < 64) {
+            ones[t] = HALF_ONE_PAIR;
+        }
+        if (t == 0) {
+            flag[0] = -1;
+        }
+
+        int heads = batch * queryHeads;
+        int queryTiles = (queryLength + bq - 1) / bq;
+        int tiles = queryTiles * heads;
+        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T, P, O | l
+        int pBase = sBase + bkv * bq;
+        int oBase = pBase + bq * bkv;
+        int oStride = d + 8;
+        int stamp = 0;
+
+        for (int round = 0; round * gridSize < tiles; round++) {
+            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
+            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
+            int tile = round * gridSize + position;
+            if (tile < tiles) {
+                int bh = tile % heads;
+                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
+                int b = bh / queryHeads;
+                int h = bh % queryHeads;
+                int hkv = h / (queryHeads / kvHeads);
+                int q0 = qt * bq;
+                int qRow = bshd == 1 ? queryHeads * d : d;
+                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
+                int kvRow = bshd == 1 ? kvHeads * d : d;
+                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
+                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
+
+                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
+
+                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
+                // the values of two queries for one d share an int. Rows past the end are zeros.
+                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
+                    int qa = 2 * (it / (d / 4));       // even query of the pair
+                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
+                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
+                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
+                    // common. No sign-mask (x >> 31): TornadoVM emits every right shift, >> included, as
+                    // shr.b32/shr.b64, a logical shift in PTX, so x >> 31 is 1, not -1, for a negative x.
+                    // x >>> 31 means the same in Java and in PTX.
+                    int ra = q0 + qa;
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >> 2) * (bq / 8) + (qa >> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >> 1);
+                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
+                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
+                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
+                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
+                }
+                if (t < bq) {
+                    rowMax[t] = Float.NEGATIVE_INFINITY;
+                }
+
+                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
+                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
+                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
+                int attempts = 1;
+                for (int attempt = 0; attempt < attempts; attempt++) {
+                    stamp++;
+                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
+                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
+                        // exact max first. Sweep 1 accumulates O and l.
+                        float[] o0 = kc.mmaFragment(0.0f);
+                        float[] o1 = kc.mmaFragment(0.0f);
+                        float[] o2 = kc.mmaFragment(0.0f);
+                        float[] o3 = kc.mmaFragment(0.0f);
+                        float[] o4 = kc.mmaFragment(0.0f);
+                        float[] o5 = kc.mmaFragment(0.0f);
+                        float[] o6 = kc.mmaFragment(0.0f);
+                        float[] o7 = kc.mmaFragment(0.0f);
+                        float[] o8 = kc.mmaFragment(0.0f);
+                        float[] o9 = kc.mmaFragment(0.0f);
+                        float[] o10 = kc.mmaFragment(0.0f);
+                        float[] o11 = kc.mmaFragment(0.0f);
+                        float[] o12 = kc.mmaFragment(0.0f);
+                        float[] o13 = kc.mmaFragment(0.0f);
+                        float[] o14 = kc.mmaFragment(0.0f);
+                        float[] o15 = kc.mmaFragment(0.0f);
+                        float[] rowSum = kc.mmaFragment(0.0f);
+                        for (int kvt = 0; kvt < kvTiles; kvt++) {
+                            int j0 = kvt * bkv;
+                            kc.localBarrier();
+
+                            // K into A-operand sub-tiles (16 keys x 16 d, sub-tile (key / 16, d / 16)) and V into
+                            // B-operand sub-tiles (16 keys x 8 d, sub-tile (key / 16, d / 8)), 64 bits at a time.
+                            // Consecutive threads take four consecutive words of 8 rows: 32-byte sectors fully used,
+                            // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
+                            for (int it = t; it < bkv * (d / 4); it += 128) {
+                                int dqL = it & 3;
+                                int jj = (it >> 2) & 15;
+                                int dqH = (it >> 6) % (d / 16);
+                                int kb = (it >> 6) / (d / 16);
+                                int row = j0 + kb * 16 + jj;
+                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >> 2;
+                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
+                                long lk = k.get(at) * keep;
+                                long lv = v.get(at) * keep;
+                                int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
+                                kT[kAt] = (int) lk;
+                                kT[kAt + 1] = (int) (lk >>> 32);
+                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >> 1)) * 64 + jj * 4 + 2 * (dqL & 1);
+                                vT[vAt] = (int) lv;
+                                vT[vAt + 1] = (int) (lv >>> 32);
+                            }
+                            kc.localBarrier();
+
+                            // S^T = K Q^T into the scratch: 2 key blocks x 8 query fragments; warp w takes key
+                            // block w % 2 and queries [32 (w / 2), 32 (w / 2) + 32).
+                            int kb = warp & 1;
+                            HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 8 + 0) * 512);
+                            HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 8 + 1) * 512);
+                            HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 8 + 2) * 512);
+                            HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 8 + 3) * 512);
+                            HalfFloat[] a4 = kc.mmaLoadA(kT, 16, (kb * 8 + 4) * 512);
+                            HalfFloat[] a5 = kc.mmaLoadA(kT, 16, (kb * 8 + 5) * 512);
+                            HalfFloat[] a6 = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
+                            HalfFloat[] a7 = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
+                            for (int i = 0; i < 4; i++) {
+                                int qn = (warp >> 1) * 4 + i;
+                                float[] s = kc.mmaFragment(0.0f);
+                                s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a4, kc.mmaLoadB(qT, 16, (32 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a5, kc.mmaLoadB(qT, 16, (40 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a6, kc.mmaLoadB(qT, 16, (48 + qn) * 256), s, MMAShape.M16N8K16);
+                                s = kc.mma(a7, kc.mmaLoadB(qT, 16, (56 + qn) * 256), s, MMAShape.M16N8K16);
+                                kc.mmaStore(s, scratch, kb * 16, sBase + qn * 8, bq);
+                            }
+                            kc.localBarrier();   // S^T complete in the scratch
+
+                            if (sweep == 0 || kvt == 0 && attempt == 0) {
+                                // One thread per row: fold this tile's max over visible scores into rowMax (the
+                                // reference max is the first tile's on attempt 0, the exact max on attempt 1).
+                                if (t < bq) {
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
+                                    float tileMax = Float.NEGATIVE_INFINITY;
+                                    for (int jl = 0; jl < bkv; jl++) {
+                                        if (j0 + jl <= limit) {
+                                            tileMax = Math.max(tileMax, scratch.get(sBase + jl * bq + t) * scale);
+                                        }
+                                    }
+                                    rowMax[t] = Math.max(rowMax[t], tileMax);
+                                }
+                                kc.localBarrier();
+                            }
+                            if (sweep == 1) {
+                                // P = exp(scale s - m) in fp32 into the scratch's P region (Br x Bc, row-major). In round
+                                // i thread t takes row 16 (i / (Bc/16)) + t / 8, keys 16 (i % (Bc/16)) + 2 (t % 8), + 1.
+                                for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
+                                    int r = (it / (bkv / 16)) * 16 + (t >> 3);
+                                    int jl = (it % (bkv / 16)) * 16 + ((t & 7) << 1);
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
+                                    float x0 = j0 + jl <= limit ? scratch.get(sBase + jl * bq + r) * scale : Float.NEGATIVE_INFINITY;
+                                    float x1 = j0 + jl + 1 <= limit ? scratch.get(sBase + (jl + 1) * bq + r) * scale : Float.NEGATIVE_INFINITY;
+                                    float m = rowMax[r];
+                                    if (x0 > m + MAX_EXCESS || x1 > m + MAX_EXCESS) {
+                                        flag[0] = stamp;
+                                    }
+                                    scratch.set(pBase + r * bkv + jl, x0 == Float.NEGATIVE_INFINITY ? 0.0f : TornadoMath.exp(x0 - m));
+                                    scratch.set(pBase + r * bkv + jl + 1, x1 == Float.NEGATIVE_INFINITY ? 0.0f : TornadoMath.exp(x1 - m));
+                                }
+                                kc.localBarrier();   // P in the scratch
+                                // P to fp16 A-operand sub-tiles (16 queries x 16 keys): in round i thread t fills int
+                                // t ^ 64 of sub-tile i (consecutive ints, no bank conflicts), a pair another thread wrote.
+                                int u = t ^ 64;
+                                for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
+                                    int at = pBase + ((it / (bkv / 16)) * 16 + (u >> 3)) * bkv + (it % (bkv / 16)) * 16 + ((u & 7) << 1);
+                                    int h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
+                                    int h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
+                                    pT[it * 128 + u] = h0 | (h1 << 16);
+                                }
+                                kc.localBarrier();   // P tile complete
+                            }
+
+                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
+                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // fragment update unconditional.)
+                            for (int kbb = 0; kbb < 2; kbb++) {
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 0) * 256), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 1) * 256), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 2) * 256), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 3) * 256), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 4) * 256), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 5) * 256), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 6) * 256), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 7) * 256), o7, MMAShape.M16N8K16);
+                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 8) * 256), o8, MMAShape.M16N8K16);
+                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 9) * 256), o9, MMAShape.M16N8K16);
+                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 10) * 256), o10, MMAShape.M16N8K16);
+                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 11) * 256), o11, MMAShape.M16N8K16);
+                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 12) * 256), o12, MMAShape.M16N8K16);
+                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 13) * 256), o13, MMAShape.M16N8K16);
+                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 14) * 256), o14, MMAShape.M16N8K16);
+                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 15) * 256), o15, MMAShape.M16N8K16);
+                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                            }
+                        }
+                        int rows = warp * 16;
+                        kc.mmaStore(o0, scratch, rows, oBase + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oBase + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oBase + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oBase + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oBase + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oBase + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oBase + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oBase + 56, oStride);
+                        kc.mmaStore(o8, scratch, rows, oBase + 64, oStride);
+                        kc.mmaStore(o9, scratch, rows, oBase + 72, oStride);
+                        kc.mmaStore(o10, scratch, rows, oBase + 80, oStride);
+                        kc.mmaStore(o11, scratch, rows, oBase + 88, oStride);
+                        kc.mmaStore(o12, scratch, rows, oBase + 96, oStride);
+                        kc.mmaStore(o13, scratch, rows, oBase + 104, oStride);
+                        kc.mmaStore(o14, scratch, rows, oBase + 112, oStride);
+                        kc.mmaStore(o15, scratch, rows, oBase + 120, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oBase + d, oStride);
+                    }
+                    if (flag[0] == stamp) {
+                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
+                        if (t < bq) {
+                            rowMax[t] = Float.NEGATIVE_INFINITY;
+                        }
+                    }
+                }
+                normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                kc.localBarrier();
+                float m = t < bq ? rowMax[t] : 0.0f;
+                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                        (b * queryHeads + h) * queryLength, d, bq);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // Helpers that touch only global memory. Local (shared) arrays are accessed in the kernel methods
+    // themselves: TornadoVM addresses a local array correctly only where the access sees the array
+    // allocation directly; passed to a helper method, the array arrives behind a type check and is
+    // addressed like a Java heap array (header offset, byte index), which is out of bounds in shared
+    // memory.
+
+    /**
+     * Each lane divides the O elements it stored (rows g, g + 8 of its warp's 16, columns 2 (lane % 4), + 1
+     * of every 8) by the row sum l it stored next to them, in place, so that {@link #writeOutput} can
+     * convert values read straight from the scratch to fp16.
+     */
+    static void normaliseOwnRows(FloatArray scratch, int oBase, int oStride, int warp, int lane, int d) {
+        int tc = (lane & 3) << 1;
+        int at0 = oBase + (warp * 16 + (lane >> 2)) * oStride;
+        int at1 = at0 + 8 * oStride;
+        float sum0 = scratch.get(at0 + d + tc);
+        float sum1 = scratch.get(at1 + d + tc);
+        float inverse0 = sum0 > 0.0f ? 1.0f / sum0 : 0.0f;    // a row that sees no key gives O = 0
+        float inverse1 = sum1 > 0.0f ? 1.0f / sum1 : 0.0f;
+        for (int c = tc; c < d; c += 8) {
+            scratch.set(at0 + c, scratch.get(at0 + c) * inverse0);
+            scratch.set(at0 + c + 1, scratch.get(at0 + c + 1) * inverse0);
+            scratch.set(at1 + c, scratch.get(at1 + c) * inverse1);
+            scratch.set(at1 + c + 1, scratch.get(at1 + c + 1) * inverse1);
+        }
+    }
+
+    /**
+     * O (already divided by l) from the scratch to fp16, four values per 64-bit store; logsumexp =
+     * m + ln(l) (thread t < Br passes its row's m), -infinity for a row that saw no key.
+     */
+    static void writeOutput(FloatArray scratch, LongArray o, FloatArray lse, float rowMax, int t, int oBase,
+                            int qBase, int qRow, int q0, int queryLength, int lseBase, int d, int bq) {
+        int quads = d / 4;
+        int oStride = d + 8;
+        for (int it = t; it < bq * quads; it += 128) {
+            int r = it / quads;
+            int dq = it % quads;
+            if (q0 + r < queryLength) {
+                int at = oBase + r * oStride + 4 * dq;
+                long h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
+                long h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
+                long h2 = new HalfFloat(scratch.get(at + 2)).getHalfFloatValue() & 0xFFFF;
+                long h3 = new HalfFloat(scratch.get(at + 3)).getHalfFloatValue() & 0xFFFF;
+                o.set((qBase + (q0 + r) * qRow + 4 * dq) >> 2, h0 | (h1 << 16) | (h2 << 32) | (h3 << 48));
+            }
+        }
+        if (t < bq && q0 + t < queryLength) {
+            float sum = scratch.get(oBase + t * oStride + d);
+            lse.set(lseBase + q0 + t, sum > 0.0f ? rowMax + TornadoMath.log(sum) : Float.NEGATIVE_INFINITY);
+        }
+    }
+}

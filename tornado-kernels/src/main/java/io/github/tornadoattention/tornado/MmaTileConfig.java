@@ -1,0 +1,127 @@
+package io.github.tornadoattention.tornado;
+
+import io.github.tornadoattention.InvalidArgumentException;
+
+/**
+ * Kernel traits of tornado-mma (FlashAttention-2's "kernel traits": tile sizes, warps, shared-memory
+ * layout), kept apart from the kernel body in {@link MmaKernels}. The kernel allocates its local arrays
+ * with these sizes as literal constants; {@code MmaKernelsTest} checks that both agree.
+ *
+ * <p>All tiles are fp16 packed two to an {@code int} (what KernelContext's {@code mmaLoadA/mmaLoadB}
+ * read), in the layouts the intrinsics expect:
+ * <ul>
+ *   <li>A operand (K tile for S^T = K Q^T, P tile for O = P V): 16x16 sub-tiles, row-major, 32-byte rows,
+ *       512 bytes each ({@code mmaLoadA} issues {@code ldmatrix.x4} with a fixed 32-byte row stride).</li>
+ *   <li>B operand (Q^T tile, V tile, constant tiles): 16x8 sub-tiles, [k][n] row-major, 16-byte rows,
+ *       256 bytes each ({@code mmaLoadB} issues {@code ldmatrix.x2.trans}).</li>
+ * </ul>
+ *
+ * @param headDim   D, 64 or 128
+ * @param blockQ    Br: query rows per tile (one CTA works on one tile at a time); 16 per warp
+ * @param blockKv   Bc: keys per K/V tile
+ * @param warps     warps per CTA (the kernel is written for 4)
+ */
+public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps) {
+    /** Largest grid: CTAs loop over tiles beyond this, so the fp32 scratch stays bounded. */
+    public static final int MAX_CTAS = 1024;
+    /** Static shared memory a CTA may use (TornadoVM launches with no dynamic shared memory). */
+    public static final int MAX_SHARED_BYTES = 48 * 1024;
+
+    public static final MmaTileConfig D64 = new MmaTileConfig(64, 64, 64, 4);
+    public static final MmaTileConfig D128 = new MmaTileConfig(128, 64, 32, 4);
+
+    /** The launch table: one configuration per supported head dim. */
+    public static MmaTileConfig forHeadDim(int headDim) {
+        return switch (headDim) {
+            case 64 -> D64;
+            case 128 -> D128;
+            default -> throw new InvalidArgumentException("headDim", headDim, "tornado-mma supports 64, 128");
+        };
+    }
+
+    public int threads() {
+        return 32 * warps;
+    }
+
+    /** Q^T as B operand: D x Br fp16. */
+    public int queryTileInts() {
+        return headDim * blockQ / 2;
+    }
+
+    /** K as A operand: Bc x D fp16. */
+    public int keyTileInts() {
+        return blockKv * headDim / 2;
+    }
+
+    /** V as B operand: Bc x D fp16. */
+    public int valueTileInts() {
+        return blockKv * headDim / 2;
+    }
+
+    /** P as A operand: Br x Bc fp16. */
+    public int probabilityTileInts() {
+        return blockQ * blockKv / 2;
+    }
+
+    /** A constant 16x8 B sub-tile of ones: P times it gives the row sums of P. */
+    public int constantTileInts() {
+        return 64;
+    }
+
+    public int sharedMemoryBytes() {
+        // + 4: the recompute flag, one int padded to 16 bytes (TornadoVM declares shared arrays without
+        // .align, so every array's size is kept a multiple of 16 bytes for ldmatrix's alignment).
+        int ints = queryTileInts() + keyTileInts() + valueTileInts() + probabilityTileInts() + constantTileInts() + 4;
+        int floats = blockQ; // reference max per row
+        return 4 * (ints + floats);
+    }
+
+    /**
+     * fp32 scratch per CTA in global memory: S^T (Bc x Br), P (Br x Bc) and O with its row sums
+     * (Br x (D + 8)). The KernelContext API offers no access to accumulator fragment elements, so S and O
+     * leave the tensor cores only through {@code mmaStore} (st.global.f32); P passes through it because
+     * TornadoVM converts fp32 to fp16 only for a value just read from a FloatArray.
+     */
+    public int scratchFloatsPerCta() {
+        return blockKv * blockQ + blockQ * blockKv + blockQ * (headDim + 8);
+    }
+
+    /** Offsets within a CTA's scratch. */
+    public int scoresOffset() {
+        return 0;
+    }
+
+    public int probabilitiesOffset() {
+        return blockKv * blockQ;
+    }
+
+    public int outputOffset() {
+        return 2 * blockKv * blockQ;
+    }
+
+    public int queryTiles(int queryLength) {
+        return (queryLength + blockQ - 1) / blockQ;
+    }
+
+    /** Work items: one per (query tile, batch x head). */
+    public int tiles(int batch, int queryHeads, int queryLength) {
+        return queryTiles(queryLength) * batch * queryHeads;
+    }
+
+    /** CTAs launched: one per tile, at most {@link #MAX_CTAS}. */
+    public int gridSize(int batch, int queryHeads, int queryLength) {
+        return Math.min(MAX_CTAS, tiles(batch, queryHeads, queryLength));
+    }
+
+    public MmaTileConfig {
+        if (warps != 4) {
+            throw new IllegalArgumentException("the tornado-mma kernels are written for 4 warps");
+        }
+        if (blockQ != 16 * warps) {
+            throw new IllegalArgumentException("each warp owns 16 query rows: blockQ must be 16 * warps");
+        }
+        if (blockKv % 16 != 0 || headDim % 16 != 0) {
+            throw new IllegalArgumentException("blockKv and headDim must be multiples of 16");
+        }
+    }
+}

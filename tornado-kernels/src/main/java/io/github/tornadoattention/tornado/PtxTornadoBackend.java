@@ -1,0 +1,43 @@
+package io.github.tornadoattention.tornado;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Availability;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.ptx.LaunchTable;
+
+/**
+ * {@code ptx-tornado}: the hand-tuned PTX kernels of ptx-overrides/ run as prebuilt tasks inside
+ * TornadoVM task graphs, behind the same plan machinery as tornado-mma ({@link TornadoAttentionPlan}),
+ * so switching is one id. Needs TornadoVM's PTX backend and an sm_80 or newer GPU.
+ */
+public final class PtxTornadoBackend implements AttentionBackend {
+
+    @Override
+    public String id() {
+        return Backends.PTX_TORNADO;
+    }
+
+    @Override
+    public String description() {
+        return "hand-tuned PTX (mma.sync, ldmatrix, cp.async) as TornadoVM prebuilt tasks";
+    }
+
+    @Override
+    public Availability availability() {
+        return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
+    }
+
+    @Override
+    public void checkSupported(AttentionShape shape) {
+        LaunchTable.checkSupported(id(), shape);
+    }
+
+    @Override
+    public AttentionPlan plan(AttentionShape shape) {
+        checkCanPlan(shape);
+        TornadoBackendSupport.requireNoBailout(id());
+        return new PtxTornadoPlan(shape, TornadoDevices.ptxDevice().require(id()));
+    }
+}

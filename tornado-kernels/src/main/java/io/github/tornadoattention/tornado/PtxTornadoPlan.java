@@ -1,0 +1,118 @@
+package io.github.tornadoattention.tornado;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.ptx.KernelParams;
+import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.ptx.TornadoPrebuiltPtx;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import uk.ac.manchester.tornado.api.AccessorParameters;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.WorkerGrid3D;
+import uk.ac.manchester.tornado.api.common.Access;
+import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
+
+/**
+ * The ptx-tornado task graph for one shape: the launch table's prefill kernel as a prebuilt task,
+ * inside the task graph of {@link TornadoAttentionPlan}.
+ *
+ * <p>TornadoVM's prebuilt ABI, which the {@code _tornado} entries of ptx-overrides/ follow: the first
+ * kernel parameter is TornadoVM's kernel context, every array arrives as a pointer to its header (data 16
+ * bytes in), the kernel is looked up by a mangled name, TornadoVM prepends its own
+ * {@code .version/.target} lines and launches with static shared memory only. The PTX each task loads is
+ * written to a temporary file, deleted once the plan is built, by {@link TornadoPrebuiltPtx}.
+ */
+final class PtxTornadoPlan extends TornadoAttentionPlan {
+    private final HalfFloatArray o;
+    private final List<Path> ptxFiles = new ArrayList<>();
+
+    PtxTornadoPlan(AttentionShape s, TornadoDevice device) {
+        super(Backends.PTX_TORNADO, s);
+        HalfFloatArray q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
+        HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        HalfFloatArray v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        this.o = new HalfFloatArray(Math.toIntExact(s.outputElements()));
+        // The prefill kernel for every shape, decode included: TornadoVM 5.2.0 crashed the JVM (inside
+        // libcuda, in the copy back after the combine pass) when running the split-KV pair as two prebuilt
+        // tasks, so that pair runs only on the ptx-cuda host.
+        IntArray params = IntArray.fromArray(KernelParams.of(s, 0));
+        LaunchTable.Launch launch = LaunchTable.prefillLaunch(s, "_tornado");
+
+        String graph = prefix + "attend";
+        TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
+                .transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+        GridScheduler scheduler = new GridScheduler();
+        try {
+            addTask(attend, scheduler, graph, "flash", launch,
+                    q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
+                    o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY, params, Access.READ_ONLY);
+            attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
+            build(device, q, k, v, attend, scheduler);
+        } finally {
+            // build() has compiled every task (TornadoVM caches the module per execution plan).
+            deletePtxFiles();
+        }
+    }
+
+    /**
+     * Adds one prebuilt task: {@code arrayAccessPairs} alternates each kernel argument (after the
+     * kernel context) with its {@link Access}. The launch's grid of blocks becomes TornadoVM's global
+     * work size (blocks x threads) with the block as local work size.
+     */
+    private void addTask(TaskGraph graph, GridScheduler scheduler, String graphName, String task,
+                         LaunchTable.Launch launch, Object... arrayAccessPairs) {
+        int n = arrayAccessPairs.length / 2;
+        AccessorParameters accessors = new AccessorParameters(n);
+        List<Class<?>> types = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            TornadoNativeArray array = (TornadoNativeArray) arrayAccessPairs[2 * i];
+            accessors.set(i, array, (Access) arrayAccessPairs[2 * i + 1]);
+            types.add(array.getClass());
+        }
+        String kernelName = TornadoPrebuiltPtx.mangledName(graphName, task, launch.entry(), types);
+        Path file = writePtx(TornadoPrebuiltPtx.adapt(LaunchTable.ptx(launch.module()), launch.entry(), kernelName));
+        graph.prebuiltTask(task, launch.entry(), file.toString(), accessors);
+
+        WorkerGrid3D grid = new WorkerGrid3D(launch.gridX() * launch.threads(), launch.gridY(), launch.gridZ());
+        grid.setLocalWork(launch.threads(), 1, 1);
+        scheduler.addWorkerGrid(graphName + "." + task, grid);
+    }
+
+    private Path writePtx(String ptx) {
+        try {
+            Path file = Files.createTempFile("tornado-attention-", ".ptx");
+            ptxFiles.add(file);
+            Files.writeString(file, ptx);
+            return file;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    private void deletePtxFiles() {
+        for (Path file : ptxFiles) {
+            try {
+                Files.deleteIfExists(file);
+            } catch (IOException e) {
+                file.toFile().deleteOnExit();
+            }
+        }
+        ptxFiles.clear();
+    }
+
+    @Override
+    protected TornadoNativeArray outputArray() {
+        return o;
+    }
+}

@@ -1,0 +1,54 @@
+package io.github.tornadoattention.tornado;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.Layout;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.KernelContext;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.WorkerGrid1D;
+import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
+
+/** The tornado-simt task graph for one shape (see {@link TornadoAttentionPlan} for the graphs around it). */
+final class SimtPlan extends TornadoAttentionPlan {
+    private final ShortArray o;
+
+    SimtPlan(AttentionShape s, TornadoDevice device) {
+        super(Backends.TORNADO_SIMT, s);
+        SimtTileConfig config = SimtTileConfig.forHeadDim(s.headDim());
+        HalfFloatArray q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
+        HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        HalfFloatArray v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        this.o = new ShortArray(Math.toIntExact(s.outputElements()));   // fp16 bits
+        int causal = s.causal() ? 1 : 0;
+        int bshd = s.layout() == Layout.BSHD ? 1 : 0;
+
+        // One workgroup of config.threads() threads per (query tile, batch x head), a 1D grid.
+        int workgroups = config.workgroups(s.batch(), s.queryHeads(), s.queryLength());
+        WorkerGrid1D worker = new WorkerGrid1D(workgroups * config.threads());
+        worker.setLocalWork(config.threads(), 1, 1);
+        String graph = prefix + "attend";
+        GridScheduler scheduler = new GridScheduler(graph + ".flash", worker);
+
+        KernelContext kc = new KernelContext();
+        TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v);
+        if (config == SimtTileConfig.UP_TO_64) {
+            attend.task("flash", SimtKernels::attentionUpTo64, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
+                    s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
+        } else {
+            attend.task("flash", SimtKernels::attentionUpTo128, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
+                    s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
+        }
+        attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
+        build(device, q, k, v, attend, scheduler);
+    }
+
+    @Override
+    protected TornadoNativeArray outputArray() {
+        return o;
+    }
+}

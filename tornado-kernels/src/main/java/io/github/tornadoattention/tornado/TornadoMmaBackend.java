@@ -1,0 +1,52 @@
+package io.github.tornadoattention.tornado;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Availability;
+import io.github.tornadoattention.BackendUnavailableException;
+import io.github.tornadoattention.Backends;
+
+/**
+ * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels}, both matrix products on tensor
+ * cores through KernelContext's MMA intrinsics. Needs TornadoVM's PTX backend and an NVIDIA GPU of compute
+ * capability 8.0 or newer.
+ */
+public final class TornadoMmaBackend implements AttentionBackend {
+
+    @Override
+    public String id() {
+        return Backends.TORNADO_MMA;
+    }
+
+    @Override
+    public String description() {
+        return "Java KernelContext kernel (TornadoVM PTX) with tensor-core intrinsics (mma.sync m16n8k16)";
+    }
+
+    @Override
+    public Availability availability() {
+        return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
+    }
+
+    /** Head dims 64 and 128 ({@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths. */
+    @Override
+    public void checkSupported(AttentionShape shape) {
+        MmaTileConfig.forHeadDim(shape.headDim());
+    }
+
+    @Override
+    public AttentionPlan plan(AttentionShape shape) {
+        checkCanPlan(shape);
+        TornadoBackendSupport.requireNoBailout(id());
+        try {
+            return new MmaPlan(shape, TornadoDevices.ptxDevice().require(id()));
+        } catch (RuntimeException e) {
+            // TornadoVM refuses MMA intrinsics on devices below compute capability 8.0 when it compiles.
+            if (e.getClass().getSimpleName().equals("TornadoDeviceMMANotSupported")) {
+                throw new BackendUnavailableException(id(), e.getMessage());
+            }
+            throw e;
+        }
+    }
+}

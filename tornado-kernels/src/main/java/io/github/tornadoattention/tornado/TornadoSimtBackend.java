@@ -1,0 +1,39 @@
+package io.github.tornadoattention.tornado;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Availability;
+import io.github.tornadoattention.Backends;
+
+/** {@code tornado-simt}: the FlashAttention-2 kernel of {@link SimtKernels}, scalar fp32 math, any TornadoVM device. */
+public final class TornadoSimtBackend implements AttentionBackend {
+
+    @Override
+    public String id() {
+        return Backends.TORNADO_SIMT;
+    }
+
+    @Override
+    public String description() {
+        return "Java KernelContext kernel (TornadoVM), local-memory tiles, scalar fp32 math";
+    }
+
+    @Override
+    public Availability availability() {
+        return TornadoBackendSupport.availability(() -> TornadoDevices.anyDevice().availability());
+    }
+
+    /** Head dims 1..128 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths. */
+    @Override
+    public void checkSupported(AttentionShape shape) {
+        SimtTileConfig.forHeadDim(shape.headDim());
+    }
+
+    @Override
+    public AttentionPlan plan(AttentionShape shape) {
+        checkCanPlan(shape);
+        TornadoBackendSupport.requireNoBailout(id());
+        return new SimtPlan(shape, TornadoDevices.anyDevice().require(id()));
+    }
+}

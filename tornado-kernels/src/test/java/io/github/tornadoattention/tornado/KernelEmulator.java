@@ -1,0 +1,262 @@
+package io.github.tornadoattention.tornado;
+
+import java.lang.reflect.Field;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.BrokenBarrierException;
+import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.IntFunction;
+import uk.ac.manchester.tornado.api.KernelContext;
+import uk.ac.manchester.tornado.api.enums.MMAShape;
+import uk.ac.manchester.tornado.api.types.HalfFloat;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+
+/**
+ * Runs a KernelContext kernel on the CPU, one Java thread per GPU thread, so that the kernels' index
+ * arithmetic, layouts, masking and softmax can be tested where there is no GPU. Local arrays are shared by
+ * the threads of a workgroup, {@code localBarrier()} is a barrier over them, and the MMA intrinsics are
+ * emulated warp by warp with exactly the semantics of TornadoVM's PTX lowering:
+ * <ul>
+ *   <li>{@code mmaLoadA(tile, 16, byteOffset)}: {@code ldmatrix.x4} over a 16x16 fp16 tile, row-major with
+ *       32-byte rows, at {@code byteOffset}; lane (g = lane / 4, t = lane % 4) gets a0..a7 =
+ *       (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..).</li>
+ *   <li>{@code mmaLoadB(tile, 16, byteOffset)}: {@code ldmatrix.x2.trans} over a 16x8 fp16 tile [k][n],
+ *       row-major with 16-byte rows; lane gets b0..b3 = (k = 2t..2t+1, n = g), (k = 2t+8.., n = g).</li>
+ *   <li>{@code mma}: D = A B + C for m16n8k16, fp32 accumulation; C/D element i of lane (g, t) is
+ *       (row g + 8 (i / 2), column 2t + i % 2).</li>
+ *   <li>{@code mmaStore(d, c, row, col, n)}: element (r, k) of the fragment to c[(row + r) n + col + k].</li>
+ * </ul>
+ * (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; TornadoVM's LdmatrixStmt and
+ * MMAStoreStmt.) Races the kernel might have are not reliably detected.
+ */
+final class KernelEmulator {
+    /** A kernel body taking the emulated context. */
+    interface Kernel {
+        void run(KernelContext kc);
+    }
+
+    private static volatile int lastLocalBytes;
+
+    private KernelEmulator() {
+    }
+
+    /** Bytes of local memory one workgroup of the last {@link #launch} allocated (its static shared memory). */
+    static int localBytesOfLastLaunch() {
+        return lastLocalBytes;
+    }
+
+    /** Runs {@code groups} workgroups of {@code threads} threads, one workgroup after the other. */
+    static void launch(int groups, int threads, Kernel kernel) {
+        for (int group = 0; group < groups; group++) {
+            Workgroup workgroup = new Workgroup(threads);
+            AtomicReference<Throwable> failure = new AtomicReference<>();
+            List<Thread> running = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                EmulatedContext kc = new EmulatedContext(workgroup, group, groups, t, threads);
+                running.add(Thread.ofVirtual().start(() -> {
+                    try {
+                        kernel.run(kc);
+                    } catch (Throwable e) {
+                        if (failure.compareAndSet(null, e)) {
+                            workgroup.abort();
+                        }
+                    }
+                }));
+            }
+            for (Thread thread : running) {
+                try {
+                    thread.join();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException(e);
+                }
+            }
+            if (failure.get() != null) {
+                throw new IllegalStateException("workgroup " + group + " failed", failure.get());
+            }
+            lastLocalBytes = workgroup.localBytes();
+        }
+    }
+
+    /** State shared by the threads of one workgroup. */
+    private static final class Workgroup {
+        final CyclicBarrier barrier;
+        final List<Object> localArrays = new ArrayList<>();
+        final Warp[] warps;
+
+        Workgroup(int threads) {
+            this.barrier = new CyclicBarrier(threads);
+            this.warps = new Warp[(threads + 31) / 32];
+            for (int w = 0; w < warps.length; w++) {
+                warps[w] = new Warp(Math.min(32, threads - 32 * w));
+            }
+        }
+
+        synchronized Object localArray(int index, IntFunction<Object> create, int size) {
+            while (localArrays.size() <= index) {
+                localArrays.add(create.apply(size));
+            }
+            return localArrays.get(index);
+        }
+
+        synchronized int localBytes() {
+            int bytes = 0;
+            for (Object array : localArrays) {
+                bytes += 4 * java.lang.reflect.Array.getLength(array);
+            }
+            return bytes;
+        }
+
+        void abort() {
+            barrier.reset();
+            for (Warp warp : warps) {
+                warp.barrier.reset();
+            }
+        }
+    }
+
+    /** The 32 lanes' operands of one warp-wide mma. */
+    private static final class Warp {
+        final CyclicBarrier barrier;
+        final HalfFloat[][] a = new HalfFloat[32][];
+        final HalfFloat[][] b = new HalfFloat[32][];
+
+        Warp(int lanes) {
+            this.barrier = new CyclicBarrier(lanes);
+        }
+    }
+
+    private static final class EmulatedContext extends KernelContext {
+        private final Workgroup workgroup;
+        private final int lane;
+        private final Warp warp;
+        private int allocations;
+
+        EmulatedContext(Workgroup workgroup, int group, int groups, int t, int threads) {
+            this.workgroup = workgroup;
+            this.lane = t & 31;
+            this.warp = workgroup.warps[t >> 5];
+            set("localIdx", t);
+            set("groupIdx", group);
+            set("globalIdx", group * threads + t);
+            set("localGroupSizeX", threads);
+            set("globalGroupSizeX", groups * threads);
+        }
+
+        private void set(String field, int value) {
+            try {
+                Field f = KernelContext.class.getField(field);
+                f.setAccessible(true);
+                f.set(this, value);
+            } catch (ReflectiveOperationException e) {
+                throw new IllegalStateException("cannot emulate KernelContext." + field, e);
+            }
+        }
+
+        @Override
+        public int[] allocateIntLocalArray(int size) {
+            return (int[]) workgroup.localArray(allocations++, int[]::new, size);
+        }
+
+        @Override
+        public float[] allocateFloatLocalArray(int size) {
+            return (float[]) workgroup.localArray(allocations++, float[]::new, size);
+        }
+
+        @Override
+        public void localBarrier() {
+            await(workgroup.barrier);
+        }
+
+        private static void await(CyclicBarrier barrier) {
+            try {
+                barrier.await();
+            } catch (InterruptedException | BrokenBarrierException e) {
+                throw new IllegalStateException("barrier broken: another thread failed", e);
+            }
+        }
+
+        @Override
+        public float[] mmaFragment(float v) {
+            return new float[] {v, v, v, v};
+        }
+
+        private static float half(int[] tile, int byteAddress) {
+            int word = tile[byteAddress >> 2];
+            int bits = (byteAddress & 2) == 0 ? word & 0xFFFF : word >>> 16;
+            return Float.float16ToFloat((short) bits);
+        }
+
+        @Override
+        public HalfFloat[] mmaLoadA(int[] tile, int wmmaK) {
+            return mmaLoadA(tile, wmmaK, 0);
+        }
+
+        @Override
+        public HalfFloat[] mmaLoadA(int[] tile, int wmmaK, int byteOffset) {
+            int g = lane >> 2;
+            int t = lane & 3;
+            HalfFloat[] fragment = new HalfFloat[8];
+            for (int i = 0; i < 8; i++) {
+                int reg = i >> 1;
+                int row = g + 8 * (reg & 1);
+                int col = 2 * t + (i & 1) + 8 * (reg >> 1);
+                fragment[i] = new HalfFloat(half(tile, byteOffset + row * 32 + col * 2));
+            }
+            return fragment;
+        }
+
+        @Override
+        public HalfFloat[] mmaLoadB(int[] tile, int wmmaK) {
+            return mmaLoadB(tile, wmmaK, 0);
+        }
+
+        @Override
+        public HalfFloat[] mmaLoadB(int[] tile, int wmmaK, int byteOffset) {
+            int g = lane >> 2;
+            int t = lane & 3;
+            HalfFloat[] fragment = new HalfFloat[4];
+            for (int i = 0; i < 4; i++) {
+                int k = 2 * t + (i & 1) + 8 * (i >> 1);
+                fragment[i] = new HalfFloat(half(tile, byteOffset + k * 16 + g * 2));
+            }
+            return fragment;
+        }
+
+        @Override
+        public float[] mma(HalfFloat[] fragA, HalfFloat[] fragB, float[] fragC, MMAShape shape) {
+            if (shape != MMAShape.M16N8K16) {
+                throw new UnsupportedOperationException("only m16n8k16 is emulated");
+            }
+            warp.a[lane] = fragA;
+            warp.b[lane] = fragB;
+            await(warp.barrier);
+            int g = lane >> 2;
+            int t = lane & 3;
+            float[] d = new float[4];
+            for (int i = 0; i < 4; i++) {
+                int m = g + 8 * (i >> 1);
+                int n = 2 * t + (i & 1);
+                float sum = fragC[i];
+                for (int k = 0; k < 16; k++) {
+                    HalfFloat a = warp.a[(m & 7) * 4 + ((k & 7) >> 1)][2 * ((m >> 3) + 2 * (k >> 3)) + (k & 1)];
+                    HalfFloat b = warp.b[n * 4 + ((k & 7) >> 1)][2 * (k >> 3) + (k & 1)];
+                    sum += a.getFloat32() * b.getFloat32();
+                }
+                d[i] = sum;
+            }
+            await(warp.barrier);   // nobody overwrites the operands before every lane has read them
+            return d;
+        }
+
+        @Override
+        public void mmaStore(float[] fragD, FloatArray c, int tileRow, int tileCol, int dimN) {
+            int g = lane >> 2;
+            int t = lane & 3;
+            for (int i = 0; i < 4; i++) {
+                c.set((tileRow + g + 8 * (i >> 1)) * dimN + tileCol + 2 * t + (i & 1), fragD[i]);
+            }
+        }
+    }
+}

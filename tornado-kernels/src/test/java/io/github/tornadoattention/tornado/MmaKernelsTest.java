@@ -1,0 +1,154 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.verify.ErrorStats;
+import io.github.tornadoattention.verify.RandomInputs;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.LongArray;
+
+/**
+ * The tornado-mma kernels, run by {@link KernelEmulator} on the CPU (no GPU needed) with the MMA
+ * intrinsics' PTX semantics, against the CPU reference: layouts, masks, GQA, BSHD, tails, the grid loop
+ * and the recompute path.
+ */
+class MmaKernelsTest {
+
+    static Stream<AttentionShape> shapes() {
+        return Stream.of(
+                shape(1, 2, 2, 70, 150, 64, false, Layout.BHSD),
+                shape(1, 2, 2, 130, 130, 64, true, Layout.BHSD),
+                shape(1, 2, 2, 100, 40, 64, true, Layout.BHSD),      // rows that see no key
+                shape(2, 4, 2, 64, 64, 64, true, Layout.BSHD),       // GQA
+                shape(1, 1, 1, 1, 1, 64, true, Layout.BHSD),
+                shape(1, 2, 1, 80, 100, 128, false, Layout.BSHD),    // MQA
+                shape(1, 2, 2, 70, 70, 128, true, Layout.BHSD),
+                shape(1, 1, 1, 20, 90, 128, true, Layout.BHSD),     // Sq < Skv, causal
+                shape(8, 8, 8, 128, 128, 64, false, Layout.BHSD));  // two full K/V tiles, 128 CTAs
+    }
+
+    private static AttentionShape shape(int b, int hq, int hkv, int sq, int skv, int d, boolean causal, Layout layout) {
+        return AttentionShape.builder().batch(b).heads(hq).kvHeads(hkv).queryLength(sq).kvLength(skv).headDim(d)
+                .causal(causal).layout(layout).build();
+    }
+
+    @ParameterizedTest
+    @MethodSource("shapes")
+    void matchesTheReference(AttentionShape shape) {
+        try (RandomInputs in = RandomInputs.generate(shape, 42)) {
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3);
+            assertTrue(errors.passes(), shape + ": " + errors);
+        }
+    }
+
+    /** Keys past the first tile score far above the first tile's max: the tile is recomputed. */
+    @Test
+    void recomputesWhenAScoreExceedsTheReferenceMax() {
+        AttentionShape shape = shape(1, 1, 1, 64, 200, 64, false, Layout.BHSD);
+        try (RandomInputs in = RandomInputs.generate(shape, 7)) {
+            float[] k = in.k().toFloatArray();
+            for (int i = 64 * 64; i < k.length; i++) {
+                k[i] *= 5.0f;        // scores ~ N(0, 25) after the first 64 keys
+            }
+            in.k().copyFrom(k);
+            ErrorStats errors = run(shape, in, 1);
+            assertTrue(errors.passes(), errors.toString());
+        }
+    }
+
+    private static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
+        MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
+        LongArray q = EmulatedInputs.longs(in.q());
+        LongArray k = EmulatedInputs.longs(in.k());
+        LongArray v = EmulatedInputs.longs(in.v());
+        LongArray o = new LongArray(Math.toIntExact(s.outputElements() / 4));
+        EmulatedInputs.poison(o.getSegment());
+        FloatArray lse = EmulatedInputs.poisonedLse(s);
+        int grid = Math.min(maxGrid, config.gridSize(s.batch(), s.queryHeads(), s.queryLength()));
+        FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
+        int causal = s.causal() ? 1 : 0;
+        int bshd = s.layout() == Layout.BSHD ? 1 : 0;
+        KernelEmulator.launch(grid, config.threads(), kc -> {
+            if (s.headDim() == 64) {
+                MmaKernels.attentionD64(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            } else {
+                MmaKernels.attentionD128(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            }
+        });
+        assertEquals(config.sharedMemoryBytes(), KernelEmulator.localBytesOfLastLaunch(),
+                "MmaTileConfig and the kernel's local arrays disagree");
+        return EmulatedInputs.compare("tornado-mma", s, in, o.getSegment(), lse);
+    }
+
+    @Test
+    void emulatedMmaMultipliesLikeTheTensorCores() {
+        // A = 16x16 with A[m][k] = m + k / 16, B = 16x8 with B[k][n] = k == n ? 1 : (k == n + 8 ? 2 : 0):
+        // D[m][n] = A[m][n] + 2 A[m][n + 8].
+        int[] aTile = new int[128];
+        int[] bTile = new int[64];
+        float[] expected = new float[128];
+        for (int m = 0; m < 16; m++) {
+            for (int kk = 0; kk < 16; kk += 2) {
+                aTile[m * 8 + kk / 2] = bits(m + kk / 16f) | (bits(m + (kk + 1) / 16f) << 16);
+            }
+        }
+        for (int kk = 0; kk < 16; kk++) {
+            for (int n = 0; n < 8; n += 2) {
+                bTile[kk * 4 + n / 2] = bits(b(kk, n)) | (bits(b(kk, n + 1)) << 16);
+            }
+        }
+        for (int m = 0; m < 16; m++) {
+            for (int n = 0; n < 8; n++) {
+                expected[m * 8 + n] = round(m + n / 16f) + 2 * round(m + (n + 8) / 16f);
+            }
+        }
+        FloatArray out = new FloatArray(128);
+        KernelEmulator.launch(1, 32, kc -> {
+            int[] a = kc.allocateIntLocalArray(128);
+            int[] b = kc.allocateIntLocalArray(64);
+            int lane = kc.localIdx;
+            for (int i = lane; i < 128; i += 32) {
+                a[i] = aTile[i];
+            }
+            for (int i = lane; i < 64; i += 32) {
+                b[i] = bTile[i];
+            }
+            kc.localBarrier();
+            float[] d = kc.mma(kc.mmaLoadA(a, 16, 0), kc.mmaLoadB(b, 16, 0), kc.mmaFragment(0f),
+                    uk.ac.manchester.tornado.api.enums.MMAShape.M16N8K16);
+            kc.mmaStore(d, out, 0, 0, 8);
+        });
+        for (int i = 0; i < 128; i++) {
+            assertEquals(expected[i], out.get(i), 1e-3, "D[" + i / 8 + "][" + i % 8 + "]");
+        }
+    }
+
+    private static float b(int k, int n) {
+        return k == n ? 1f : k == n + 8 ? 2f : 0f;
+    }
+
+    private static int bits(float x) {
+        return Float.floatToFloat16(x) & 0xFFFF;
+    }
+
+    private static float round(float x) {
+        return Float.float16ToFloat(Float.floatToFloat16(x));
+    }
+
+    @Test
+    void shapesAreMultiplesOfFourHalves() {
+        try (HalfTensor t = HalfTensor.allocate(64)) {
+            assertEquals(16, EmulatedInputs.longs(t).getSize());
+        }
+    }
+}

@@ -1,0 +1,124 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.github.tornadoattention.InvalidArgumentException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * The launch tables and the launch-geometry arithmetic of both backends (no device needed). That the
+ * configurations' shared-memory sizes match the kernels' local arrays is checked where the kernels run,
+ * in {@link MmaKernelsTest} and {@link SimtKernelsTest}.
+ */
+class TileConfigTest {
+
+    @Test
+    void mmaLaunchTableHasOneConfigurationPerHeadDim() {
+        assertSame(MmaTileConfig.D64, MmaTileConfig.forHeadDim(64));
+        assertSame(MmaTileConfig.D128, MmaTileConfig.forHeadDim(128));
+        assertEquals(new MmaTileConfig(64, 64, 64, 4), MmaTileConfig.D64);
+        assertEquals(new MmaTileConfig(128, 64, 32, 4), MmaTileConfig.D128);
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {0, 16, 32, 63, 80, 96, 127, 129, 256})
+    void mmaRejectsOtherHeadDims(int headDim) {
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                () -> MmaTileConfig.forHeadDim(headDim));
+        assertEquals("headDim", e.argument());
+        assertEquals(String.valueOf(headDim), e.value());
+        assertEquals("tornado-mma supports 64, 128", e.allowed());
+    }
+
+    @Test
+    void mmaConfigurationsFitStaticSharedMemory() {
+        for (MmaTileConfig c : new MmaTileConfig[] {MmaTileConfig.D64, MmaTileConfig.D128}) {
+            assertTrue(c.sharedMemoryBytes() <= MmaTileConfig.MAX_SHARED_BYTES, c + ": " + c.sharedMemoryBytes());
+            assertEquals(0, c.sharedMemoryBytes() % 16, "shared arrays must keep 16-byte alignment");
+            assertEquals(128, c.threads());
+        }
+        // Q^T 8 KB + K 8 KB + V 8 KB + P 8 KB + ones 256 B + flag 16 B + row max 256 B
+        assertEquals(33_296, MmaTileConfig.D64.sharedMemoryBytes());
+        // Q^T 16 KB + K 8 KB + V 8 KB + P 4 KB + ones 256 B + flag 16 B + row max 256 B
+        assertEquals(37_392, MmaTileConfig.D128.sharedMemoryBytes());
+    }
+
+    @Test
+    void mmaScratchLayout() {
+        MmaTileConfig c = MmaTileConfig.D64;
+        assertEquals(64 * 64 + 64 * 64 + 64 * (64 + 8), c.scratchFloatsPerCta());
+        assertEquals(0, c.scoresOffset());
+        assertEquals(64 * 64, c.probabilitiesOffset());
+        assertEquals(2 * 64 * 64, c.outputOffset());
+        MmaTileConfig d = MmaTileConfig.D128;
+        assertEquals(32 * 64 + 64 * 32 + 64 * (128 + 8), d.scratchFloatsPerCta());
+        assertEquals(2 * 32 * 64, d.outputOffset());
+    }
+
+    @Test
+    void mmaGridIsOneCtaPerTileUpToTheCap() {
+        MmaTileConfig c = MmaTileConfig.D64;
+        assertEquals(8, c.queryTiles(512));
+        assertEquals(9, c.queryTiles(513));
+        assertEquals(1, c.queryTiles(1));
+        assertEquals(16 * 8 * 8, c.tiles(16, 8, 512));
+        assertEquals(1024, c.gridSize(16, 8, 512));
+        assertEquals(2 * 5 * 2, c.gridSize(2, 5, 77));
+        // (4, 16, 2048, 128): 2048 tiles on 1024 CTAs, each loops over two
+        assertEquals(2048, MmaTileConfig.D128.tiles(4, 16, 2048));
+        assertEquals(MmaTileConfig.MAX_CTAS, MmaTileConfig.D128.gridSize(4, 16, 2048));
+    }
+
+    @Test
+    void mmaConfigurationsAreCheckedForWhatTheKernelAssumes() {
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 8));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 32, 64, 4));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 40, 4));
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {1, 8, 32, 63, 64})
+    void simtUsesTheSmallConfigurationUpTo64(int headDim) {
+        assertSame(SimtTileConfig.UP_TO_64, SimtTileConfig.forHeadDim(headDim));
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {65, 80, 96, 127, 128})
+    void simtUsesTheLargeConfigurationUpTo128(int headDim) {
+        assertSame(SimtTileConfig.UP_TO_128, SimtTileConfig.forHeadDim(headDim));
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {-1, 0, 129, 256})
+    void simtRejectsOtherHeadDims(int headDim) {
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                () -> SimtTileConfig.forHeadDim(headDim));
+        assertEquals("headDim", e.argument());
+        assertEquals("tornado-simt supports 1..128", e.allowed());
+    }
+
+    @Test
+    void simtGeometry() {
+        SimtTileConfig small = SimtTileConfig.UP_TO_64;
+        assertEquals(256, small.threads());
+        assertEquals(4, small.keysPerThread());
+        assertEquals(8, small.columnsPerThread());
+        assertEquals(16 * 8 * 16, small.workgroups(16, 8, 512));
+        SimtTileConfig large = SimtTileConfig.UP_TO_128;
+        assertEquals(256, large.threads());
+        assertEquals(1, large.keysPerThread());
+        assertEquals(8, large.columnsPerThread());
+        assertEquals(4 * 16 * 128, large.workgroups(4, 16, 2048));
+        assertEquals(7, large.queryTiles(100));
+        for (SimtTileConfig c : new SimtTileConfig[] {small, large}) {
+            assertTrue(c.sharedMemoryBytes() <= SimtTileConfig.MAX_SHARED_BYTES, c + ": " + c.sharedMemoryBytes());
+        }
+        assertThrows(IllegalArgumentException.class, () -> new SimtTileConfig(64, 32, 30, 8));
+        assertThrows(IllegalArgumentException.class, () -> new SimtTileConfig(64, 3, 32, 8));
+    }
+}

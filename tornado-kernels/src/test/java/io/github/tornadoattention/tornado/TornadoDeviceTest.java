@@ -1,0 +1,146 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Availability;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.verify.CorrectnessSuite;
+import io.github.tornadoattention.verify.ErrorStats;
+import io.github.tornadoattention.verify.RandomInputs;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+import java.util.stream.Stream;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * Both backends on the TornadoVM device: the correctness suite, the device-resident inputs (what is sent
+ * when), rerun and close. Skipped, with the reason, where TornadoVM has no usable device.
+ */
+class TornadoDeviceTest {
+
+    private static AttentionBackend backend(String id) {
+        AttentionBackend backend = id.equals("tornado-mma") ? new TornadoMmaBackend() : new TornadoSimtBackend();
+        Availability a = backend.availability();
+        assumeTrue(a.available(), () -> "skipped: " + id + " has no TornadoVM device here (" + a.detail() + ")");
+        return backend;
+    }
+
+    static Stream<Arguments> suite() {
+        List<Arguments> cases = new ArrayList<>();
+        for (String id : List.of("tornado-simt", "tornado-mma")) {
+            for (CorrectnessSuite.Case c : CorrectnessSuite.fullSuite()) {
+                cases.add(Arguments.of(id, c));
+            }
+        }
+        return cases.stream();
+    }
+
+    @ParameterizedTest(name = "{0} {1}")
+    @MethodSource("suite")
+    void passesTheCorrectnessSuite(String id, CorrectnessSuite.Case testCase) {
+        AttentionBackend backend = backend(id);
+        CorrectnessSuite.Outcome outcome = CorrectnessSuite.check(backend, testCase, 20261121L);
+        assertTrue(outcome.passed(), outcome.toString());
+    }
+
+    /** A KV cache: K and V are sent once; a new Q alone sends Q; a changed or different K/V tensor is resent. */
+    @ParameterizedTest
+    @ValueSource(strings = {"tornado-simt", "tornado-mma"})
+    void sendsOnlyInputsThatChanged(String id) {
+        AttentionBackend backend = backend(id);
+        AttentionShape shape = AttentionShape.builder().batch(2).heads(8).kvHeads(2).queryLength(100).kvLength(300)
+                .headDim(128).causal(true).layout(Layout.BSHD).build();
+        try (RandomInputs in = RandomInputs.generate(shape, 1);
+             AttentionPlan plan = backend.plan(shape);
+             HalfTensor o = HalfTensor.allocate(shape.outputElements())) {
+            TornadoAttentionPlan p = (TornadoAttentionPlan) plan;
+            float[] lse = new float[shape.logSumExpElements()];
+
+            plan.forward(in.q(), in.k(), in.v(), o, lse);
+            assertSends(p, 1, 1, 1);
+            assertCorrect(shape, in, o, lse);
+            short[] first = o.toBitsArray();
+
+            o.fill(Float.NaN);
+            plan.forward(in.q(), in.k(), in.v(), o, lse);
+            assertSends(p, 1, 1, 1);
+            assertArrayEquals(first, o.toBitsArray(), "same inputs, same output");
+
+            in.q().copyFrom(random(shape.queryElements(), 2));           // a new query: only Q is sent
+            plan.forward(in.q(), in.k(), in.v(), o, lse);
+            assertSends(p, 2, 1, 1);
+            assertCorrect(shape, in, o, lse);
+
+            in.v().copyFrom(random(shape.kvElements(), 3));              // the cache changed: K and V are sent
+            plan.forward(in.q(), in.k(), in.v(), o, null);
+            assertSends(p, 2, 2, 2);
+            assertCorrect(shape, in, o, null);
+
+            try (HalfTensor k2 = HalfTensor.allocate(shape.kvElements())) {   // another tensor, same bytes
+                k2.copyFromBits(in.k().toBitsArray());
+                try (HalfTensor fresh = plan.forward(in.q(), k2, in.v())) {
+                    assertSends(p, 2, 3, 3);
+                    assertCorrect(shape, in, fresh, null);
+                }
+            }
+        }
+    }
+
+    /** rerunOnDevice copies nothing either way; a closed plan refuses calls. */
+    @ParameterizedTest
+    @ValueSource(strings = {"tornado-simt", "tornado-mma"})
+    void rerunsWithoutCopiesAndCloses(String id) {
+        AttentionBackend backend = backend(id);
+        AttentionShape shape = AttentionShape.builder().batch(1).heads(4).queryLength(256).headDim(64).causal(true).build();
+        try (RandomInputs in = RandomInputs.generate(shape, 4);
+             HalfTensor o = HalfTensor.allocate(shape.outputElements())) {
+            AttentionPlan plan = backend.plan(shape);
+            TornadoAttentionPlan p = (TornadoAttentionPlan) plan;
+            plan.forward(in.q(), in.k(), in.v(), o, null);
+            short[] first = o.toBitsArray();
+            o.fill(0f);
+            for (int i = 0; i < 3; i++) {
+                plan.rerunOnDevice();
+            }
+            assertSends(p, 1, 1, 1);
+            assertEquals(0f, o.get(0), "rerun copies nothing back");
+            plan.forward(in.q(), in.k(), in.v(), o, null);
+            assertSends(p, 1, 1, 1);
+            assertArrayEquals(first, o.toBitsArray());
+            plan.close();
+            assertThrows(IllegalStateException.class, () -> plan.forward(in.q(), in.k(), in.v(), o, null));
+            assertThrows(IllegalStateException.class, plan::rerunOnDevice);
+        }
+    }
+
+    private static void assertSends(TornadoAttentionPlan plan, int q, int k, int v) {
+        assertArrayEquals(new int[] {q, k, v}, new int[] {plan.sends(0), plan.sends(1), plan.sends(2)},
+                "times q, k, v were sent to the device");
+    }
+
+    private static void assertCorrect(AttentionShape shape, RandomInputs in, HalfTensor o, float[] lse) {
+        ErrorStats errors = CorrectnessSuite.compareWithOracle("tornado", shape, in, o, lse);
+        assertTrue(errors.passes(), errors.toString());
+    }
+
+    private static float[] random(long n, long seed) {
+        SplittableRandom random = new SplittableRandom(seed);
+        float[] values = new float[Math.toIntExact(n)];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = (float) (random.nextDouble() * 2 - 1);
+        }
+        return values;
+    }
+}

@@ -1,0 +1,201 @@
+/*
+ * A fake CUDA driver (libcuda.so.1) for machines without an NVIDIA GPU: it reports one
+ * "NVIDIA H100 80GB HBM3 (fake)" (sm_90, 132 SMs), backs "device memory" with host memory, and
+ * turns kernel launches into no-ops. TornadoVM's PTX backend then starts, JIT-compiles Java
+ * kernels to PTX and hands the PTX to cuModuleLoadData(Ex), which writes it to $FAKECUDA_PTX_DIR
+ * (one file per module) so that ptxas can check it and report registers, spills and shared
+ * memory. Results of "launched" kernels are meaningless: this is a compiler harness, not an emulator.
+ * Build and use: tools/ptx-dump.sh.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda.h>
+
+static int verbose(void) { return getenv("FAKECUDA_VERBOSE") != NULL; }
+
+/* Device allocations, so that launches can report which argument points where. */
+#define MAX_ALLOCATIONS 4096
+static uintptr_t alloc_base[MAX_ALLOCATIONS];
+static size_t alloc_size[MAX_ALLOCATIONS];
+static int alloc_freed[MAX_ALLOCATIONS];
+static int allocations;
+
+/* The newest allocation holding p (freed ones included, so that a use after free is reported). */
+static int allocation_of(uintptr_t p) {
+    for (int i = allocations - 1; i >= 0; i--) {
+        if (p >= alloc_base[i] && p < alloc_base[i] + alloc_size[i]) return i;
+    }
+    return -1;
+}
+
+static void check_live(const char *what, uintptr_t p) {
+    int i = allocation_of(p);
+    if (i >= 0 && alloc_freed[i]) fprintf(stderr, "[fakecuda] ERROR %s uses freed allocation #%d\n", what, i);
+}
+
+/* A copy must start in a live allocation and end inside it (the real driver answers INVALID_VALUE). */
+static void check_range(const char *what, uintptr_t p, size_t n) {
+    int i = allocation_of(p);
+    if (i < 0) { fprintf(stderr, "[fakecuda] ERROR %s of %zu bytes to/from an address that was never allocated\n", what, n); return; }
+    if (alloc_freed[i]) fprintf(stderr, "[fakecuda] ERROR %s uses freed allocation #%d\n", what, i);
+    if (p + n > alloc_base[i] + alloc_size[i])
+        fprintf(stderr, "[fakecuda] ERROR %s of %zu bytes at #%d+%zu overruns its %zu bytes\n", what, n, i,
+                (size_t) (p - alloc_base[i]), alloc_size[i]);
+}
+static void *dummy(void) { return malloc(16); }
+
+CUresult cuInit(unsigned int flags) { return CUDA_SUCCESS; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGet(CUdevice *d, int ordinal) { *d = 0; return CUDA_SUCCESS; }
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+    snprintf(name, len, "NVIDIA H100 80GB HBM3 (fake)");
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) { *bytes = 80ull << 30; return CUDA_SUCCESS; }
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+    switch (a) {
+        case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *v = 1024; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 49152; break;
+        case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *v = 65536; break;
+        case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; break;
+        case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; break;
+        case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+        case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; break;
+        case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 5120; break;
+        case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 50 << 20; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 233472; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *v = 32; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *v = 0; break;
+        case CU_DEVICE_ATTRIBUTE_INTEGRATED: *v = 0; break;
+        default: *v = 1; break;
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice d) { *c = dummy(); return CUDA_SUCCESS; }
+CUresult cuCtxDestroy_v2(CUcontext c) { return CUDA_SUCCESS; }
+CUresult cuCtxSetCurrent(CUcontext c) { return CUDA_SUCCESS; }
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return CUDA_SUCCESS; }
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio) { *s = dummy(); return CUDA_SUCCESS; }
+CUresult cuStreamDestroy_v2(CUstream s) { return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(CUstream s) { return CUDA_SUCCESS; }
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { return CUDA_SUCCESS; }
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { *st = CU_STREAM_CAPTURE_STATUS_NONE; return CUDA_SUCCESS; }
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { return CUDA_SUCCESS; }
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { *g = dummy(); return CUDA_SUCCESS; }
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) { *e = dummy(); return CUDA_SUCCESS; }
+CUresult cuGraphLaunch(CUgraphExec e, CUstream s) { return CUDA_SUCCESS; }
+CUresult cuGraphDestroy(CUgraph g) { return CUDA_SUCCESS; }
+CUresult cuGraphExecDestroy(CUgraphExec e) { return CUDA_SUCCESS; }
+CUresult cuEventCreate(CUevent *e, unsigned int flags) { *e = dummy(); return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(CUevent e) { return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent e, CUstream s) { return CUDA_SUCCESS; }
+CUresult cuEventQuery(CUevent e) { return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent e) { return CUDA_SUCCESS; }
+CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { *ms = 0.001f; return CUDA_SUCCESS; }
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    void *m = malloc(n ? n : 1);   /* never reused while the process runs: freed blocks are leaked on purpose */
+    if (m) memset(m, 0, n);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (CUdeviceptr) (uintptr_t) m;
+    if (allocations < MAX_ALLOCATIONS) {
+        alloc_base[allocations] = (uintptr_t) m;
+        alloc_size[allocations] = n;
+        allocations++;
+    }
+    if (verbose()) fprintf(stderr, "[fakecuda] alloc #%d %zu bytes\n", allocations - 1, n);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) {
+    int i = allocation_of((uintptr_t) p);
+    if (i >= 0 && alloc_freed[i]) fprintf(stderr, "[fakecuda] ERROR double free of #%d\n", i);
+    if (i >= 0) alloc_freed[i] = 1;
+    if (verbose()) fprintf(stderr, "[fakecuda] free #%d\n", i);
+    return CUDA_SUCCESS;   /* not returned to malloc, so that later uses can be told apart */
+}
+CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY; }
+CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *total) { *freeBytes = 79ull << 30; *total = 80ull << 30; return CUDA_SUCCESS; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) { return CUDA_SUCCESS; }
+CUresult cuMemHostUnregister(void *p) { return CUDA_SUCCESS; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+    check_range("HtoD", (uintptr_t) dst, n);
+    memcpy((void *) (uintptr_t) dst, src, n);
+    if (verbose()) {
+        int i = allocation_of((uintptr_t) dst);
+        fprintf(stderr, "[fakecuda] HtoD %zu bytes into #%d+%zu\n", n, i, i >= 0 ? (size_t) (dst - alloc_base[i]) : 0);
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+    check_range("DtoH", (uintptr_t) src, n);
+    memcpy(dst, (const void *) (uintptr_t) src, n);
+    if (verbose()) {
+        int i = allocation_of((uintptr_t) src);
+        fprintf(stderr, "[fakecuda] DtoH %zu bytes from #%d+%zu\n", n, i, i >= 0 ? (size_t) (src - alloc_base[i]) : 0);
+    }
+    return CUDA_SUCCESS;
+}
+
+static int modules;
+static CUresult dump(CUmodule *m, const void *image) {
+    const char *dir = getenv("FAKECUDA_PTX_DIR");
+    if (dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/module-%03d.ptx", dir, modules);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs((const char *) image, f);
+            fclose(f);
+        }
+    }
+    modules++;
+    *m = dummy();
+    return CUDA_SUCCESS;
+}
+CUresult cuModuleLoadData(CUmodule *m, const void *image) { return dump(m, image); }
+CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v) { return dump(m, image); }
+CUresult cuModuleUnload(CUmodule m) { return CUDA_SUCCESS; }
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { *f = dummy(); return CUDA_SUCCESS; }
+CUresult cuOccupancyMaxPotentialBlockSize(int *minGrid, int *block, CUfunction f, CUoccupancyB2DSize fn, size_t smem, int limit) {
+    *minGrid = 264;
+    *block = 1024;
+    return CUDA_SUCCESS;
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                        unsigned int bz, unsigned int smem, CUstream s, void **params, void **extra) {
+    if (extra && extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[2] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        const uint64_t *words = (const uint64_t *) extra[1];
+        for (size_t w = 0; w < *(size_t *) extra[3] / 8; w++) check_live("launch argument", (uintptr_t) words[w]);
+    }
+    if (verbose()) {
+        fprintf(stderr, "[fakecuda] launch grid (%u,%u,%u) block (%u,%u,%u) dynamic smem %u args:", gx, gy, gz, bx, by, bz, smem);
+        /* TornadoVM passes its arguments as one buffer: extra = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}. */
+        if (extra && extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[2] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+            const uint64_t *words = (const uint64_t *) extra[1];
+            size_t n = *(size_t *) extra[3] / 8;
+            for (size_t w = 0; w < n; w++) {
+                int i = allocation_of((uintptr_t) words[w]);
+                if (i >= 0) fprintf(stderr, " #%d+%zu", i, (size_t) (words[w] - alloc_base[i]));
+                else fprintf(stderr, " %llu", (unsigned long long) words[w]);
+            }
+        }
+        fprintf(stderr, "\n");
+    }
+    return CUDA_SUCCESS;
+}
