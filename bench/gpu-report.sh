@@ -83,12 +83,15 @@ if want jmh; then
   grep -E "^AttentionBenchmark\.[a-zA-Z]+ " "$raw/jmh-$part.log" | tail -n 80
 fi
 
-want report || { tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"; step "done (no report)"; exit 0; }
+want report || { step "done (no report)"; tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"; exit 0; }
 step "report"
-"$JAVA_HOME/bin/java" -Djava.awt.headless=true -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner report \
+# GPU images often have no system fonts: draw the chart's text with matplotlib's DejaVu Sans if it is there.
+font=$(python3 -c 'import matplotlib, os; print(os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "fonts", "ttf", "DejaVuSans.ttf"))' 2>/dev/null)
+[ -f "$font" ] || font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+"$JAVA_HOME/bin/java" -Djava.awt.headless=true -Dreport.font="$font" -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner report \
   --results "$raw" --name "$name" --to "$OUT/report" \
   --command "BACKENDS=$BACKENDS JMH_BACKENDS=$JMH_BACKENDS SHAPES=$SHAPES RANDOM_SHAPES=$RANDOM_SHAPES SEED=$SEED JMH_ARGS='$JMH_ARGS' bench/gpu-report.sh"
-tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"
 step "done"
+tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"
 sed -n '/## Correctness/,/## Performance/p' "$OUT/report/$name.md" | head -n 12
 grep -E "device-timed|cuda events" "$OUT/report/$name.md" | cut -c1-150 | head -n 60

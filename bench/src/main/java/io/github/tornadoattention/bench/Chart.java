@@ -26,6 +26,21 @@ final class Chart {
     private Chart() {
     }
 
+    /** System property: a TrueType file to draw text with, for hosts without system fonts (GPU images). */
+    static final String FONT_PROPERTY = "report.font";
+
+    private static Font baseFont() {
+        String path = System.getProperty(FONT_PROPERTY);
+        if (path != null) {
+            try {
+                return Font.createFont(Font.TRUETYPE_FONT, new java.io.File(path));
+            } catch (java.awt.FontFormatException | IOException e) {
+                System.err.println("cannot use " + path + " (" + e + "); trying the system fonts");
+            }
+        }
+        return new Font(Font.SANS_SERIF, Font.PLAIN, 12);
+    }
+
     static void write(List<GpuReport.Row> rows, Path png) {
         // shape -> backend -> TFLOP/s of the most kernel-like mode measured
         Map<String, Map<String, Double>> best = new LinkedHashMap<>();
@@ -53,9 +68,10 @@ final class Chart {
         g.setColor(Color.WHITE);
         g.fillRect(0, 0, image.getWidth(), image.getHeight());
         g.setColor(Color.BLACK);
-        g.setFont(new Font(Font.SANS_SERIF, Font.BOLD, 16));
+        Font font = baseFont();
+        g.setFont(font.deriveFont(Font.BOLD, 16f));
         g.drawString("Attention forward, TFLOP/s (kernel time, data on the device)", 20, 30);
-        g.setFont(new Font(Font.SANS_SERIF, Font.PLAIN, 12));
+        g.setFont(font.deriveFont(Font.PLAIN, 12f));
         int y = top;
         for (Map.Entry<String, Map<String, Double>> group : best.entrySet()) {
             g.setColor(Color.BLACK);

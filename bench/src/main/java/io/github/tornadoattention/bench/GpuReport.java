@@ -220,8 +220,10 @@ final class GpuReport implements Callable<Integer> {
         md.append("\n## Performance\n\n");
         md.append("Median over samples with a bootstrap 95% interval. TFLOP/s = 4·B·Hq·Sq·Skv·D / time (half for causal). ");
         md.append("× SDPA = SDPA's median time / this row's (above 1: faster than SDPA). Modes: *device-timed kernel* ");
-        md.append("(CUDA events or TornadoVM's profiler around the kernels, data resident), *JMH resident* (a Java call that ");
-        md.append("launches on resident data and waits), *JMH java call* (inputs sent, output copied back), *cuda events* (SDPA).\n\n");
+        md.append("(the kernels alone, timed on the device: CUDA events for ptx-cuda, TornadoVM's profiler for the TornadoVM-hosted ");
+        md.append("backends), *JMH resident* (`rerunOnDevice` from Java, launch and wait; ptx-cuda copies nothing, the TornadoVM-hosted ");
+        md.append("backends in their default one-graph mode send Q, K and V again), *JMH java call* (every input sent, O copied back), ");
+        md.append("*cuda events* (SDPA, back-to-back calls on resident data).\n\n");
         md.append("| shape | backend | mode | n | median ms | 95% CI ms | TFLOP/s | × SDPA-FLASH | × SDPA-CUDNN |\n");
         md.append("|---|---|---|---|---|---|---|---|---|\n");
         for (Row r : rows) {

@@ -48,6 +48,13 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  *       max, then the accumulation runs again against it (never exceeding).</li>
  * </ul>
  *
+ * <p><b>Right shifts are written {@code >>>}, never {@code >>}.</b> TornadoVM 5.2's PTX backend lowers
+ * both to {@code shr.b32}/{@code shr.b64}, which PTX defines as a logical shift (zero fill): {@code >>} of
+ * a negative value is wrong on the GPU while right in Java (and in the CPU emulator of the tests). All
+ * shifted values here are non-negative, where both agree; {@code MmaKernelsTest} checks that the class
+ * has no arithmetic right shift. (Graal's own lowering of a signed division by a power of two uses one
+ * too, so no negative value may be divided either.)
+ *
  * <p>fp16 tensors are passed as {@link LongArray} views of the same bytes, so every global load and
  * store moves four values (the API has no wider access). Scalar arguments are specialised by TornadoVM
  * into the compiled kernel (the plan compiles one kernel per shape).
@@ -76,7 +83,7 @@ public final class MmaKernels {
         int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
 
         int t = kc.localIdx;
-        int warp = t >> 5;
+        int warp = t >>> 5;
         int lane = t & 31;
         if (t < 64) {
             ones[t] = HALF_ONE_PAIR;
@@ -123,13 +130,14 @@ public final class MmaKernels {
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
-                    // common. No sign-mask (x >> 31): TornadoVM emits every right shift, >> included, as
-                    // shr.b32/shr.b64, a logical shift in PTX, so x >> 31 is 1, not -1, for a negative x.
-                    // x >>> 31 means the same in Java and in PTX.
+                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
+                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
+                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
+                    // comment.
                     int ra = q0 + qa;
-                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra - queryLength) >>> 31);
-                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = ((dq >> 2) * (bq / 8) + (qa >> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >> 1);
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
                     qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
@@ -167,18 +175,18 @@ public final class MmaKernels {
                             // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
                             for (int it = t; it < bkv * (d / 4); it += 128) {
                                 int dqL = it & 3;
-                                int jj = (it >> 2) & 15;
-                                int dqH = (it >> 6) % (d / 16);
-                                int kb = (it >> 6) / (d / 16);
+                                int jj = (it >>> 2) & 15;
+                                int dqH = (it >>> 6) % (d / 16);
+                                int kb = (it >>> 6) / (d / 16);
                                 int row = j0 + kb * 16 + jj;
-                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >> 2;
+                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
                                 long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
                                 int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >> 1)) * 64 + jj * 4 + 2 * (dqL & 1);
+                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >>> 1)) * 64 + jj * 4 + 2 * (dqL & 1);
                                 vT[vAt] = (int) lv;
                                 vT[vAt + 1] = (int) (lv >>> 32);
                             }
@@ -219,7 +227,7 @@ public final class MmaKernels {
                                 // P = exp(scale s - m) in fp32 into the scratch's P region (Br x Bc, row-major). In round
                                 // i thread t takes row 16 (i / (Bc/16)) + t / 8, keys 16 (i % (Bc/16)) + 2 (t % 8), + 1.
                                 for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
-                                    int r = (it / (bkv / 16)) * 16 + (t >> 3);
+                                    int r = (it / (bkv / 16)) * 16 + (t >>> 3);
                                     int jl = (it % (bkv / 16)) * 16 + ((t & 7) << 1);
                                     int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                     float x0 = j0 + jl <= limit ? scratch.get(sBase + jl * bq + r) * scale : Float.NEGATIVE_INFINITY;
@@ -236,7 +244,7 @@ public final class MmaKernels {
                                 // t ^ 64 of sub-tile i (consecutive ints, no bank conflicts), a pair another thread wrote.
                                 int u = t ^ 64;
                                 for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
-                                    int at = pBase + ((it / (bkv / 16)) * 16 + (u >> 3)) * bkv + (it % (bkv / 16)) * 16 + ((u & 7) << 1);
+                                    int at = pBase + ((it / (bkv / 16)) * 16 + (u >>> 3)) * bkv + (it % (bkv / 16)) * 16 + ((u & 7) << 1);
                                     int h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
                                     int h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
                                     pT[it * 128 + u] = h0 | (h1 << 16);
@@ -303,7 +311,7 @@ public final class MmaKernels {
         int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
 
         int t = kc.localIdx;
-        int warp = t >> 5;
+        int warp = t >>> 5;
         int lane = t & 31;
         if (t < 64) {
             ones[t] = HALF_ONE_PAIR;
@@ -350,13 +358,14 @@ public final class MmaKernels {
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
-                    // common. No sign-mask (x >> 31): TornadoVM emits every right shift, >> included, as
-                    // shr.b32/shr.b64, a logical shift in PTX, so x >> 31 is 1, not -1, for a negative x.
-                    // x >>> 31 means the same in Java and in PTX.
+                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
+                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
+                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
+                    // comment.
                     int ra = q0 + qa;
-                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra - queryLength) >>> 31);
-                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = ((dq >> 2) * (bq / 8) + (qa >> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >> 1);
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
                     qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
@@ -402,18 +411,18 @@ public final class MmaKernels {
                             // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
                             for (int it = t; it < bkv * (d / 4); it += 128) {
                                 int dqL = it & 3;
-                                int jj = (it >> 2) & 15;
-                                int dqH = (it >> 6) % (d / 16);
-                                int kb = (it >> 6) / (d / 16);
+                                int jj = (it >>> 2) & 15;
+                                int dqH = (it >>> 6) % (d / 16);
+                                int kb = (it >>> 6) / (d / 16);
                                 int row = j0 + kb * 16 + jj;
-                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >> 2;
+                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
                                 long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
                                 int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >> 1)) * 64 + jj * 4 + 2 * (dqL & 1);
+                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >>> 1)) * 64 + jj * 4 + 2 * (dqL & 1);
                                 vT[vAt] = (int) lv;
                                 vT[vAt + 1] = (int) (lv >>> 32);
                             }
@@ -431,7 +440,7 @@ public final class MmaKernels {
                             HalfFloat[] a6 = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
                             HalfFloat[] a7 = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
                             for (int i = 0; i < 4; i++) {
-                                int qn = (warp >> 1) * 4 + i;
+                                int qn = (warp >>> 1) * 4 + i;
                                 float[] s = kc.mmaFragment(0.0f);
                                 s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
                                 s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
@@ -464,7 +473,7 @@ public final class MmaKernels {
                                 // P = exp(scale s - m) in fp32 into the scratch's P region (Br x Bc, row-major). In round
                                 // i thread t takes row 16 (i / (Bc/16)) + t / 8, keys 16 (i % (Bc/16)) + 2 (t % 8), + 1.
                                 for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
-                                    int r = (it / (bkv / 16)) * 16 + (t >> 3);
+                                    int r = (it / (bkv / 16)) * 16 + (t >>> 3);
                                     int jl = (it % (bkv / 16)) * 16 + ((t & 7) << 1);
                                     int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                     float x0 = j0 + jl <= limit ? scratch.get(sBase + jl * bq + r) * scale : Float.NEGATIVE_INFINITY;
@@ -481,7 +490,7 @@ public final class MmaKernels {
                                 // t ^ 64 of sub-tile i (consecutive ints, no bank conflicts), a pair another thread wrote.
                                 int u = t ^ 64;
                                 for (int it = 0; it < (bq / 16) * (bkv / 16); it++) {
-                                    int at = pBase + ((it / (bkv / 16)) * 16 + (u >> 3)) * bkv + (it % (bkv / 16)) * 16 + ((u & 7) << 1);
+                                    int at = pBase + ((it / (bkv / 16)) * 16 + (u >>> 3)) * bkv + (it % (bkv / 16)) * 16 + ((u & 7) << 1);
                                     int h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
                                     int h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
                                     pT[it * 128 + u] = h0 | (h1 << 16);
@@ -562,7 +571,7 @@ public final class MmaKernels {
      */
     static void normaliseOwnRows(FloatArray scratch, int oBase, int oStride, int warp, int lane, int d) {
         int tc = (lane & 3) << 1;
-        int at0 = oBase + (warp * 16 + (lane >> 2)) * oStride;
+        int at0 = oBase + (warp * 16 + (lane >>> 2)) * oStride;
         int at1 = at0 + 8 * oStride;
         float sum0 = scratch.get(at0 + d + tc);
         float sum1 = scratch.get(at1 + d + tc);
@@ -593,7 +602,7 @@ public final class MmaKernels {
                 long h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
                 long h2 = new HalfFloat(scratch.get(at + 2)).getHalfFloatValue() & 0xFFFF;
                 long h3 = new HalfFloat(scratch.get(at + 3)).getHalfFloatValue() & 0xFFFF;
-                o.set((qBase + (q0 + r) * qRow + 4 * dq) >> 2, h0 | (h1 << 16) | (h2 << 32) | (h3 << 48));
+                o.set((qBase + (q0 + r) * qRow + 4 * dq) >>> 2, h0 | (h1 << 16) | (h2 << 32) | (h3 << 48));
             }
         }
         if (t < bq && q0 + t < queryLength) {

@@ -8,6 +8,16 @@ import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.RandomInputs;
+import java.io.IOException;
+import java.io.InputStream;
+import java.lang.classfile.ClassFile;
+import java.lang.classfile.ClassModel;
+import java.lang.classfile.CodeModel;
+import java.lang.classfile.Instruction;
+import java.lang.classfile.MethodModel;
+import java.lang.classfile.Opcode;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -143,6 +153,33 @@ class MmaKernelsTest {
 
     private static float round(float x) {
         return Float.float16ToFloat(Float.floatToFloat16(x));
+    }
+
+    /**
+     * TornadoVM 5.2's PTX backend emits Java's {@code >>} as {@code shr.b32}/{@code shr.b64}, a logical
+     * shift in PTX, so {@code x >> 31} of a negative x is 1 on the GPU and -1 here. The emulator runs
+     * Java semantics and cannot see that (a sign mask {@code (row - length) >> 31} passed every emulated
+     * test while it zeroed the inputs on the GPU), so the kernels must have no arithmetic right shift.
+     */
+    @Test
+    void kernelsHaveNoArithmeticRightShift() throws IOException {
+        byte[] bytes;
+        try (InputStream in = MmaKernels.class.getResourceAsStream("MmaKernels.class")) {
+            bytes = in.readAllBytes();
+        }
+        ClassModel model = ClassFile.of().parse(bytes);
+        List<String> found = new ArrayList<>();
+        for (MethodModel method : model.methods()) {
+            for (CodeModel code : method.code().stream().toList()) {
+                for (var element : code) {
+                    if (element instanceof Instruction instruction
+                            && (instruction.opcode() == Opcode.ISHR || instruction.opcode() == Opcode.LSHR)) {
+                        found.add(method.methodName().stringValue() + ": " + instruction.opcode());
+                    }
+                }
+            }
+        }
+        assertTrue(found.isEmpty(), "arithmetic right shifts (write >>> on non-negative values): " + found);
     }
 
     @Test
