@@ -72,7 +72,8 @@ class TornadoPrebuiltPtxTest {
         List<AttentionShape> shapes = List.of(b.headDim(64).build(), b.headDim(64).causal(true).build(),
                 b.headDim(128).causal(false).build(), b.headDim(128).causal(true).build(),
                 b.queryLength(1).kvLength(4096).headDim(64).build(), b.queryLength(1).kvLength(4096).headDim(128).build());
-        return shapes.stream().flatMap(s -> LaunchTable.launches(s, 4, "_tornado").stream()).distinct().toList();
+        return shapes.stream().flatMap(s -> java.util.stream.Stream.of("_tornado", "_tornado_h128")
+                .map(suffix -> LaunchTable.prefillLaunch(s, suffix))).distinct().toList();
     }
 
     private static boolean onPath(String tool) {

@@ -1,6 +1,7 @@
 package io.github.tornadoattention.tornado;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
@@ -47,7 +48,7 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         // libcuda, in the copy back after the combine pass) when running the split-KV pair as two prebuilt
         // tasks, so that pair runs only on the ptx-cuda host.
         IntArray params = IntArray.fromArray(KernelParams.of(s, 0));
-        LaunchTable.Launch launch = LaunchTable.prefillLaunch(s, "_tornado");
+        LaunchTable.Launch launch = LaunchTable.prefillLaunch(s, entrySuffix());
 
         String graph = prefix + "attend";
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
@@ -87,6 +88,23 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         WorkerGrid3D grid = new WorkerGrid3D(launch.gridX() * launch.threads(), launch.gridY(), launch.gridZ());
         grid.setLocalWork(launch.threads(), 1, 1);
         scheduler.addWorkerGrid(graphName + "." + task, grid);
+    }
+
+    /**
+     * The kernels' TornadoVM twins read the data {@link TornadoNativeArray#ARRAY_HEADER} bytes after each
+     * array pointer: 16 by default, 128 with {@code -Dtornado.panama.objectHeader=128}, which keeps the
+     * rows 128-byte aligned (faster; see ptx-overrides/README.md).
+     */
+    static String entrySuffix() {
+        long header = TornadoNativeArray.ARRAY_HEADER;
+        if (header == 16) {
+            return "_tornado";
+        }
+        if (header == 128) {
+            return "_tornado_h128";
+        }
+        throw new BackendUnavailableException(Backends.PTX_TORNADO, "TornadoVM's array header is " + header
+                + " bytes (tornado.panama.objectHeader); the prebuilt kernels support 16 and 128");
     }
 
     private Path writePtx(String ptx) {
