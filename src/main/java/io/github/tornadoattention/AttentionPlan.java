@@ -83,6 +83,28 @@ public abstract class AttentionPlan implements AutoCloseable {
         return Double.isNaN(lastDeviceMillis) ? OptionalDouble.empty() : OptionalDouble.of(lastDeviceMillis);
     }
 
+    /**
+     * For benchmarks: launches the last {@link #forward} call's computation {@code calls} times back to
+     * back on the inputs already on the device and returns the device time per call in milliseconds,
+     * timed on the device around the whole batch, so host launch latency is not counted (the way
+     * PyTorch's kernels are timed beside it). Empty where the backend cannot do this.
+     */
+    public final synchronized OptionalDouble timeOnDevice(int calls) {
+        ensureOpen();
+        if (calls < 1) {
+            throw new InvalidArgumentException("calls", calls, "must be >= 1");
+        }
+        if (lastCall == null) {
+            throw new IllegalStateException("timeOnDevice needs a forward call first");
+        }
+        return timeBackToBack(calls);
+    }
+
+    /** See {@link #timeOnDevice(int)}; backends that can launch back to back and time on the device override this. */
+    protected OptionalDouble timeBackToBack(int calls) {
+        return OptionalDouble.empty();
+    }
+
     /** Backends that time their kernels on the device report each call's time here. */
     protected final void recordDeviceMillis(double millis) {
         lastDeviceMillis = millis;

@@ -14,6 +14,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalDouble;
 
 /**
  * A ptx-cuda plan: device buffers, the params block, the kernel functions and their argument
@@ -131,6 +132,17 @@ final class PtxCudaPlan extends AttentionPlan {
         recordDeviceMillis(driver.elapsedMillis(start, end));
     }
 
+    @Override
+    protected OptionalDouble timeBackToBack(int calls) {
+        cuda.makeCurrent();
+        driver.recordEvent(start, stream);
+        for (int i = 0; i < calls; i++) {
+            launchKernels();
+        }
+        driver.recordEvent(end, stream);
+        return OptionalDouble.of(driver.elapsedMillis(start, end) / calls);
+    }
+
     /** Copies {@code tensor} to the device unless this very tensor, unchanged, is already there (a KV cache). */
     private void send(Input input, HalfTensor tensor) {
         if (input.sent == tensor && input.sentVersion == tensor.version()) {
@@ -141,14 +153,19 @@ final class PtxCudaPlan extends AttentionPlan {
         input.sentVersion = tensor.version();
     }
 
+    /** The plan's kernels between the two timing events. */
     private void launchAll() {
         driver.recordEvent(start, stream);
+        launchKernels();
+        driver.recordEvent(end, stream);
+    }
+
+    private void launchKernels() {
         for (Kernel k : kernels) {
             LaunchTable.Launch l = k.launch();
             driver.launch(k.function(), l.gridX(), l.gridY(), l.gridZ(), l.threads(), l.dynamicSharedBytes(), stream,
                     k.arguments());
         }
-        driver.recordEvent(end, stream);
     }
 
     @Override

@@ -60,6 +60,10 @@ class CpuReferenceBackendTest {
             HalfTensor closed = HalfTensor.allocate(shape.queryElements());
             closed.close();
             assertThrows(InvalidArgumentException.class, () -> plan.forward(closed, in.k(), in.v(), o, null));
+            assertThrows(IllegalStateException.class, () -> plan.timeOnDevice(5), "no forward call yet");
+            plan.forward(in.q(), in.k(), in.v(), o, null);
+            assertTrue(plan.timeOnDevice(5).isEmpty(), "the CPU has no device timer");
+            assertThrows(InvalidArgumentException.class, () -> plan.timeOnDevice(0));
             plan.close();
             assertThrows(IllegalStateException.class, () -> plan.forward(in.q(), in.k(), in.v(), o, null));
             assertThrows(IllegalStateException.class, plan::rerunOnDevice);

@@ -220,8 +220,8 @@ final class GpuReport implements Callable<Integer> {
         md.append("\n## Performance\n\n");
         md.append("Median over samples with a bootstrap 95% interval. TFLOP/s = 4·B·Hq·Sq·Skv·D / time (half for causal). ");
         md.append("× SDPA = SDPA's median time / this row's (above 1: faster than SDPA). Modes: *device-timed kernel* ");
-        md.append("(the kernels alone, timed on the device: CUDA events for ptx-cuda, TornadoVM's profiler for the TornadoVM-hosted ");
-        md.append("backends), *JMH resident* (`rerunOnDevice` from Java, launch and wait; ptx-cuda copies nothing, the TornadoVM-hosted ");
+        md.append("(the kernels alone, timed on the device: for ptx-cuda CUDA events around 20 back-to-back launches on resident ");
+        md.append("data, per launch, as SDPA is timed; for the TornadoVM-hosted backends TornadoVM's profiler around each launch), *JMH resident* (`rerunOnDevice` from Java, launch and wait; ptx-cuda copies nothing, the TornadoVM-hosted ");
         md.append("backends in their default one-graph mode send Q, K and V again), *JMH java call* (every input sent, O copied back), ");
         md.append("*cuda events* (SDPA, back-to-back calls on resident data).\n\n");
         md.append("| shape | backend | mode | n | median ms | 95% CI ms | TFLOP/s | × SDPA-FLASH | × SDPA-CUDNN |\n");
