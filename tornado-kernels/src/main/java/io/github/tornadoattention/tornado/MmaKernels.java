@@ -58,6 +58,11 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  * <p>fp16 tensors are passed as {@link LongArray} views of the same bytes, so every global load and
  * store moves four values (the API has no wider access). Scalar arguments are specialised by TornadoVM
  * into the compiled kernel (the plan compiles one kernel per shape).
+ *
+ * <p>{@link #attentionD64} and {@link #attentionD128} are the same kernel with the constants of their
+ * {@link MmaTileConfig}: TornadoVM sizes local and private arrays only from compile-time constants, and
+ * reaches a local array correctly only in the method that allocates it, so the body cannot be shared
+ * through a helper. Keep the two in step.
  */
 public final class MmaKernels {
     /** Largest excess of a score over its row's reference max that P may carry (natural log units). */
