@@ -24,7 +24,6 @@ public final class CudaContext {
     private final String deviceName;
     private final int computeCapability;
     private final int multiprocessors;
-    private final int maxSharedMemoryPerBlock;
     private final Map<String, Long> modules = new HashMap<>();
     private final Map<String, Long> functions = new HashMap<>();
 
@@ -45,7 +44,6 @@ public final class CudaContext {
                     + "; the hand-tuned kernels need sm_80 or newer (mma.sync m16n8k16, ldmatrix, cp.async)");
         }
         multiprocessors = driver.deviceAttribute(device, CudaDriver.ATTRIBUTE_MULTIPROCESSOR_COUNT);
-        maxSharedMemoryPerBlock = driver.deviceAttribute(device, CudaDriver.ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
         context = driver.primaryContext(device);
     }
 
@@ -89,10 +87,6 @@ public final class CudaContext {
 
     public int multiprocessors() {
         return multiprocessors;
-    }
-
-    public int maxSharedMemoryPerBlock() {
-        return maxSharedMemoryPerBlock;
     }
 
     /** Makes this context current on the calling thread; every host entry point calls it first. */

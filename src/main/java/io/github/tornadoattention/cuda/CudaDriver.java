@@ -24,9 +24,6 @@ public final class CudaDriver {
     static final int ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
     static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
     static final int ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
-    static final int ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
-    /** CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES. */
-    static final int FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
     /** CU_JIT_ERROR_LOG_BUFFER and its size, for readable PTX load errors. */
     private static final int JIT_ERROR_LOG_BUFFER = 5;
     private static final int JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
@@ -44,7 +41,6 @@ public final class CudaDriver {
     private final MethodHandle cuCtxSetCurrent;
     private final MethodHandle cuModuleLoadDataEx;
     private final MethodHandle cuModuleGetFunction;
-    private final MethodHandle cuFuncSetAttribute;
     private final MethodHandle cuMemAlloc;
     private final MethodHandle cuMemFree;
     private final MethodHandle cuMemcpyHtoDAsync;
@@ -76,7 +72,6 @@ public final class CudaDriver {
         cuCtxSetCurrent = bind("cuCtxSetCurrent", JAVA_LONG);
         cuModuleLoadDataEx = bind("cuModuleLoadDataEx", ADDRESS, ADDRESS, JAVA_INT, ADDRESS, ADDRESS);
         cuModuleGetFunction = bind("cuModuleGetFunction", ADDRESS, JAVA_LONG, ADDRESS);
-        cuFuncSetAttribute = bind("cuFuncSetAttribute", JAVA_LONG, JAVA_INT, JAVA_INT);
         cuMemAlloc = bind("cuMemAlloc_v2", ADDRESS, JAVA_LONG);
         cuMemFree = bind("cuMemFree_v2", JAVA_LONG);
         cuMemcpyHtoDAsync = bind("cuMemcpyHtoDAsync_v2", JAVA_LONG, ADDRESS, JAVA_LONG, JAVA_LONG);
@@ -213,12 +208,6 @@ public final class CudaDriver {
             call("cuModuleGetFunction(" + name + ")", () -> (int) cuModuleGetFunction.invokeExact(out, module, cName));
             return out.get(JAVA_LONG, 0);
         }
-    }
-
-    /** Lets {@code function} use more than 48 KB of dynamic shared memory. */
-    public void setMaxDynamicSharedMemory(long function, int bytes) {
-        call("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-                () -> (int) cuFuncSetAttribute.invokeExact(function, FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
     }
 
     public long malloc(long bytes) {
