@@ -91,6 +91,9 @@ font=$(python3 -c 'import matplotlib, os; print(os.path.join(os.path.dirname(mat
 "$JAVA_HOME/bin/java" -Djava.awt.headless=true -Dreport.font="$font" -cp "$bench_jar" io.github.tornadoattention.bench.BenchmarkRunner report \
   --results "$raw" --name "$name" --to "$OUT/report" \
   --command "BACKENDS=$BACKENDS JMH_BACKENDS=$JMH_BACKENDS SHAPES=$SHAPES RANDOM_SHAPES=$RANDOM_SHAPES SEED=$SEED JMH_ARGS='$JMH_ARGS' bench/gpu-report.sh"
+if [ ! -f "$OUT/report/$name.png" ]; then
+  python3 bench/chart.py "$OUT/report/$name.json" "$OUT/report/$name.png" && echo "chart drawn with matplotlib"
+fi
 step "done"
 tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw && rm -rf "$raw"
 sed -n '/## Correctness/,/## Performance/p' "$OUT/report/$name.md" | head -n 12

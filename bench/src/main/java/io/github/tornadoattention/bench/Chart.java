@@ -41,18 +41,26 @@ final class Chart {
         return new Font(Font.SANS_SERIF, Font.PLAIN, 12);
     }
 
-    static void write(List<GpuReport.Row> rows, Path png) {
-        // shape -> backend -> TFLOP/s of the most kernel-like mode measured
+    /**
+     * What the chart shows: shape -> backend -> TFLOP/s of the most kernel-like mode measured. Also
+     * written into the report's JSON, so bench/chart.py can draw the same chart where Java finds no fonts.
+     */
+    static Map<String, Map<String, Double>> data(List<GpuReport.Row> rows) {
         Map<String, Map<String, Double>> best = new LinkedHashMap<>();
-        Set<String> backends = new LinkedHashSet<>();
         for (String mode : MODE_PREFERENCE) {
             for (GpuReport.Row r : rows) {
                 if (r.mode().equals(mode)) {
                     best.computeIfAbsent(r.shape(), k -> new LinkedHashMap<>()).putIfAbsent(r.backend(), r.tflops());
-                    backends.add(r.backend());
                 }
             }
         }
+        return best;
+    }
+
+    static void write(List<GpuReport.Row> rows, Path png) {
+        Map<String, Map<String, Double>> best = data(rows);
+        Set<String> backends = new LinkedHashSet<>();
+        best.values().forEach(m -> backends.addAll(m.keySet()));
         List<String> backendList = new ArrayList<>(backends);
         double max = best.values().stream().flatMap(m -> m.values().stream()).mapToDouble(Double::doubleValue).max().orElse(1);
         int bar = 9;

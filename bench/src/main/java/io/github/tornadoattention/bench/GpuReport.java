@@ -74,6 +74,7 @@ final class GpuReport implements Callable<Integer> {
         json.put("command", command);
         json.put("correctness", correctness);
         json.put("rows", rows.stream().map(GpuReport::rowMap).toList());
+        json.put("chart_tflops", Chart.data(rows));
         Files.writeString(to.resolve(name + ".json"), JSON.std.with(JSON.Feature.PRETTY_PRINT_OUTPUT).asString(json));
         try {
             Chart.write(rows, to.resolve(name + ".png"));
