@@ -76,12 +76,15 @@ final class GpuReport implements Callable<Integer> {
         json.put("rows", rows.stream().map(GpuReport::rowMap).toList());
         json.put("chart_tflops", Chart.data(rows));
         Files.writeString(to.resolve(name + ".json"), JSON.std.with(JSON.Feature.PRETTY_PRINT_OUTPUT).asString(json));
+        String chart = ", .png";
         try {
             Chart.write(rows, to.resolve(name + ".png"));
         } catch (RuntimeException | Error e) {
-            System.err.println("chart not drawn (" + e + "); the table and JSON are complete");
+            System.err.println("chart not drawn (" + e + "); the table and JSON are complete (bench/chart.py draws"
+                    + " the chart from the JSON)");
+            chart = "";
         }
-        System.out.println("wrote " + to.resolve(name + ".md") + ", .json, .png");
+        System.out.println("wrote " + to.resolve(name + ".md") + ", .json" + chart);
         return 0;
     }
 
