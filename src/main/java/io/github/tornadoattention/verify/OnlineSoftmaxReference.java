@@ -2,6 +2,8 @@ package io.github.tornadoattention.verify;
 
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Layout;
+import java.util.Arrays;
+import java.util.stream.IntStream;
 
 /**
  * A second, independently written formulation of attention, used to check the CPU reference
@@ -16,55 +18,55 @@ public final class OnlineSoftmaxReference {
 
     /** Same contract as {@code CpuReference.compute}: O indexed like the O tensor, lse [B, Hq, Sq]. */
     public static double[][] compute(AttentionShape s, float[] q, float[] k, float[] v) {
+        double[] out = new double[q.length];
+        double[] lse = new double[s.batch() * s.queryHeads() * s.queryLength()];
+        IntStream.range(0, s.batch() * s.queryHeads()).parallel()
+                .forEach(bh -> computeHead(s, bh / s.queryHeads(), bh % s.queryHeads(), q, k, v, out, lse));
+        return new double[][] {out, lse};
+    }
+
+    private static void computeHead(AttentionShape s, int b, int h, float[] q, float[] k, float[] v,
+                                    double[] out, double[] lse) {
         int sq = s.queryLength();
         int skv = s.kvLength();
         int d = s.headDim();
-        double[] out = new double[q.length];
-        double[] lse = new double[s.batch() * s.queryHeads() * sq];
-        java.util.stream.IntStream.range(0, s.batch() * s.queryHeads()).parallel().forEach(bh -> {
-                int b = bh / s.queryHeads();
-                int h = bh % s.queryHeads();
-                int g = h * s.kvHeads() / s.queryHeads();
-                double[] rowMax = new double[sq];
-                double[] rowSum = new double[sq];
-                double[][] acc = new double[sq][d];
-                java.util.Arrays.fill(rowMax, Double.NEGATIVE_INFINITY);
-                for (int start = 0; start < skv; start += KEY_BLOCK) {
-                    int end = Math.min(skv, start + KEY_BLOCK);
-                    for (int i = 0; i < sq; i++) {
-                        for (int j = start; j < end; j++) {
-                            boolean masked = s.causal() && (j - i) > (skv - sq);
-                            if (masked) {
-                                continue;
-                            }
-                            double score = 0;
-                            for (int c = 0; c < d; c++) {
-                                score += q[index(s.layout(), b, h, i, c, s.queryHeads(), sq, d)]
-                                        * (double) k[index(s.layout(), b, g, j, c, s.kvHeads(), skv, d)];
-                            }
-                            score *= s.scale();
-                            double newMax = Math.max(rowMax[i], score);
-                            double correction = Math.exp(rowMax[i] - newMax);
-                            double p = Math.exp(score - newMax);
-                            rowSum[i] = rowSum[i] * correction + p;
-                            for (int c = 0; c < d; c++) {
-                                acc[i][c] = acc[i][c] * correction
-                                        + p * v[index(s.layout(), b, g, j, c, s.kvHeads(), skv, d)];
-                            }
-                            rowMax[i] = newMax;
-                        }
+        int g = h * s.kvHeads() / s.queryHeads();
+        double[] rowMax = new double[sq];
+        double[] rowSum = new double[sq];
+        double[][] acc = new double[sq][d];
+        Arrays.fill(rowMax, Double.NEGATIVE_INFINITY);
+        for (int start = 0; start < skv; start += KEY_BLOCK) {
+            int end = Math.min(skv, start + KEY_BLOCK);
+            for (int i = 0; i < sq; i++) {
+                for (int j = start; j < end; j++) {
+                    boolean masked = s.causal() && (j - i) > (skv - sq);
+                    if (masked) {
+                        continue;
                     }
-                }
-                for (int i = 0; i < sq; i++) {
-                    boolean seesNothing = rowSum[i] == 0;
+                    double score = 0;
                     for (int c = 0; c < d; c++) {
-                        out[index(s.layout(), b, h, i, c, s.queryHeads(), sq, d)] = seesNothing ? 0 : acc[i][c] / rowSum[i];
+                        score += q[index(s.layout(), b, h, i, c, s.queryHeads(), sq, d)]
+                                * (double) k[index(s.layout(), b, g, j, c, s.kvHeads(), skv, d)];
                     }
-                    lse[(b * s.queryHeads() + h) * sq + i] = seesNothing ? Double.NEGATIVE_INFINITY
-                            : rowMax[i] + Math.log(rowSum[i]);
+                    score *= s.scale();
+                    double newMax = Math.max(rowMax[i], score);
+                    double correction = Math.exp(rowMax[i] - newMax);
+                    double p = Math.exp(score - newMax);
+                    rowSum[i] = rowSum[i] * correction + p;
+                    for (int c = 0; c < d; c++) {
+                        acc[i][c] = acc[i][c] * correction + p * v[index(s.layout(), b, g, j, c, s.kvHeads(), skv, d)];
+                    }
+                    rowMax[i] = newMax;
                 }
-        });
-        return new double[][] {out, lse};
+            }
+        }
+        for (int i = 0; i < sq; i++) {
+            boolean seesNothing = rowSum[i] == 0;
+            for (int c = 0; c < d; c++) {
+                out[index(s.layout(), b, h, i, c, s.queryHeads(), sq, d)] = seesNothing ? 0 : acc[i][c] / rowSum[i];
+            }
+            lse[(b * s.queryHeads() + h) * sq + i] = seesNothing ? Double.NEGATIVE_INFINITY : rowMax[i] + Math.log(rowSum[i]);
+        }
     }
 
     private static int index(Layout layout, int b, int h, int s, int c, int heads, int seq, int d) {
