@@ -4,6 +4,8 @@ import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.InvalidArgumentException;
 import java.io.PrintWriter;
 import java.util.Map;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
@@ -20,7 +22,7 @@ public final class Main implements Runnable {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
 
-    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(Main.class);
+    private static final Logger LOG = LoggerFactory.getLogger(Main.class);
     public static final int EXIT_FAILED = 1;
     public static final int EXIT_BAD_INPUT = 2;
     public static final int EXIT_UNAVAILABLE = 3;

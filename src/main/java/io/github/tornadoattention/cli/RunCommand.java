@@ -16,6 +16,7 @@ import java.io.PrintWriter;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.function.IntConsumer;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
@@ -165,7 +166,7 @@ final class RunCommand implements Callable<Integer> {
     }
 
     /** Wall-clock times of {@code iters} calls of {@code call} (given the iteration number). */
-    private TimingStats time(java.util.function.IntConsumer call) {
+    private TimingStats time(IntConsumer call) {
         double[] millis = new double[iters];
         for (int i = 0; i < iters; i++) {
             long start = System.nanoTime();
