@@ -21,7 +21,9 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  *   <li>S^T = K Q^T on tensor cores. Computing S transposed lets K be the A operand: the API's B load is
  *       {@code ldmatrix .trans} only, so S = Q K^T would need K transposed in local memory every tile,
  *       whereas Q^T is built once per query tile.</li>
- *   <li>Softmax in fp32 by all threads; P rounded to fp16 into local memory as the A operand of P V.</li>
+ *   <li>Softmax in fp32: each lane reads back the S values that its own {@code mmaStore} wrote (same thread,
+ *       no barrier; warp w computes S for its own 16 query rows) and writes P as fp16 bits, computed in
+ *       float/int arithmetic ({@link #fp16Pow2}), into local memory as the A operand of P V.</li>
  *   <li>O += P V on tensor cores; the row sums of P come from the same MMAs (P times a tile of ones), so
  *       the accumulator fragments hold both numerator and denominator.</li>
  * </ol>
@@ -31,12 +33,16 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  *   <li>No access to the elements of an accumulator fragment: {@code mmaStore} to a global FloatArray is
  *       the only way out, {@code mmaFragment(v)} and {@code mma} the only ways in. FlashAttention-2 keeps
  *       S in registers and turns it into the fp16 A fragment of P V in registers; here S^T goes through an
- *       fp32 scratch in global memory (per CTA, L1/L2 resident), is read back by the softmax threads, and P
- *       goes to local memory for {@code ldmatrix}.</li>
+ *       fp32 scratch in global memory (per CTA, L1/L2 resident, two buffers alternating by K/V tile), is read
+ *       back by the lane that stored it, and P goes to local memory for {@code ldmatrix}. A lane holds S^T
+ *       rows g and g + 8 (keys) of a query, so it packs those two keys into one int of P: P's columns are
+ *       permuted within each 16-key block (column 2 g + e is key g + 8 e) and V is staged in the same row
+ *       order, which leaves P V unchanged.</li>
  *   <li>fp32 to fp16: TornadoVM's PTX backend emits {@code cvt.rn.f16.f32} only for
  *       {@code new HalfFloat(floatArray.get(i))}, a value just read from a FloatArray, and has no
- *       float-to-int bit cast to do it by hand. So P is written to the scratch in fp32 and packed to fp16
- *       by another thread after a barrier; O likewise at the end.</li>
+ *       float-to-int bit cast. P = 2^z is therefore encoded by hand ({@link #fp16Pow2}: exponent from
+ *       floor(z), mantissa from 2^(z - floor z), one {@code ex2} as before); O is written in fp32 and
+ *       converted with {@code new HalfFloat(scratch.get(i))} at the end.</li>
  *   <li>No rescaling of O: FlashAttention-2 multiplies the O accumulator row-wise by exp(m_old - m_new)
  *       whenever a row's running max grows, which needs the fragment's elements. Moreover TornadoVM
  *       types a fragment that flows through an {@code if}/{@code else} merge as a 64-bit scalar (wrong
@@ -68,12 +74,527 @@ public final class MmaKernels {
     /** Largest excess of a score over its row's reference max that P may carry (natural log units). */
     static final float MAX_EXCESS = 5.0f;
     private static final int HALF_ONE_PAIR = 0x3C003C00;
+    static final float LOG2E = 1.4426950408889634f;
+    static final float LN2 = 0.6931471805599453f;
 
     private MmaKernels() {
     }
 
     /** {@link MmaTileConfig#D64}: D = 64, Br = 64, Bc = 64, 4 warps (128 threads). */
     public static void attentionD64(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
+                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+        final int d = 64;
+        final int bq = 64;
+        final int bkv = 64;
+        int[] qT = kc.allocateIntLocalArray(2048);      // D x Br / 2: Q^T, B operand
+        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
+        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
+        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        float[] rowMax = kc.allocateFloatLocalArray(64);
+        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
+
+        int t = kc.localIdx;
+        int warp = t >>> 5;
+        int lane = t & 31;
+        if (t < 64) {
+            ones[t] = HALF_ONE_PAIR;
+        }
+        if (t == 0) {
+            flag[0] = -1;
+        }
+
+        int heads = batch * queryHeads;
+        int queryTiles = (queryLength + bq - 1) / bq;
+        int tiles = queryTiles * heads;
+        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
+        int oBase = sBase + 2 * bkv * bq;
+        int oStride = d + 8;
+        float scaleLog2 = scale * LOG2E;
+        int stamp = 0;
+
+        for (int round = 0; round * gridSize < tiles; round++) {
+            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
+            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
+            int tile = round * gridSize + position;
+            if (tile < tiles) {
+                int bh = tile % heads;
+                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
+                int b = bh / queryHeads;
+                int h = bh % queryHeads;
+                int hkv = h / (queryHeads / kvHeads);
+                int q0 = qt * bq;
+                int qRow = bshd == 1 ? queryHeads * d : d;
+                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
+                int kvRow = bshd == 1 ? kvHeads * d : d;
+                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
+                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
+
+                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
+
+                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
+                // the values of two queries for one d share an int. Rows past the end are zeros.
+                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
+                    int qa = 2 * (it / (d / 4));       // even query of the pair
+                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
+                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
+                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
+                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
+                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
+                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
+                    // comment.
+                    int ra = q0 + qa;
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
+                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
+                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
+                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
+                }
+                if (t < bq) {
+                    rowMax[t] = Float.NEGATIVE_INFINITY;
+                }
+
+                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
+                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
+                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
+                int attempts = 1;
+                for (int attempt = 0; attempt < attempts; attempt++) {
+                    stamp++;
+                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
+                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
+                        // exact max first. Sweep 1 accumulates O and l.
+                        float[] o0 = kc.mmaFragment(0.0f);
+                        float[] o1 = kc.mmaFragment(0.0f);
+                        float[] o2 = kc.mmaFragment(0.0f);
+                        float[] o3 = kc.mmaFragment(0.0f);
+                        float[] o4 = kc.mmaFragment(0.0f);
+                        float[] o5 = kc.mmaFragment(0.0f);
+                        float[] o6 = kc.mmaFragment(0.0f);
+                        float[] o7 = kc.mmaFragment(0.0f);
+                        float[] rowSum = kc.mmaFragment(0.0f);
+                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
+                        for (int kvt = 0; kvt < kvTiles; kvt++) {
+                            int j0 = kvt * bkv;
+                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
+                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
+                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
+                            int sTile = sBase + (kvt & 1) * (bkv * bq);
+                            kc.localBarrier();
+
+                            // K into A-operand sub-tiles (16 keys x 16 d, sub-tile (key / 16, d / 16)) and V into
+                            // B-operand sub-tiles (16 keys x 8 d, sub-tile (key / 16, d / 8)), 64 bits at a time.
+                            // Consecutive threads take four consecutive words of 8 rows: 32-byte sectors fully used,
+                            // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
+                            for (int it = t; it < bkv * (d / 4); it += 128) {
+                                int dqL = it & 3;
+                                int jj = (it >>> 2) & 15;
+                                int dqH = (it >>> 6) % (d / 16);
+                                int kb = (it >>> 6) / (d / 16);
+                                int row = j0 + kb * 16 + jj;
+                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
+                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
+                                long lk = k.get(at) * keep;
+                                long lv = v.get(at) * keep;
+                                int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
+                                kT[kAt] = (int) lk;
+                                kT[kAt + 1] = (int) (lk >>> 32);
+                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >>> 1)) * 64 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
+                                vT[vAt] = (int) lv;
+                                vT[vAt + 1] = (int) (lv >>> 32);
+                            }
+                            kc.localBarrier();
+
+                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
+                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
+                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
+                            for (int kb = 0; kb < 4; kb++) {
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 4 + 0) * 512);
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 4 + 1) * 512);
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 4 + 2) * 512);
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 4 + 3) * 512);
+                                for (int nb = 0; nb < 2; nb++) {
+                                    int qn = warp * 2 + nb;
+                                    float[] s = kc.mmaFragment(0.0f);
+                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                    kc.mmaStore(s, scratch, kb * 16, sTile + qn * 8, bq);
+                                }
+                            }
+
+                            if (sweep == 0 || kvt == 0 && attempt == 0) {
+                                kc.localBarrier();   // S^T complete in the scratch
+                                // One thread per row: fold this tile's max over visible scores into rowMax (the
+                                // reference max is the first tile's on attempt 0, the exact max on attempt 1).
+                                if (t < bq) {
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
+                                    float tileMax = Float.NEGATIVE_INFINITY;
+                                    for (int jl = 0; jl < bkv; jl++) {
+                                        if (j0 + jl <= limit) {
+                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
+                                        }
+                                    }
+                                    rowMax[t] = Math.max(rowMax[t], tileMax);
+                                }
+                                kc.localBarrier();
+                            }
+
+                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
+                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
+                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
+                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
+                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
+                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            int g = lane >>> 2;
+                            for (int nb = 0; nb < 2; nb++) {
+                                for (int e = 0; e < 2; e++) {
+                                    int rw = nb * 8 + ((lane & 3) << 1) + e;
+                                    int r = warp * 16 + rw;
+                                    float mLog2 = rowMax[r] * LOG2E;
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
+                                    for (int kb = 0; kb < 4; kb++) {
+                                        int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
+                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
+                                                (below >>> 31) * -2.0e30f + 1.0e30f);
+                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
+                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                        excess = Math.max(excess, Math.max(z0, z1));
+                                        pT[(warp * 4 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                    }
+                                }
+                            }
+                            kc.localBarrier();   // P complete (ldmatrix reads rows that other lanes of the warp wrote)
+
+                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
+                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // fragment update unconditional.)
+                            for (int kbb = 0; kbb < 4; kbb++) {
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 0) * 256), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 1) * 256), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 2) * 256), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 3) * 256), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 4) * 256), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 5) * 256), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 6) * 256), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 7) * 256), o7, MMAShape.M16N8K16);
+                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                            }
+                        }
+                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
+                            flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
+                        }
+                        int rows = warp * 16;
+                        kc.mmaStore(o0, scratch, rows, oBase + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oBase + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oBase + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oBase + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oBase + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oBase + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oBase + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oBase + 56, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oBase + d, oStride);
+                    }
+                    kc.localBarrier();   // every thread has set the flag or not
+                    if (flag[0] == stamp) {
+                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
+                        if (t < bq) {
+                            rowMax[t] = Float.NEGATIVE_INFINITY;
+                        }
+                    }
+                }
+                normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                kc.localBarrier();
+                float m = t < bq ? rowMax[t] : 0.0f;
+                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                        (b * queryHeads + h) * queryLength, d, bq);
+            }
+        }
+    }
+
+    /** {@link MmaTileConfig#D128}: D = 128, Br = 64, Bc = 32, 4 warps (128 threads). */
+    public static void attentionD128(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
+                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+        final int d = 128;
+        final int bq = 64;
+        final int bkv = 32;
+        int[] qT = kc.allocateIntLocalArray(4096);      // D x Br / 2: Q^T, B operand
+        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
+        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
+        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        float[] rowMax = kc.allocateFloatLocalArray(64);
+        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
+
+        int t = kc.localIdx;
+        int warp = t >>> 5;
+        int lane = t & 31;
+        if (t < 64) {
+            ones[t] = HALF_ONE_PAIR;
+        }
+        if (t == 0) {
+            flag[0] = -1;
+        }
+
+        int heads = batch * queryHeads;
+        int queryTiles = (queryLength + bq - 1) / bq;
+        int tiles = queryTiles * heads;
+        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
+        int oBase = sBase + 2 * bkv * bq;
+        int oStride = d + 8;
+        float scaleLog2 = scale * LOG2E;
+        int stamp = 0;
+
+        for (int round = 0; round * gridSize < tiles; round++) {
+            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
+            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
+            int tile = round * gridSize + position;
+            if (tile < tiles) {
+                int bh = tile % heads;
+                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
+                int b = bh / queryHeads;
+                int h = bh % queryHeads;
+                int hkv = h / (queryHeads / kvHeads);
+                int q0 = qt * bq;
+                int qRow = bshd == 1 ? queryHeads * d : d;
+                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
+                int kvRow = bshd == 1 ? kvHeads * d : d;
+                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
+                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
+
+                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
+
+                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
+                // the values of two queries for one d share an int. Rows past the end are zeros.
+                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
+                    int qa = 2 * (it / (d / 4));       // even query of the pair
+                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
+                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
+                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
+                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
+                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
+                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
+                    // comment.
+                    int ra = q0 + qa;
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
+                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
+                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
+                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
+                }
+                if (t < bq) {
+                    rowMax[t] = Float.NEGATIVE_INFINITY;
+                }
+
+                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
+                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
+                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
+                int attempts = 1;
+                for (int attempt = 0; attempt < attempts; attempt++) {
+                    stamp++;
+                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
+                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
+                        // exact max first. Sweep 1 accumulates O and l.
+                        float[] o0 = kc.mmaFragment(0.0f);
+                        float[] o1 = kc.mmaFragment(0.0f);
+                        float[] o2 = kc.mmaFragment(0.0f);
+                        float[] o3 = kc.mmaFragment(0.0f);
+                        float[] o4 = kc.mmaFragment(0.0f);
+                        float[] o5 = kc.mmaFragment(0.0f);
+                        float[] o6 = kc.mmaFragment(0.0f);
+                        float[] o7 = kc.mmaFragment(0.0f);
+                        float[] o8 = kc.mmaFragment(0.0f);
+                        float[] o9 = kc.mmaFragment(0.0f);
+                        float[] o10 = kc.mmaFragment(0.0f);
+                        float[] o11 = kc.mmaFragment(0.0f);
+                        float[] o12 = kc.mmaFragment(0.0f);
+                        float[] o13 = kc.mmaFragment(0.0f);
+                        float[] o14 = kc.mmaFragment(0.0f);
+                        float[] o15 = kc.mmaFragment(0.0f);
+                        float[] rowSum = kc.mmaFragment(0.0f);
+                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
+                        for (int kvt = 0; kvt < kvTiles; kvt++) {
+                            int j0 = kvt * bkv;
+                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
+                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
+                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
+                            int sTile = sBase + (kvt & 1) * (bkv * bq);
+                            kc.localBarrier();
+
+                            // K into A-operand sub-tiles (16 keys x 16 d, sub-tile (key / 16, d / 16)) and V into
+                            // B-operand sub-tiles (16 keys x 8 d, sub-tile (key / 16, d / 8)), 64 bits at a time.
+                            // Consecutive threads take four consecutive words of 8 rows: 32-byte sectors fully used,
+                            // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
+                            for (int it = t; it < bkv * (d / 4); it += 128) {
+                                int dqL = it & 3;
+                                int jj = (it >>> 2) & 15;
+                                int dqH = (it >>> 6) % (d / 16);
+                                int kb = (it >>> 6) / (d / 16);
+                                int row = j0 + kb * 16 + jj;
+                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
+                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
+                                long lk = k.get(at) * keep;
+                                long lv = v.get(at) * keep;
+                                int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
+                                kT[kAt] = (int) lk;
+                                kT[kAt + 1] = (int) (lk >>> 32);
+                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >>> 1)) * 64 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
+                                vT[vAt] = (int) lv;
+                                vT[vAt + 1] = (int) (lv >>> 32);
+                            }
+                            kc.localBarrier();
+
+                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
+                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
+                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
+                            for (int kb = 0; kb < 2; kb++) {
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 8 + 0) * 512);
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 8 + 1) * 512);
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 8 + 2) * 512);
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 8 + 3) * 512);
+                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, (kb * 8 + 4) * 512);
+                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, (kb * 8 + 5) * 512);
+                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
+                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
+                                for (int nb = 0; nb < 2; nb++) {
+                                    int qn = warp * 2 + nb;
+                                    float[] s = kc.mmaFragment(0.0f);
+                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a4, kc.mmaLoadB(qT, 16, (32 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a5, kc.mmaLoadB(qT, 16, (40 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a6, kc.mmaLoadB(qT, 16, (48 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a7, kc.mmaLoadB(qT, 16, (56 + qn) * 256), s, MMAShape.M16N8K16);
+                                    kc.mmaStore(s, scratch, kb * 16, sTile + qn * 8, bq);
+                                }
+                            }
+
+                            if (sweep == 0 || kvt == 0 && attempt == 0) {
+                                kc.localBarrier();   // S^T complete in the scratch
+                                // One thread per row: fold this tile's max over visible scores into rowMax (the
+                                // reference max is the first tile's on attempt 0, the exact max on attempt 1).
+                                if (t < bq) {
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
+                                    float tileMax = Float.NEGATIVE_INFINITY;
+                                    for (int jl = 0; jl < bkv; jl++) {
+                                        if (j0 + jl <= limit) {
+                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
+                                        }
+                                    }
+                                    rowMax[t] = Math.max(rowMax[t], tileMax);
+                                }
+                                kc.localBarrier();
+                            }
+
+                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
+                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
+                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
+                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
+                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
+                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            int g = lane >>> 2;
+                            for (int nb = 0; nb < 2; nb++) {
+                                for (int e = 0; e < 2; e++) {
+                                    int rw = nb * 8 + ((lane & 3) << 1) + e;
+                                    int r = warp * 16 + rw;
+                                    float mLog2 = rowMax[r] * LOG2E;
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
+                                    for (int kb = 0; kb < 2; kb++) {
+                                        int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
+                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
+                                                (below >>> 31) * -2.0e30f + 1.0e30f);
+                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
+                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                        excess = Math.max(excess, Math.max(z0, z1));
+                                        pT[(warp * 2 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                    }
+                                }
+                            }
+                            kc.localBarrier();   // P complete (ldmatrix reads rows that other lanes of the warp wrote)
+
+                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
+                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // fragment update unconditional.)
+                            for (int kbb = 0; kbb < 2; kbb++) {
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 0) * 256), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 1) * 256), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 2) * 256), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 3) * 256), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 4) * 256), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 5) * 256), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 6) * 256), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 7) * 256), o7, MMAShape.M16N8K16);
+                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 8) * 256), o8, MMAShape.M16N8K16);
+                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 9) * 256), o9, MMAShape.M16N8K16);
+                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 10) * 256), o10, MMAShape.M16N8K16);
+                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 11) * 256), o11, MMAShape.M16N8K16);
+                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 12) * 256), o12, MMAShape.M16N8K16);
+                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 13) * 256), o13, MMAShape.M16N8K16);
+                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 14) * 256), o14, MMAShape.M16N8K16);
+                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 15) * 256), o15, MMAShape.M16N8K16);
+                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                            }
+                        }
+                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
+                            flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
+                        }
+                        int rows = warp * 16;
+                        kc.mmaStore(o0, scratch, rows, oBase + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oBase + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oBase + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oBase + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oBase + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oBase + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oBase + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oBase + 56, oStride);
+                        kc.mmaStore(o8, scratch, rows, oBase + 64, oStride);
+                        kc.mmaStore(o9, scratch, rows, oBase + 72, oStride);
+                        kc.mmaStore(o10, scratch, rows, oBase + 80, oStride);
+                        kc.mmaStore(o11, scratch, rows, oBase + 88, oStride);
+                        kc.mmaStore(o12, scratch, rows, oBase + 96, oStride);
+                        kc.mmaStore(o13, scratch, rows, oBase + 104, oStride);
+                        kc.mmaStore(o14, scratch, rows, oBase + 112, oStride);
+                        kc.mmaStore(o15, scratch, rows, oBase + 120, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oBase + d, oStride);
+                    }
+                    kc.localBarrier();   // every thread has set the flag or not
+                    if (flag[0] == stamp) {
+                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
+                        if (t < bq) {
+                            rowMax[t] = Float.NEGATIVE_INFINITY;
+                        }
+                    }
+                }
+                normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                kc.localBarrier();
+                float m = t < bq ? rowMax[t] : 0.0f;
+                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                        (b * queryHeads + h) * queryLength, d, bq);
+            }
+        }
+    }
+
+    /**
+     * The previous tornado-mma kernel (P through the fp32 scratch, five barriers per K/V tile), kept for A/B
+     * timing on a GPU: {@code -Dtornado.attention.mma.kernel=legacy} selects it ({@link MmaPlan}).
+     */
+    public static void attentionD64Legacy(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
                                     FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
                                     int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
         final int d = 64;
@@ -300,8 +821,8 @@ public final class MmaKernels {
         }
     }
 
-    /** {@link MmaTileConfig#D128}: D = 128, Br = 64, Bc = 32, 4 warps (128 threads). */
-    public static void attentionD128(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
+    /** {@link #attentionD64Legacy} for D = 128. */
+    public static void attentionD128Legacy(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
                                     FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
                                     int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
         final int d = 128;
@@ -560,6 +1081,19 @@ public final class MmaKernels {
                         (b * queryHeads + h) * queryLength, d, bq);
             }
         }
+    }
+
+    /**
+     * The fp16 bits of 2^z, computed in float and int arithmetic (TornadoVM converts to fp16 only a value
+     * just read from a FloatArray): with n = max(floor(z), -14), 2^z = 2^n 2^(z - n) and the bits are
+     * (n + 14) 1024 + round(1024 2^(z - n)). For a normal result 1024 2^(z - n) is in [1024, 2048) (the
+     * mantissa with its hidden bit, which carries into the exponent field); below 2^-14 (n clamped) it is the
+     * subnormal's mantissa; z <= -25 (and the -1e30 of masked keys) gives 0. Rounding is to nearest, ties
+     * away from zero. Valid for z < 16 (P <= e^5 here; larger z only occur in a tile that is recomputed).
+     */
+    static int fp16Pow2(float z) {
+        float n = Math.max(TornadoMath.floor(z), -14.0f);
+        return ((int) n + 14) * 1024 + (int) (TornadoMath.exp((z - n) * LN2) * 1024.0f + 0.5f);
     }
 
     // ---------------------------------------------------------------------------------------------

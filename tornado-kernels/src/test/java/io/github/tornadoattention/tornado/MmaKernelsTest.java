@@ -54,27 +54,54 @@ class MmaKernelsTest {
     @MethodSource("shapes")
     void matchesTheReference(AttentionShape shape) {
         try (RandomInputs in = RandomInputs.generate(shape, 42)) {
-            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3);
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, false);
             assertTrue(errors.passes(), shape + ": " + errors);
         }
     }
 
-    /** Keys past the first tile score far above the first tile's max: the tile is recomputed. */
+    /** The previous kernels, kept selectable for A/B timing ({@link MmaPlan#KERNEL_PROPERTY}). */
+    @ParameterizedTest
+    @MethodSource("shapes")
+    void legacyKernelsMatchTheReference(AttentionShape shape) {
+        try (RandomInputs in = RandomInputs.generate(shape, 43)) {
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, true);
+            assertTrue(errors.passes(), shape + ": " + errors);
+        }
+    }
+
+    /** fp16Pow2 against Java's float-to-fp16 conversion of 2^z: normal, subnormal, underflow, masked. */
     @Test
-    void recomputesWhenAScoreExceedsTheReferenceMax() {
-        AttentionShape shape = shape(1, 1, 1, 64, 200, 64, false, Layout.BHSD);
+    void fp16Pow2IsTheRoundedPowerOfTwo() {
+        for (float z = -30.0f; z < 15.9f; z += 0.0137f) {
+            int expected = Float.floatToFloat16((float) Math.pow(2.0, z)) & 0xFFFF;
+            int actual = MmaKernels.fp16Pow2(z);
+            assertTrue(Math.abs(actual - expected) <= 1, "z = " + z + ": " + actual + " vs " + expected);
+        }
+        assertEquals(0x3C00, MmaKernels.fp16Pow2(0.0f));
+        assertEquals(0x4000, MmaKernels.fp16Pow2(1.0f));
+        assertEquals(0x0001, MmaKernels.fp16Pow2(-24.0f));
+        assertEquals(0x0400, MmaKernels.fp16Pow2(-14.0f));
+        assertEquals(0, MmaKernels.fp16Pow2(-26.0f));
+        assertEquals(0, MmaKernels.fp16Pow2(-1.0e30f));
+    }
+
+    /** Keys past the first tile score far above the first tile's max: the tile is recomputed. */
+    @ParameterizedTest
+    @org.junit.jupiter.params.provider.ValueSource(ints = {64, 128})
+    void recomputesWhenAScoreExceedsTheReferenceMax(int d) {
+        AttentionShape shape = shape(1, 1, 1, 64, 200, d, false, Layout.BHSD);
         try (RandomInputs in = RandomInputs.generate(shape, 7)) {
             float[] k = in.k().toFloatArray();
             for (int i = 64 * 64; i < k.length; i++) {
-                k[i] *= 5.0f;        // scores ~ N(0, 25) after the first 64 keys
+                k[i] *= 5.0f;        // scores ~ N(0, 25) after the first K/V tile (64 keys at D = 64, 32 at D = 128)
             }
             in.k().copyFrom(k);
-            ErrorStats errors = run(shape, in, 1);
+            ErrorStats errors = run(shape, in, 1, false);
             assertTrue(errors.passes(), errors.toString());
         }
     }
 
-    private static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
+    private static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean legacy) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -87,7 +114,13 @@ class MmaKernelsTest {
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         KernelEmulator.launch(grid, config.threads(), kc -> {
-            if (s.headDim() == 64) {
+            if (legacy && s.headDim() == 64) {
+                MmaKernels.attentionD64Legacy(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            } else if (legacy) {
+                MmaKernels.attentionD128Legacy(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            } else if (s.headDim() == 64) {
                 MmaKernels.attentionD64(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
             } else {
