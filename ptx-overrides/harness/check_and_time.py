@@ -9,7 +9,11 @@ libcuda.so.1, the same calls the Java FFM host makes), then
   3. times the ablation entries against their full kernel.
 Logs and JSON go to $OUT (default ./out); a short table is printed last.
 
-Usage: python3 ptx-overrides/harness/check_and_time.py [--quick] [--no-time] [--seed N]
+--tuning instead loads only ptx/flash_fwd.ptx and the benchmark-only ptx/flash_fwd_tuning.ptx,
+checks every tuning entry (and the shipped D=128 entry, the baseline) on a small D=128 suite and
+times them beside SDPA on the two D=128 timing shapes, causal and not (tuning.md/.json).
+
+Usage: python3 ptx-overrides/harness/check_and_time.py [--quick] [--no-time] [--seed N] [--tuning]
 """
 import argparse
 import ctypes
@@ -102,9 +106,10 @@ class Driver:
 
 # --------------------------------------------------------------------------- entries
 # Names encode the configuration (see README.md):
-#   flash_fwd_d{D}_m{Br}n{Bc}w{warps}s{stages}[_qs][_dyn][_ablation][_tornado]
+#   flash_fwd_d{D}_m{Br}n{Bc}w{warps}s{stages}[_qs][_dyn][_ablation][_tornado|_tornado_h128]
 #   flash_decode_split_d{D}_n{Bc}s{stages}[_dyn][_tornado], flash_decode_combine_d{D}[_tornado]
-FWD_RE = re.compile(r"^flash_fwd_d(\d+)_m(\d+)n(\d+)w(\d+)s(\d+)(.*?)(_tornado)?$")
+# _tornado entries read arrays behind a 16-byte header, _tornado_h128 behind a 128-byte one.
+FWD_RE = re.compile(r"^flash_fwd_d(\d+)_m(\d+)n(\d+)w(\d+)s(\d+)(.*?)(_tornado(?:_h128)?)?$")
 DEC_RE = re.compile(r"^flash_decode_split_d(\d+)_n(\d+)s(\d+)(_dyn)?(_tornado)?$")
 COMB_RE = re.compile(r"^flash_decode_combine_d(\d+)(_tornado)?$")
 ABLATIONS = ["no_cpasync", "no_ldmatrix", "no_swizzle", "p_smem", "no_causal_skip"]
@@ -124,7 +129,8 @@ def smem_bytes(D, Br, Bc, W, S, q_in_regs, p_smem):
 class Entry:
     def __init__(self, drv, mod, name, fname):
         self.name, self.file, self.f = name, fname, drv.function(mod, name)
-        self.tornado = name.endswith("_tornado")
+        self.tornado = name.endswith("_tornado") or name.endswith("_tornado_h128")
+        self.header = 128 if name.endswith("_h128") else 16 if self.tornado else 0
         self.regs = drv.attr(self.f, 4)
         self.static_smem = drv.attr(self.f, 1)
         self.local = drv.attr(self.f, 3)
@@ -167,10 +173,16 @@ class Entry:
                     dyn_smem=self.dyn, local=self.local, ctas_per_sm=self.occ)
 
 
-def load_entries(drv):
-    """JIT every PTX file (in parallel threads: ctypes drops the GIL) and wrap its entries."""
+TUNING_FILE = "flash_fwd_tuning.ptx"
+TUNING_BASELINE = "flash_fwd_d128_m64n48w4s2"  # the shipped D=128 entry
+
+
+def load_entries(drv, files=None):
+    """JIT the PTX files (default: all but the tuning candidates; in parallel threads: ctypes
+    drops the GIL) and wrap their entries."""
     from concurrent.futures import ThreadPoolExecutor
-    files = [fn for fn in sorted(os.listdir(PTX_DIR)) if fn.endswith(".ptx")]
+    if files is None:
+        files = [fn for fn in sorted(os.listdir(PTX_DIR)) if fn.endswith(".ptx") and fn != TUNING_FILE]
     t0 = time.time()
     with ThreadPoolExecutor(len(files)) as ex:
         mods = list(ex.map(lambda fn: drv.load(os.path.join(PTX_DIR, fn)), files))
@@ -222,7 +234,7 @@ class Problem:
         lse = torch.full((self.B, self.Hq, self.Sq), float("nan"), device="cuda", dtype=torch.float32)
         return o, lse
 
-    def params(self, o, splits=0, header=False):
+    def params(self, o, splits=0, header=0):
         p = [0] * 32
         p[0:7] = [self.B, self.Hq, self.Hkv, self.Sq, self.Skv, self.D, int(self.causal)]
         p[7] = f32_bits(self.scale * LOG2E)
@@ -232,7 +244,7 @@ class Problem:
         p[21] = splits
         p[22] = f32_bits(self.scale)
         if header:
-            p = [0, 0, 0, 0] + p
+            p = [0] * (header // 4) + p
         return torch.tensor(p, dtype=torch.int32, device="cuda")
 
     def flops(self):
@@ -263,12 +275,12 @@ class Problem:
         return torch.cat(os_, 1), torch.cat(lses, 1)
 
 
-def with_header(t):
-    """Copy a tensor's storage behind a 16-byte TornadoVM-style header; returns (buffer, view)."""
+def with_header(t, header=16):
+    """Copy a tensor's storage behind a TornadoVM-style header; returns (buffer, view)."""
     n = t.numel()
     el = t.element_size()
-    buf = torch.empty(n + 16 // el, device="cuda", dtype=t.dtype)
-    body = buf[16 // el:]
+    buf = torch.empty(n + header // el, device="cuda", dtype=t.dtype)
+    body = buf[header // el:]
     # keep the same (contiguous) storage order as t
     base = t.permute(0, 2, 1, 3).contiguous() if not t.is_contiguous() else t.contiguous()
     body.copy_(base.reshape(-1))
@@ -287,12 +299,12 @@ class Runner:
     def run_fwd(self, e, pb, o, lse):
         grid = (math.ceil(pb.Sq / e.Br), pb.B * pb.Hq, 1)
         if e.tornado:
-            qb, _ = with_header(pb.q)
-            kb, _ = with_header(pb.k)
-            vb, _ = with_header(pb.v)
-            ob, ov = with_header(o)
-            lb, lv = with_header(lse)
-            prm = pb.params(ov, header=True)
+            qb, _ = with_header(pb.q, e.header)
+            kb, _ = with_header(pb.k, e.header)
+            vb, _ = with_header(pb.v, e.header)
+            ob, ov = with_header(o, e.header)
+            lb, lv = with_header(lse, e.header)
+            prm = pb.params(ov, header=e.header)
             self.drv.launch(e.f, grid, e.threads, e.dyn, [0, qb.data_ptr(), kb.data_ptr(), vb.data_ptr(), ob.data_ptr(),
                                                           lb.data_ptr(), prm.data_ptr()])
             torch.cuda.synchronize()
@@ -320,7 +332,7 @@ class Runner:
             opb, lpb = with_header(op.view(1, 1, 1, -1))[0], with_header(lp.view(1, 1, 1, -1))[0]
             ob, ov = with_header(o)
             lb, lv = with_header(lse)
-            prm = pb.params(ov, splits=splits, header=True)
+            prm = pb.params(ov, splits=splits, header=es.header)
             a1 = [0] + [t.data_ptr() for t in hb] + [opb.data_ptr(), lpb.data_ptr(), prm.data_ptr()]
             a2 = [0, opb.data_ptr(), lpb.data_ptr(), ob.data_ptr(), lb.data_ptr(), prm.data_ptr()]
 
@@ -408,7 +420,7 @@ def suite(quick, rng):
     return cases
 
 
-def correctness(runner, entries, quick, seed):
+def correctness(runner, entries, quick, seed, cases=None):
     import random
     rng = random.Random(seed)
     gen = torch.Generator(device="cuda")
@@ -429,7 +441,8 @@ def correctness(runner, entries, quick, seed):
             if not math.isnan(r[k2]):
                 st[k1] = max(st[k1], r[k2])
 
-    cases = suite(quick, rng)
+    if cases is None:
+        cases = suite(quick, rng)
     t0 = time.time()
     for ci, (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag) in enumerate(cases):
         pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen)
@@ -615,6 +628,138 @@ def ablation_timing(runner, entries, quick):
     return out
 
 
+# --------------------------------------------------------------------------- tuning (--tuning)
+TUNING_SHAPES = [(4, 16, 2048, 128), (1, 32, 4096, 128)]  # (B, H, S, D), causal and not
+
+
+def tuning_cases(rng):
+    """D=128 problems for the candidates: ragged ends, Sq != Skv, GQA/MQA, BSHD, no lse, tiny
+    and long-key problems, causal and not, plus a few random ones (suite() format)."""
+    cases = []
+    for c in (False, True):
+        cases += [(2, 8, 8, 1024, 1024, 128, c, "bhsd", True, "seed-d128"),
+                  (2, 4, 4, 77, 1000, 128, c, "bhsd", True, "sq<skv odd"),
+                  (2, 4, 4, 1000, 77, 128, c, "bhsd", True, "sq>skv odd"),
+                  (1, 3, 3, 7, 7, 128, c, "bhsd", True, "7x7"),
+                  (1, 2, 2, 2049, 2049, 128, c, "bhsd", True, "2049"),
+                  (2, 8, 2, 300, 517, 128, c, "bhsd", True, "gqa"),
+                  (2, 8, 1, 333, 333, 128, c, "bhsd", True, "mqa"),
+                  (2, 6, 3, 259, 1031, 128, c, "bshd", True, "bshd gqa"),
+                  (1, 4, 4, 64, 200, 128, c, "bshd", False, "bshd nolse"),
+                  (1, 2, 2, 130, 3, 128, c, "bhsd", True, "sq>>skv"),
+                  (2, 4, 4, 5, 9000, 128, c, "bhsd", True, "short q long kv")]
+    for _ in range(6):
+        Hkv, G = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
+        Sq = rng.randint(1, 2100)
+        Skv = rng.randint(1, 2100) if rng.random() < 0.7 else Sq
+        cases.append((rng.randint(1, 3), Hkv * G, Hkv, Sq, Skv, 128, rng.random() < 0.5, rng.choice(["bhsd", "bshd"]),
+                      rng.random() < 0.7, "random"))
+    return cases
+
+
+def tuning_timing(runner, cands, rounds, reps):
+    """Each candidate beside SDPA FLASH/CUDNN on TUNING_SHAPES.  Kernels are timed round-robin
+    (`rounds` rounds of `reps` launches) so that clock drift hits all alike; ms = median of the
+    round medians, lo/hi = their range."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321)
+    rows = []
+    for (B, H, S, D) in TUNING_SHAPES:
+        for causal in (False, True):
+            pb = Problem(B, H, H, S, S, D, causal, "bhsd", lse=True, gen=gen)
+            fl = pb.flops()
+            o, lse = pb.new_out()
+            prm = pb.params(o)
+            args = [pb.q.data_ptr(), pb.k.data_ptr(), pb.v.data_ptr(), o.data_ptr(), lse.data_ptr(), prm.data_ptr()]
+            fns = {}
+            for be in ("flash", "cudnn"):
+                fn = sdpa_fn(pb, be)
+                if fn:
+                    fns["sdpa_" + be] = fn
+            for e in cands:
+                grid = (math.ceil(S / e.Br), B * H, 1)
+                fns[e.name] = (lambda e=e, grid=grid: runner.drv.launch(e.f, grid, e.threads, e.dyn, args))
+            meds = {k: [] for k in fns}
+            for _ in range(rounds):
+                for k, fn in fns.items():
+                    meds[k].append(time_fn(fn, reps)[0])
+            res = dict(shape=f"({B},{H},{S},{D})", causal=causal, flops=fl, kernels={})
+            for k, ms in meds.items():
+                m = sorted(ms)[len(ms) // 2]
+                res["kernels"][k] = dict(ms=m, lo=min(ms), hi=max(ms), tflops=fl / m / 1e9)
+            rows.append(res)
+            log(fmt_timing_row(res))
+            del pb, o, lse
+    return rows
+
+
+def tuning_table(cands, corr, rows):
+    """Markdown: one row per kernel, one column per (shape, causal): SDPA FLASH time / kernel
+    time (> 1 is faster than SDPA FLASH), then its median ms."""
+    cols = [f"{r['shape']} {'causal' if r['causal'] else 'full'}" for r in rows]
+    L = ["| kernel | regs | smem (static+dyn) | CTAs/SM | check | " + " | ".join(cols) + " |",
+         "|---|---|---|---|---|" + "---|" * len(cols)]
+    names = ["sdpa_flash", "sdpa_cudnn"] + [e.name for e in cands]
+    info = {e.name: e for e in cands}
+    for n in names:
+        e = info.get(n)
+        if e:
+            c = (corr or {}).get(n)
+            chk = f"{c['passed']}/{c['n']}" if c else "-"
+            head = f"| {n} | {e.regs} | {e.static_smem + e.dyn} | {e.occ} | {chk} |"
+        else:
+            head = f"| {n} | | | | |"
+        cells = []
+        for r in rows:
+            k = r["kernels"].get(n)
+            fl = r["kernels"].get("sdpa_flash", {}).get("ms")
+            cells.append(f"x{fl / k['ms']:.3f} ({k['ms']:.4f} ms)" if k and fl else (f"{k['ms']:.4f} ms" if k else "-"))
+        L.append(head + " " + " | ".join(cells) + " |")
+    return "\n".join(L) + "\n"
+
+
+def run_tuning(drv, props, meta, args):
+    entries = load_entries(drv, ["flash_fwd.ptx", TUNING_FILE])
+    cands = [e for e in entries if e.name == TUNING_BASELINE] + \
+            [e for e in entries if e.file == TUNING_FILE and e.kind == "fwd" and not e.tornado]
+    for e in cands:
+        log(f"  {e.name:40s} regs {e.regs:3d} smem {e.static_smem:6d} dyn {e.dyn:6d} local {e.local} CTAs/SM {e.occ}")
+    runner = Runner(drv, cands, props.multi_processor_count)
+    corr = None
+    if not args.no_check:
+        import random
+        t0 = time.time()
+        corr, ncases = correctness(runner, cands, args.quick, args.seed, tuning_cases(random.Random(args.seed)))
+        log(f"correctness: {ncases} problems, {time.time() - t0:.0f}s")
+    rows = []
+    if not args.no_time:
+        t0 = time.time()
+        rows = tuning_timing(runner, cands, rounds=2 if args.quick else 3, reps=10 if args.quick else 40)
+        log(f"timing: {time.time() - t0:.0f}s")
+    table = tuning_table(cands, corr, rows)
+    md = [f"# D=128 tuning candidates ({TUNING_FILE}) beside SDPA and {TUNING_BASELINE}", "",
+          f"GPU: {meta['gpu']} ({meta['sms']} SMs), driver CUDA {meta['driver']}, torch {meta['torch']}, "
+          f"date {meta['date']}", f"Command: `{meta['cmd']}`", "",
+          "Cells: SDPA FLASH time / kernel time (> 1 = faster than SDPA FLASH), then the median of the "
+          "round medians in ms. check = correctness runs passed.", "", table]
+    if corr:
+        fails = [(n, f) for n, v in corr.items() for f in v["fails"]]
+        if fails:
+            md += ["Failures (first 5 per entry):", ""] + [f"- {n}: {f}" for n, f in fails]
+    open(os.path.join(OUT, "tuning.md"), "w").write("\n".join(md) + "\n")
+    json.dump(dict(meta=meta, entries=[e.row() for e in cands], correctness=corr, timing=rows),
+              open(os.path.join(OUT, "tuning.json"), "w"), indent=1)
+    print("\n==== tuning summary ====")
+    if corr is not None:
+        bad = {n: v for n, v in corr.items() if v["passed"] != v["n"]}
+        print(f"correctness: {sum(v['passed'] for v in corr.values())}/{sum(v['n'] for v in corr.values())} runs "
+              f"passed; entries failing: {len(bad)}")
+        for n, v in bad.items():
+            print(f"  FAIL {n}: {v['n'] - v['passed']} of {v['n']}; {v['fails'][:2]}")
+    print(table)
+    return corr is None or all(v["passed"] == v["n"] for v in corr.values())
+
+
 # --------------------------------------------------------------------------- report
 def fmt_timing_row(res):
     ks = res["kernels"]
@@ -680,6 +825,7 @@ def main():
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    ap.add_argument("--tuning", action="store_true", help="check and time the D=128 tuning candidates only")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     drv = Driver()
@@ -690,6 +836,8 @@ def main():
                 date=time.strftime("%Y-%m-%d %H:%M"), seed=args.seed,
                 cmd="python3 ptx-overrides/harness/check_and_time.py " + " ".join(sys.argv[1:]))
     log(json.dumps(meta))
+    if args.tuning:
+        sys.exit(0 if run_tuning(drv, props, meta, args) else 1)
     entries = load_entries(drv)
     for e in entries:
         log(f"  {e.name:48s} regs {e.regs:3d} smem {e.static_smem:6d} dyn {e.dyn:6d} local {e.local} CTAs/SM {e.occ}")

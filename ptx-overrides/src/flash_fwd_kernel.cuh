@@ -3,9 +3,11 @@
 //
 // Per CTA: one tile of Br query rows of one (batch, head) [prefill], or 16 packed rows
 // (query heads of one KV head x Sq) and one slice of the keys [decode split].  Q is copied
-// once and kept in registers as mma A fragments; K/V tiles of Bc keys stream through a ring
-// of kStages shared-memory stages with cp.async; S = Q K^T and O += P V run on mma.sync
-// m16n8k16; the softmax is online, in registers, with exp2 and a pre-multiplied scale*log2(e).
+// once and kept in registers as mma A fragments (or, kQInRegs = false, re-read from shared
+// memory per tile); K/V tiles of Bc keys stream through a ring of kStages shared-memory
+// stages with cp.async (kStages = 1: one K and one V buffer loaded apart, kSplitKV);
+// S = Q K^T and O += P V run on mma.sync m16n8k16; the softmax is online, in registers, with
+// exp2 and a pre-multiplied scale*log2(e).
 #pragma once
 #include <math_constants.h>
 #include "flash_params.cuh"
@@ -142,7 +144,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   };
   // Tiles are visited from the last one down, so the only tiles that need a mask (the ragged
   // end of Skv and the causal diagonal) come first and the rest run mask-free.
-  auto load_kv = [&](int n, int stage) {
+  // with_k / with_v are constants at every call: the split K/V pipeline loads them apart.
+  auto load_kv = [&](int n, int stage, bool with_k = true, bool with_v = true) {
     // Thread -> (rows r0 + i*kRowsPerPass, chunk c): consecutive threads copy consecutive
     // 16-byte chunks of a row (coalesced).  Pointers advance by a fixed stride so that no
     // per-chunk 64-bit address has to live across the tile loop.
@@ -157,10 +160,10 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     for (int it = 0; it < BN / kRowsPerPass; ++it) {
       const int r = r0 + it * kRowsPerPass;
       const bool valid = key0 + it * kRowsPerPass < Skv;
-      cp_async_16(sK + L::chunk_off(r, c), valid ? kp : kbase, valid);
-      cp_async_16(sV + L::chunk_off(r, c), valid ? vp : vbase, valid);
-      kp += (int64_t)kRowsPerPass * k_sr;
-      vp += (int64_t)kRowsPerPass * v_sr;
+      if (with_k) cp_async_16(sK + L::chunk_off(r, c), valid ? kp : kbase, valid);
+      if (with_v) cp_async_16(sV + L::chunk_off(r, c), valid ? vp : vbase, valid);
+      if (with_k) kp += (int64_t)kRowsPerPass * k_sr;
+      if (with_v) vp += (int64_t)kRowsPerPass * v_sr;
     }
   };
 
@@ -174,6 +177,16 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   const int k_x = Opt::kSwizzle ? ((lm & 1) ^ lr) : (lm & 1);
   // Rows are multiples of 8 apart from a_row / k_row, so row & 7 == lr throughout, and because
   // the chunk pair starts at an even chunk, (2s + x0) ^ lr == 2s ^ (x0 ^ lr).
+  // Byte offset of chunk pair s (chunks 2s, 2s+1) for a lane with swizzle term x < 8.  The
+  // xor only touches chunk bits 0..2, so pairs 4 apart differ by the constant 128 bytes: with
+  // that spelled out, four lane offsets serve all D/16 pairs and the rest folds into the
+  // ldmatrix immediate, which the Q-in-shared-memory configurations need to fit 255
+  // registers.  The Q-in-registers ones keep the plain form their budgets were tuned with
+  // (the folded one spills 4 bytes in the 168-register D=128 entry on sm_90).
+  auto pair_off = [](int s, int x) -> uint32_t {
+    if constexpr (Kt::kQInRegs) return ((2 * s) ^ x) << 4;
+    else return (((2 * (s & 3)) ^ x) << 4) + (s >> 2) * 128;
+  };
 
   // Causal limit of an owned row: key j is visible iff j <= row_limit(rg, hh).  Recomputed in
   // the (few) masked tiles instead of being kept in registers.
@@ -185,10 +198,11 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   // A tile needs the mask iff its last key may be invisible to the CTA's first row.
   const int block_lim = min(Skv - 1, (kDecode ? 0 : row0) + diag);
 
-  // ---- prologue: Q and tile 0 in flight together; Q to registers; then the rest of the ring.
+  // ---- prologue: Q and tile 0 in flight together (the split pipeline: K only, V follows in
+  // the loop); Q to registers; then the rest of the ring.
   load_q();
   cp_async_commit();
-  load_kv(n_max - 1, 0);
+  load_kv(n_max - 1, 0, true, !Kt::kSplitKV);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
@@ -196,12 +210,23 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   auto load_q_frag = [&](uint32_t (&f)[4], int rg, int ks) {
     const int rbase = warp_row0 + rg * 16;
     if (Opt::kLdmatrix) {
-      ldmatrix_x4(f, sQ + (rbase + a_row) * RB + (((2 * ks) ^ a_x) << 4));
+      ldmatrix_x4(f, sQ + (rbase + a_row) * RB + pair_off(ks, a_x));
     } else {
       f[0] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 2 * t4));
       f[1] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 2 * t4));
       f[2] = lds_u32(sQ + L::elem_off(rbase + g, ks * 16 + 8 + 2 * t4));
       f[3] = lds_u32(sQ + L::elem_off(rbase + g + 8, ks * 16 + 8 + 2 * t4));
+    }
+  };
+  // B fragment of K (buffer sK) for key n-tiles 2np, 2np+1, k-step ks.
+  auto load_k_frag = [&](uint32_t (&f)[4], uint32_t sK, int np, int ks) {
+    if (Opt::kLdmatrix) {
+      ldmatrix_x4(f, sK + (np * 16 + k_row) * RB + pair_off(ks, k_x));
+    } else {
+      f[0] = lds_u32(sK + L::elem_off(np * 16 + g, ks * 16 + 2 * t4));
+      f[1] = lds_u32(sK + L::elem_off(np * 16 + g, ks * 16 + 8 + 2 * t4));
+      f[2] = lds_u32(sK + L::elem_off(np * 16 + 8 + g, ks * 16 + 2 * t4));
+      f[3] = lds_u32(sK + L::elem_off(np * 16 + 8 + g, ks * 16 + 8 + 2 * t4));
     }
   };
   uint32_t qf[Kt::kQInRegs ? RG : 1][Kt::kQInRegs ? KS : 1][4];
@@ -237,7 +262,14 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   int stage = 0;
   for (int it = 0; it < n_tiles; ++it) {
     const int n = n_max - 1 - it;
-    if constexpr (ST > 1) {
+    if constexpr (Kt::kSplitKV) {
+      // K_n landed; the barrier also says every warp is done with V_{n+1} (P V of the previous
+      // tile), so V_n may overwrite it while S = Q K_n^T runs.
+      cp_async_wait<0>();
+      __syncthreads();
+      load_kv(n, 0, false, true);
+      cp_async_commit();
+    } else if constexpr (ST > 1) {
       // Tile `it` landed (only the younger ST-2 groups may still fly); the barrier also
       // tells us every warp is done with the stage read in the previous iteration, which
       // is exactly the one the next prefetch overwrites.  One barrier per tile.
@@ -267,32 +299,38 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
-      // K fragments of key n-tiles 2np, 2np+1 for this k-step.
-      uint32_t kf[NT / 2][4];
+      if constexpr (Kt::kQInRegs) {
+        // K fragments of key n-tiles 2np, 2np+1 for this k-step.
+        uint32_t kf[NT / 2][4];
 #pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        if (Opt::kLdmatrix) {
-          ldmatrix_x4(kf[np], sK + (np * 16 + k_row) * RB + (((2 * ks) ^ k_x) << 4));
-        } else {
-          kf[np][0] = lds_u32(sK + L::elem_off(np * 16 + g, ks * 16 + 2 * t4));
-          kf[np][1] = lds_u32(sK + L::elem_off(np * 16 + g, ks * 16 + 8 + 2 * t4));
-          kf[np][2] = lds_u32(sK + L::elem_off(np * 16 + 8 + g, ks * 16 + 2 * t4));
-          kf[np][3] = lds_u32(sK + L::elem_off(np * 16 + 8 + g, ks * 16 + 8 + 2 * t4));
-        }
-      }
+        for (int np = 0; np < NT / 2; ++np) load_k_frag(kf[np], sK, np, ks);
 #pragma unroll
-      for (int rg = 0; rg < RG; ++rg) {
-        uint32_t qs[4];
-        if constexpr (Kt::kQInRegs) {
+        for (int rg = 0; rg < RG; ++rg) {
+          uint32_t qs[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) qs[j] = qf[rg][ks][j];
-        } else {
-          load_q_frag(qs, rg, ks);
+#pragma unroll
+          for (int np = 0; np < NT / 2; ++np) {
+            mma_16816(s_acc[rg][2 * np], qs, kf[np][0], kf[np][1]);
+            mma_16816(s_acc[rg][2 * np + 1], qs, kf[np][2], kf[np][3]);
+          }
         }
+      } else {
+        // Q from shared memory: this k-step's Q fragments of every row group, then K one
+        // 16-key pair at a time, so that few fragments are live beside S and O (with two row
+        // groups at D=128, O alone holds 128 registers).
+        uint32_t qs[RG][4];
+#pragma unroll
+        for (int rg = 0; rg < RG; ++rg) load_q_frag(qs[rg], rg, ks);
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
-          mma_16816(s_acc[rg][2 * np], qs, kf[np][0], kf[np][1]);
-          mma_16816(s_acc[rg][2 * np + 1], qs, kf[np][2], kf[np][3]);
+          uint32_t kf[4];
+          load_k_frag(kf, sK, np, ks);
+#pragma unroll
+          for (int rg = 0; rg < RG; ++rg) {
+            mma_16816(s_acc[rg][2 * np], qs[rg], kf[0], kf[1]);
+            mma_16816(s_acc[rg][2 * np + 1], qs[rg], kf[2], kf[3]);
+          }
         }
       }
     }
@@ -310,6 +348,14 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
             for (int c = 0; c < 2; ++c)
               if (nt * 8 + c > lim) s_acc[rg][nt][2 * hh + c] = kNegInf;
         }
+    }
+
+    if constexpr (Kt::kSplitKV) {
+      // V_n landed and every warp is done with K_n: the next K loads during softmax and P V.
+      cp_async_wait<0>();
+      __syncthreads();
+      if (it + 1 < n_tiles) load_kv(n - 1, 0, true, false);
+      cp_async_commit();
     }
 
     // ---- online softmax, rows g and g+8 of each row group
@@ -420,7 +466,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       for (int dp = 0; dp < DT / 2; ++dp) {
         uint32_t vf[4];
         if (Opt::kLdmatrix) {
-          ldmatrix_x4_trans(vf, sV + (kk * 16 + a_row) * RB + (((2 * dp) ^ a_x) << 4));
+          ldmatrix_x4_trans(vf, sV + (kk * 16 + a_row) * RB + pair_off(dp, a_x));
         } else {
           // B fragment of V: (keys 2t, 2t+1 | 2t+8, 2t+9) of column d = 8*dtile + g.
 #pragma unroll
@@ -439,7 +485,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       }
     }
 
-    if constexpr (ST == 1) {
+    if constexpr (ST == 1 && !Kt::kSplitKV) {
       // Synchronous ablation: nobody may overwrite the single stage until all warps are done.
       __syncthreads();
     }

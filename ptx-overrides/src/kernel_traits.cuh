@@ -40,6 +40,11 @@ struct FwdTraits {
   static constexpr bool kQInRegs = kQInRegs_;
   // The synchronous ablation is a one-stage ring.
   static constexpr int kStages = O::kCpAsyncPipeline ? kStages_ : 1;
+  // One K and one V buffer, pipelined apart (FlashAttention-2's schedule): V_j loads during
+  // S = Q K_j^T, K_{j+1} during softmax and P V_j.  Two barriers per tile instead of one, but
+  // half the shared memory of a 2-stage ring, which is what lets Br=128 with Q in shared
+  // memory fit 48 KB at D=128.
+  static constexpr bool kSplitKV = O::kCpAsyncPipeline && kStages_ == 1;
 
   // Each warp owns kRowGroups groups of 16 query rows: its rows never meet another warp's,
   // so the softmax statistics stay in registers with only quad shuffles.
