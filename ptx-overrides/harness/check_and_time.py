@@ -107,11 +107,13 @@ class Driver:
 # --------------------------------------------------------------------------- entries
 # Names encode the configuration (see README.md):
 #   flash_fwd_d{D}_m{Br}n{Bc}w{warps}s{stages}[_qs][_dyn][_ablation][_tornado|_tornado_h128]
-#   flash_decode_split_d{D}_n{Bc}s{stages}[_dyn][_tornado], flash_decode_combine_d{D}[_tornado]
+#   flash_decode_split_d{D}_n{Bc}s{stages}[_dyn][_tornado], flash_decode_combine_d{D}[_tornado],
+#   flash_decode_fused_d{D}_n{Bc}s{stages}[_tornado|_tornado_h128] (split + combine in one launch)
 # _tornado entries read arrays behind a 16-byte header, _tornado_h128 behind a 128-byte one.
 FWD_RE = re.compile(r"^flash_fwd_d(\d+)_m(\d+)n(\d+)w(\d+)s(\d+)(.*?)(_tornado(?:_h128)?)?$")
 DEC_RE = re.compile(r"^flash_decode_split_d(\d+)_n(\d+)s(\d+)(_dyn)?(_tornado)?$")
 COMB_RE = re.compile(r"^flash_decode_combine_d(\d+)(_tornado)?$")
+FUSED_RE = re.compile(r"^flash_decode_fused_d(\d+)_n(\d+)s(\d+)(_tornado(?:_h128)?)?$")
 ABLATIONS = ["no_cpasync", "no_ldmatrix", "no_swizzle", "p_smem", "no_causal_skip"]
 
 
@@ -155,6 +157,12 @@ class Entry:
             self.threads = 32
             self.dynamic = self.static_smem == 0
             self.ablation = None
+        m4 = FUSED_RE.match(name)
+        if m4:
+            D, Bc, S = map(int, m4.groups()[:3])
+            self.kind, self.D, self.Br, self.Bc, self.W, self.S = "fused", D, 16, Bc, 1, S
+            need = smem_bytes(D, 16, Bc, 1, S, True, False)
+            self.threads, self.dynamic, self.ablation = 32, False, None
         m3 = COMB_RE.match(name)
         if m3:
             self.kind, self.D, self.threads, self.dynamic, self.ablation = "combine", int(m3.group(1)), 128, False, None
@@ -164,7 +172,7 @@ class Entry:
         if self.dynamic:
             self.dyn = need
             drv.set_max_dyn_smem(self.f, need)
-        elif self.kind != "combine" and self.static_smem != need:
+        elif self.kind not in ("combine", "fused") and self.static_smem != need:
             raise RuntimeError(f"{name}: static smem {self.static_smem} != expected {need}")
         self.occ = drv.occupancy(self.f, self.threads, self.dyn)
 
@@ -349,6 +357,37 @@ class Runner:
             self.drv.launch(ec.f, g2, ec.threads, 0, a2)
         return go, (op, lp, prm)
 
+    def fused_launcher(self, e, pb, o, lse, splits):
+        """Returns a closure launching the fused split-KV decode kernel, and its buffers. The zeroed
+        tickets are kept across launches: the kernel must leave them zero."""
+        G = pb.Hq // pb.Hkv
+        rows = pb.B * pb.Hq * pb.Sq
+        grid = (splits, math.ceil(G * pb.Sq / 16), pb.B * pb.Hkv)
+        op = torch.full((1, 1, 1, splits * rows * pb.D), float("nan"), device="cuda", dtype=torch.float32)
+        lp = torch.full((1, 1, 1, splits * rows), float("nan"), device="cuda", dtype=torch.float32)
+        tickets = torch.zeros((1, 1, 1, grid[1] * grid[2]), device="cuda", dtype=torch.int32)
+        if not e.tornado:
+            prm = pb.params(o, splits=splits)
+            args = [pb.q.data_ptr(), pb.k.data_ptr(), pb.v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+                    op.data_ptr(), lp.data_ptr(), tickets.data_ptr(), prm.data_ptr()]
+
+            def go():
+                self.drv.launch(e.f, grid, e.threads, 0, args)
+            return go, (op, lp, tickets, prm)
+        bufs = [with_header(t, e.header) for t in (pb.q, pb.k, pb.v, o, lse, op, lp, tickets)]
+        ov, lv = bufs[3][1], bufs[4][1]
+        prm = pb.params(ov, splits=splits, header=e.header)
+        args = [0] + [b.data_ptr() for b, _ in bufs] + [prm.data_ptr()]
+
+        def go():
+            ov.fill_(float("nan"))  # poisoned on the device too, before every launch
+            lv.fill_(float("nan"))
+            self.drv.launch(e.f, grid, e.threads, 0, args)
+            torch.cuda.synchronize()
+            o.copy_(ov)
+            lse.copy_(lv)
+        return go, (bufs, prm)
+
 
 def compare(pb, o, lse, oref, lref):
     od = o.double()
@@ -428,6 +467,7 @@ def correctness(runner, entries, quick, seed, cases=None):
     fwd = [e for e in entries if e.kind == "fwd"]
     splits_e = [e for e in entries if e.kind == "split"]
     comb = {(e.D, e.tornado): e for e in entries if e.kind == "combine"}
+    fused_e = [e for e in entries if e.kind == "fused"]
     results = {}  # entry -> [n, pass, worst_abs, worst_rel, worst_lse, failures]
 
     def record(name, case, r):
@@ -479,6 +519,19 @@ def correctness(runner, entries, quick, seed, cases=None):
                     r = compare(pb, o, lse, oref, lref)
                     record(e.name, case + f" splits{splits}", r)
                     record(ec.name, case + f" splits{splits}", r)
+            for e in fused_e:
+                if e.D != D:
+                    continue
+                ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Bc, runner.num_sms)
+                for splits in sorted({ns, min(ns * 3 + 1, 200)}):
+                    o, lse = pb.new_out()
+                    go, keep = runner.fused_launcher(e, pb, o, lse, splits)
+                    for _ in range(2):  # the second launch needs the tickets the first left at zero
+                        o.fill_(float("nan"))
+                        lse.fill_(float("nan"))
+                        go()
+                        torch.cuda.synchronize()
+                    record(e.name, case + f" splits{splits}", compare(pb, o, lse, oref, lref))
         del oref, lref, pb
         if ci % 20 == 0:
             log(f"  case {ci + 1}/{len(cases)} ({time.time() - t0:.0f}s)")

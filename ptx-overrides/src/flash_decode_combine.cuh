@@ -11,24 +11,24 @@ namespace flash {
 
 constexpr int kCombineThreads = 128;
 
-// grid = ceil(B*Hq*Sq / (128 / (D/8))); each row is handled by D/8 threads, 8 columns each,
-// so the fp16 store is one 16-byte vector.  Row index = (b*Hq + h)*Sq + s, the lse layout.
-template <int D>
-__device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_partial,
-                                                    const float* __restrict__ lse_partial,
-                                                    __half* __restrict__ o, float* __restrict__ lse,
-                                                    const int* __restrict__ params) {
-  constexpr int kThreadsPerRow = D / 8;
-  constexpr int kRowsPerBlock = kCombineThreads / kThreadsPerRow;
-  const Params p = load_params(params);
-  const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
-  const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  if (row >= rows) return;
-  const int c = (threadIdx.x % kThreadsPerRow) * 8;
-  const int splits = p.num_splits;
+// A partial result: kL2Only reads it with ld.global.cg (L2, not L1), for the fused decode kernel,
+// where other CTAs of the same launch wrote it and this SM's L1 may hold an older copy of the line.
+template <bool kL2Only, typename T>
+__device__ __forceinline__ T load_partial(const T* p) {
+  if constexpr (kL2Only) return __ldcg(p);
+  else return *p;
+}
 
+// Combines row `row` (= (b*Hq + h)*Sq + s, the lse layout) of `rows`, columns [c, c + 8):
+// the caller gives each row D/8 threads, so the fp16 store is one 16-byte vector.
+template <int D, bool kL2Only>
+__device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
+                                            const float* __restrict__ lse_partial,
+                                            __half* __restrict__ o, float* __restrict__ lse,
+                                            const Params& p, int64_t rows, int64_t row, int c) {
+  const int splits = p.num_splits;
   float lmax = -CUDART_INF_F;
-  for (int s = 0; s < splits; ++s) lmax = fmaxf(lmax, lse_partial[s * rows + row]);
+  for (int s = 0; s < splits; ++s) lmax = fmaxf(lmax, load_partial<kL2Only>(lse_partial + s * rows + row));
 
   float acc[8];
 #pragma unroll
@@ -36,12 +36,12 @@ __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_
   float wsum = 0.f;
   if (lmax != -CUDART_INF_F) {
     for (int s = 0; s < splits; ++s) {
-      const float ls = lse_partial[s * rows + row];
+      const float ls = load_partial<kL2Only>(lse_partial + s * rows + row);
       if (ls == -CUDART_INF_F) continue;
       const float w = __expf(ls - lmax);
       wsum += w;
       const float4* src = reinterpret_cast<const float4*>(o_partial + (s * rows + row) * D + c);
-      const float4 x0 = src[0], x1 = src[1];
+      const float4 x0 = load_partial<kL2Only>(src), x1 = load_partial<kL2Only>(src + 1);
       acc[0] += w * x0.x; acc[1] += w * x0.y; acc[2] += w * x0.z; acc[3] += w * x0.w;
       acc[4] += w * x1.x; acc[5] += w * x1.y; acc[6] += w * x1.z; acc[7] += w * x1.w;
     }
@@ -56,6 +56,21 @@ __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_
   for (int j = 0; j < 4; ++j) oh[j] = __floats2half2_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
   *reinterpret_cast<uint4*>(o + (int64_t)b * p.o_sb + (int64_t)h * p.o_sh + (int64_t)sq * p.o_sr + c) = out;
   if (p.write_lse && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : -CUDART_INF_F;
+}
+
+// The combine pass: grid = ceil(B*Hq*Sq / (128 / (D/8))), D/8 threads per row.
+template <int D>
+__device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_partial,
+                                                    const float* __restrict__ lse_partial,
+                                                    __half* __restrict__ o, float* __restrict__ lse,
+                                                    const int* __restrict__ params) {
+  constexpr int kThreadsPerRow = D / 8;
+  constexpr int kRowsPerBlock = kCombineThreads / kThreadsPerRow;
+  const Params p = load_params(params);
+  const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
+  const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  if (row >= rows) return;
+  combine_row<D, false>(o_partial, lse_partial, o, lse, p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
 }
 
 }  // namespace flash

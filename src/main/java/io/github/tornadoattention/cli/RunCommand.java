@@ -105,15 +105,19 @@ final class RunCommand implements Callable<Integer> {
             for (int i = 0; i < iters; i++) {
                 batches[i] = plan.timeOnDevice(10).orElse(Double.NaN);
             }
-            TimingStats kernel = !Double.isNaN(batches[0]) ? TimingStats.of(batches)
-                    : Double.isNaN(kernelMillis[0]) ? null : TimingStats.of(kernelMillis);
+            TimingStats perLaunch = Double.isNaN(kernelMillis[0]) ? null : TimingStats.of(kernelMillis);
+            TimingStats kernel = !Double.isNaN(batches[0]) ? TimingStats.of(batches) : perLaunch;
 
             out.printf("backend     %s (%s)%n", plan.backendId(), device);
             out.printf("shape       %s, seed %d%n", shape, inputSeed);
             printTiming(out, "call", call, shape, "whole Java call, host transfers included");
             printTiming(out, "on device", resident, shape, "inputs already on the device, no copies");
             if (kernel != null) {
-                printTiming(out, "kernel", kernel, shape, "device-timed kernels only");
+                printTiming(out, "kernel", kernel, shape, kernel == perLaunch ? "device-timed kernels only"
+                        : "device-timed kernels only, launched back to back");
+            }
+            if (perLaunch != null && kernel != perLaunch) {
+                printTiming(out, "per launch", perLaunch, shape, "events around each launch, launch latency included");
             }
 
             Map<String, Object> result = new LinkedHashMap<>();
@@ -138,6 +142,10 @@ final class RunCommand implements Callable<Integer> {
             if (kernel != null) {
                 result.put("kernel_median_ms", kernel.medianMillis());
                 result.put("kernel_tflops", kernel.teraflops(shape.flops()));
+                result.put("kernel_timing", kernel == perLaunch ? "per launch" : "back to back");
+            }
+            if (perLaunch != null) {
+                result.put("per_launch_median_ms", perLaunch.medianMillis());
             }
 
             int exit = 0;

@@ -105,6 +105,23 @@ public final class LaunchTable {
         return List.of(prefillLaunch(shape, entrySuffix));
     }
 
+    /**
+     * Split-KV decode in one launch ({@code flash_decode_fused_*}, ptx-overrides/src/flash_decode_fused.cuh):
+     * the split pass's grid, where the last split of each row block to finish also combines it. Used by
+     * the TornadoVM host, whose graph cannot hold the split and combine passes as two tasks (TornadoVM
+     * 5.2.0 crashes). Needs {@link #decodeTickets} zeroed ints besides the workspace.
+     */
+    public static Launch decodeFusedLaunch(AttentionShape shape, int splits, String entrySuffix) {
+        String entry = (shape.headDim() == 128 ? "flash_decode_fused_d128_n32s2" : "flash_decode_fused_d64_n64s2") + entrySuffix;
+        return new Launch(DECODE_MODULE, entry, splits, packedRowBlocks(shape), shape.batch() * shape.kvHeads(),
+                DECODE_THREADS, 0);
+    }
+
+    /** Ints of the fused decode kernel's ticket array: one per row block (grid y times grid z). */
+    public static int decodeTickets(AttentionShape shape) {
+        return packedRowBlocks(shape) * shape.batch() * shape.kvHeads();
+    }
+
     /** The prefill kernel's launch; it is correct for any Sq (decode shapes included), if slower there. */
     public static Launch prefillLaunch(AttentionShape shape, String entrySuffix) {
         Prefill p = prefill(shape.headDim(), shape.causal());

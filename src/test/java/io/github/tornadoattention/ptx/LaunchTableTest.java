@@ -54,4 +54,23 @@ class LaunchTableTest {
         assertEquals(8 * 8, launches.get(0).gridZ());
         assertEquals(8 * 32 / 8, launches.get(1).gridX()); // 8 rows of D=128 per 128-thread block
     }
+
+    @Test
+    void fusedDecodeHasTheSplitGridAndOneTicketPerRowBlock() {
+        // G * Sq = 4 * 6 = 24 packed rows per KV head: two 16-row blocks.
+        AttentionShape decode = AttentionShape.builder().batch(3).heads(8).kvHeads(2).queryLength(6).kvLength(5000)
+                .headDim(64).build();
+        LaunchTable.Launch fused = LaunchTable.decodeFusedLaunch(decode, 5, "_tornado_h128");
+        assertEquals("flash_decode_fused_d64_n64s2_tornado_h128", fused.entry());
+        assertEquals(List.of(5, 2, 3 * 2, 32), List.of(fused.gridX(), fused.gridY(), fused.gridZ(), fused.threads()));
+        assertEquals(2 * 3 * 2, LaunchTable.decodeTickets(decode));
+        // Every twin the hosts may ask for is in the shipped module.
+        String module = LaunchTable.ptx(LaunchTable.DECODE_MODULE);
+        for (int d : LaunchTable.HEAD_DIMS) {
+            for (String suffix : List.of("", "_tornado", "_tornado_h128")) {
+                String entry = LaunchTable.decodeFusedLaunch(decode.toBuilder().headDim(d).build(), 1, suffix).entry();
+                assertTrue(module.contains(".entry " + entry + "("), entry);
+            }
+        }
+    }
 }

@@ -25,8 +25,9 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
- * The ptx-tornado task graph for one shape: the launch table's prefill kernel as a prebuilt task,
- * inside the task graph of {@link TornadoAttentionPlan}.
+ * The ptx-tornado task graph for one shape: the launch table's prefill kernel, or for decode shapes
+ * the fused split-KV decode kernel, as one prebuilt task inside the task graph of
+ * {@link TornadoAttentionPlan}.
  *
  * <p>TornadoVM's prebuilt ABI, which the {@code _tornado} entries of ptx-overrides/ follow: the first
  * kernel parameter is TornadoVM's kernel context, every array arrives as a pointer to its header (data 16
@@ -35,34 +36,62 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * written to a temporary file, deleted once the plan is built, by {@link TornadoPrebuiltPtx}.
  */
 final class PtxTornadoPlan extends TornadoAttentionPlan {
+    private final HalfFloatArray q;
+    private final HalfFloatArray k;
+    private final HalfFloatArray v;
     private final HalfFloatArray o;
+    private final IntArray params;
+    /** Fused split-KV decode instead of the prefill kernel. */
+    private final boolean decode;
+    private final LaunchTable.Launch launch;
+    private final FloatArray partialO;
+    private final FloatArray partialLse;
+    private final IntArray tickets;
     private final List<Path> ptxFiles = new ArrayList<>();
 
     PtxTornadoPlan(AttentionShape s, TornadoDevice device) {
         super(Backends.PTX_TORNADO, s);
-        HalfFloatArray q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
-        HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
-        HalfFloatArray v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        this.q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
+        this.k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        this.v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
         this.o = new HalfFloatArray(Math.toIntExact(s.outputElements()));
-        // The prefill kernel for every shape, decode included: TornadoVM 5.2.0 crashed the JVM (inside
-        // libcuda, in the copy back after the combine pass) when running the split-KV pair as two prebuilt
-        // tasks, so that pair runs only on the ptx-cuda host.
-        IntArray params = IntArray.fromArray(KernelParams.of(s, 0));
-        LaunchTable.Launch launch = LaunchTable.prefillLaunch(s, entrySuffix());
+        // Decode shapes (Sq <= 16) run split-KV decode as one fused launch: as two prebuilt tasks (split, then
+        // combine) TornadoVM 5.2.0 crashes the JVM (SIGSEGV in cuEventQuery when the next execution copies
+        // its inputs; measured on an H200).
+        int splits = LaunchTable.isDecode(s) ? LaunchTable.decodeSplits(s, device.getPhysicalDevice().getDeviceMaxComputeUnits()) : 0;
+        this.decode = splits > 0;
+        this.params = IntArray.fromArray(KernelParams.of(s, splits));
+        this.launch = decode ? LaunchTable.decodeFusedLaunch(s, splits, entrySuffix()) : LaunchTable.prefillLaunch(s, entrySuffix());
+        // The decode workspace, device-only (token sizes for prefill, where the kernel ignores it).
+        long partialRows = decode ? LaunchTable.decodeWorkspaceFloats(s, splits) / (s.headDim() + 1) : 1;
+        this.partialO = new FloatArray(Math.toIntExact(partialRows * s.headDim()));
+        this.partialLse = new FloatArray(Math.toIntExact(partialRows));
+        this.tickets = new IntArray(decode ? LaunchTable.decodeTickets(s) : 1);   // zeros; the kernel leaves them so
 
         String graph = prefix + "attend";
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
-                .transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+                .transferToDevice(DataTransferMode.FIRST_EXECUTION, params, partialO, partialLse, tickets);
         GridScheduler scheduler = new GridScheduler();
         try {
-            addTask(attend, scheduler, graph, "flash", launch,
-                    q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
-                    o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY, params, Access.READ_ONLY);
+            addAttentionTask(attend, scheduler, graph, "flash");
             attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
             build(device, q, k, v, attend, scheduler);
         } finally {
             // build() has compiled every task (TornadoVM caches the module per execution plan).
             deletePtxFiles();
+        }
+    }
+
+    private void addAttentionTask(TaskGraph graph, GridScheduler scheduler, String graphName, String task) {
+        if (decode) {
+            addTask(graph, scheduler, graphName, task, launch,
+                    q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
+                    o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY, partialO, Access.READ_WRITE,
+                    partialLse, Access.READ_WRITE, tickets, Access.READ_WRITE, params, Access.READ_ONLY);
+        } else {
+            addTask(graph, scheduler, graphName, task, launch,
+                    q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
+                    o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY, params, Access.READ_ONLY);
         }
     }
 

@@ -1,0 +1,62 @@
+// Split-KV decode in one launch, for hosts where two dependent launches are a problem (TornadoVM
+// 5.2.0 crashes with the split and combine passes as two prebuilt tasks of one graph).  Each CTA runs
+// the split pass for its slice of keys; the last of the num_splits CTAs of a row block to finish
+// (an atomic ticket per row block) then combines that block's rows.  The tickets live in a zeroed
+// int array of gridDim.y * gridDim.z words, which the last CTA sets back to 0 for the next launch.
+#pragma once
+#include "flash_decode_combine.cuh"
+#include "flash_fwd_kernel.cuh"
+
+namespace flash {
+
+template <class Kt, int kHdr>
+__device__ __forceinline__ void decode_fused_body(const __half* q, const __half* k, const __half* v,
+                                                  __half* o, float* lse, float* o_partial,
+                                                  float* lse_partial, int* tickets, const int* params) {
+  run_fwd<Kt, true, kHdr>(q, k, v, nullptr, o_partial, lse_partial, params);
+
+  // Publish this CTA's partials, then take a ticket.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* ticket = at_data<kHdr>(tickets) + blockIdx.z * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other split's partials are visible from here on
+
+  constexpr int D = Kt::kHeadDim;
+  constexpr int kThreadsPerRow = D / 8;
+  constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
+  const Params p = load_params(at_data<kHdr>(params));
+  const int G = p.Hq / p.Hkv;
+  const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
+  const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
+  // Packed row r of this block = query r % Sq of head kvh*G + r / Sq (as in the split pass).
+  const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
+  for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
+    const int64_t row = ((int64_t)b * p.Hq + kvh * G + r / p.Sq) * p.Sq + r % p.Sq;
+    combine_row<D, true>(at_data<kHdr>(o_partial), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
+                   at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
+  }
+  if (threadIdx.x == 0) *ticket = 0;
+}
+
+}  // namespace flash
+
+// flash_decode_fused_{NAME}: CUDA-driver entry; _tornado / _tornado_h128: TornadoVM prebuilt-task
+// twins (kernel-context word first, arrays behind a 16- or 128-byte header).
+#define FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, TAIL, CTX, HEADER_BYTES)                          \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_decode_fused_##NAME##TAIL(CTX const __half* __restrict__ q,                              \
+                                  const __half* __restrict__ k, const __half* __restrict__ v,     \
+                                  __half* __restrict__ o, float* __restrict__ lse,               \
+                                  float* __restrict__ o_partial, float* __restrict__ lse_partial, \
+                                  int* __restrict__ tickets, const int* __restrict__ params) {   \
+    flash::decode_fused_body<KT, HEADER_BYTES>(q, k, v, o, lse, o_partial, lse_partial, tickets, params); \
+  }
+#define FLASH_TORNADO_CONTEXT_PARAM uint64_t kernel_context,
+#define FLASH_DECODE_FUSED_ENTRY(NAME, KT)                                                        \
+  FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, , , 0)                                                   \
+  FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, _tornado, FLASH_TORNADO_CONTEXT_PARAM, flash::kTornadoHeaderBytes) \
+  FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, _tornado_h128, FLASH_TORNADO_CONTEXT_PARAM, 128)
