@@ -21,8 +21,7 @@ using OptLazyRescale = flash::Opt<true, true, true, true, true, true>;
 // Br=128, 2 row groups per warp, Q in shared memory:
 //   split K/V pipeline, 32 + 8 + 8 = 48 KB static (TornadoVM-launchable)
 FLASH_FWD_CUDA(128, 128, 32, 4, 1, 2, false, false, _qs, OptLazyRescale)
-//   the same with the eager O rescale (fits 255 registers only at Bc=32)
-FLASH_FWD_CUDA(128, 128, 32, 4, 1, 2, false, false, _qs_eager, flash::Opt<>)
+//   (its eager-rescale twin, d128_m128n32w4s1_qs_eager, won and ships in flash_fwd.cu)
 //   split K/V pipeline, Bc=48: 32 + 12 + 12 = 56 KB; Bc=64 (FA2 sm80/sm90): 64 KB
 FLASH_FWD_CUDA(128, 128, 48, 4, 1, 2, false, true, _qs_dyn, OptLazyRescale)
 FLASH_FWD_CUDA(128, 128, 64, 4, 1, 2, false, true, _qs_dyn, OptLazyRescale)

@@ -52,15 +52,17 @@ public final class LaunchTable {
     }
 
     /**
-     * FlashAttention-2's sm_8x tile choices, tuned on H100/H200 (ptx-overrides/README.md): D=64 takes
-     * 128 query rows per block (Q in registers, K/V tiles of 64 keys); D=128 takes 64 rows and tiles of
-     * 48 keys, the largest whose two stages fit 48 KB of static shared memory. Both serve causal and
-     * non-causal shapes.
+     * FlashAttention-2's tile choices, tuned on H100/H200 within 48 KB of static shared memory
+     * (ptx-overrides/README.md): D=64 takes 128 query rows per block (Q in registers, K/V tiles of 64
+     * keys). D=128 non-causal takes 128 rows (two 16-row groups per warp, Q in shared memory) and tiles
+     * of 32 keys with K and V pipelined apart; D=128 causal takes 64 rows and tiles of 48 keys, which
+     * measured faster there.
      */
     static Prefill prefill(int headDim, boolean causal) {
         return switch (headDim) {
             case 64 -> new Prefill("flash_fwd_d64_m128n64w4s2", 128, 128);
-            case 128 -> new Prefill("flash_fwd_d128_m64n48w4s2", 64, 128);
+            case 128 -> causal ? new Prefill("flash_fwd_d128_m64n48w4s2", 64, 128)
+                    : new Prefill("flash_fwd_d128_m128n32w4s1_qs_eager", 128, 128);
             default -> throw new IllegalArgumentException("headDim " + headDim);
         };
     }

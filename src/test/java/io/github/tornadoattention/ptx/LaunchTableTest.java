@@ -30,10 +30,13 @@ class LaunchTableTest {
     @Test
     void prefillGridCoversEveryQueryRowOnce() {
         LaunchTable.Launch l = LaunchTable.prefillLaunch(shape().build(), "");
-        assertEquals("flash_fwd_d128_m64n48w4s2", l.entry());
-        assertEquals(5, l.gridX()); // ceil(300 / 64)
+        assertEquals("flash_fwd_d128_m128n32w4s1_qs_eager", l.entry());
+        assertEquals(3, l.gridX()); // ceil(300 / 128)
         assertEquals(16, l.gridY()); // B * Hq
         assertEquals(128, l.threads());
+        LaunchTable.Launch causal = LaunchTable.prefillLaunch(shape().causal(true).build(), "_tornado");
+        assertEquals("flash_fwd_d128_m64n48w4s2_tornado", causal.entry());
+        assertEquals(5, causal.gridX()); // ceil(300 / 64)
     }
 
     @Test
