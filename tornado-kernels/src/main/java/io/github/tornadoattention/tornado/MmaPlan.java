@@ -19,11 +19,6 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * global access; the bytes are the same as the tensors'.
  */
 final class MmaPlan extends TornadoAttentionPlan {
-    /**
-     * System property: {@code legacy} selects the previous kernels ({@link MmaKernels#attentionD64Legacy}), for
-     * A/B timing on a GPU; anything else, or unset, the current ones.
-     */
-    static final String KERNEL_PROPERTY = "tornado.attention.mma.kernel";
     private final LongArray o;
 
     MmaPlan(AttentionShape s, TornadoDevice device) {
@@ -48,14 +43,7 @@ final class MmaPlan extends TornadoAttentionPlan {
         KernelContext kc = new KernelContext();
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, scratch);   // device-only workspace
-        boolean legacy = "legacy".equals(System.getProperty(KERNEL_PROPERTY));
-        if (config.headDim() == 64 && legacy) {
-            attend.task("flash", MmaKernels::attentionD64Legacy, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (legacy) {
-            attend.task("flash", MmaKernels::attentionD128Legacy, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (config.headDim() == 64) {
+        if (config.headDim() == 64) {
             attend.task("flash", MmaKernels::attentionD64, kc, q, k, v, o, lseArray, scratch, s.batch(),
                     s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         } else {

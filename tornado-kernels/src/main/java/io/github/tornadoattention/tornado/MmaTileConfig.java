@@ -77,22 +77,18 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps) {
     }
 
     /**
-     * fp32 scratch per CTA in global memory: S^T (Bc x Br), P (Br x Bc) and O with its row sums
-     * (Br x (D + 8)). The KernelContext API offers no access to accumulator fragment elements, so S and O
-     * leave the tensor cores only through {@code mmaStore} (st.global.f32); P passes through it because
-     * TornadoVM converts fp32 to fp16 only for a value just read from a FloatArray.
+     * fp32 scratch per CTA in global memory: S^T twice (Bc x Br each; consecutive K/V tiles alternate
+     * between the two) and O with its row sums (Br x (D + 8)). The KernelContext API offers no access to
+     * accumulator fragment elements, so S and O leave the tensor cores only through {@code mmaStore}
+     * (st.global.f32).
      */
     public int scratchFloatsPerCta() {
-        return blockKv * blockQ + blockQ * blockKv + blockQ * (headDim + 8);
+        return 2 * blockKv * blockQ + blockQ * (headDim + 8);
     }
 
-    /** Offsets within a CTA's scratch. */
-    public int scoresOffset() {
-        return 0;
-    }
-
-    public int probabilitiesOffset() {
-        return blockKv * blockQ;
+    /** Offset within a CTA's scratch of S^T buffer 0 or 1 (K/V tile parity). */
+    public int scoresOffset(int buffer) {
+        return buffer * blockKv * blockQ;
     }
 
     public int outputOffset() {

@@ -54,17 +54,7 @@ class MmaKernelsTest {
     @MethodSource("shapes")
     void matchesTheReference(AttentionShape shape) {
         try (RandomInputs in = RandomInputs.generate(shape, 42)) {
-            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, false);
-            assertTrue(errors.passes(), shape + ": " + errors);
-        }
-    }
-
-    /** The previous kernels, kept selectable for A/B timing ({@link MmaPlan#KERNEL_PROPERTY}). */
-    @ParameterizedTest
-    @MethodSource("shapes")
-    void legacyKernelsMatchTheReference(AttentionShape shape) {
-        try (RandomInputs in = RandomInputs.generate(shape, 43)) {
-            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, true);
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3);
             assertTrue(errors.passes(), shape + ": " + errors);
         }
     }
@@ -96,12 +86,12 @@ class MmaKernelsTest {
                 k[i] *= 5.0f;        // scores ~ N(0, 25) after the first K/V tile (64 keys at D = 64, 32 at D = 128)
             }
             in.k().copyFrom(k);
-            ErrorStats errors = run(shape, in, 1, false);
+            ErrorStats errors = run(shape, in, 1);
             assertTrue(errors.passes(), errors.toString());
         }
     }
 
-    private static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean legacy) {
+    private static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -114,13 +104,7 @@ class MmaKernelsTest {
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         KernelEmulator.launch(grid, config.threads(), kc -> {
-            if (legacy && s.headDim() == 64) {
-                MmaKernels.attentionD64Legacy(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (legacy) {
-                MmaKernels.attentionD128Legacy(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (s.headDim() == 64) {
+            if (s.headDim() == 64) {
                 MmaKernels.attentionD64(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
             } else {

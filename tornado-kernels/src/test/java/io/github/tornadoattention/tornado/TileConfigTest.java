@@ -52,8 +52,8 @@ class TileConfigTest {
     void mmaScratchLayout() {
         MmaTileConfig c = MmaTileConfig.D64;
         assertEquals(64 * 64 + 64 * 64 + 64 * (64 + 8), c.scratchFloatsPerCta());
-        assertEquals(0, c.scoresOffset());
-        assertEquals(64 * 64, c.probabilitiesOffset());
+        assertEquals(0, c.scoresOffset(0));
+        assertEquals(64 * 64, c.scoresOffset(1));
         assertEquals(2 * 64 * 64, c.outputOffset());
         MmaTileConfig d = MmaTileConfig.D128;
         assertEquals(32 * 64 + 64 * 32 + 64 * (128 + 8), d.scratchFloatsPerCta());
