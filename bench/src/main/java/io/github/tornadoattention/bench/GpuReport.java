@@ -148,6 +148,11 @@ final class GpuReport implements Callable<Integer> {
                 double[] samples = ((List<Number>) m.get("kernel_ms")).stream().mapToDouble(Number::doubleValue).toArray();
                 ours.computeIfAbsent(m.get("backend") + "|device-timed kernel", k -> new LinkedHashMap<>())
                         .put((String) m.get("shape"), samples);
+                if (m.get("per_launch_ms") != null) {
+                    double[] perLaunch = ((List<Number>) m.get("per_launch_ms")).stream().mapToDouble(Number::doubleValue).toArray();
+                    ours.computeIfAbsent(m.get("backend") + "|device-timed, per launch", k -> new LinkedHashMap<>())
+                            .put((String) m.get("shape"), perLaunch);
+                }
             }
         }
     }
@@ -225,7 +230,10 @@ final class GpuReport implements Callable<Integer> {
         md.append("Median over samples with a bootstrap 95% interval. TFLOP/s = 4·B·Hq·Sq·Skv·D / time (half for causal). ");
         md.append("× SDPA = SDPA's median time / this row's (above 1: faster than SDPA). Modes: *device-timed kernel* ");
         md.append("(the kernels alone, timed on the device: for ptx-cuda CUDA events around 20 back-to-back launches on resident ");
-        md.append("data, per launch, as SDPA is timed; for the TornadoVM-hosted backends TornadoVM's profiler around each launch), *JMH resident* (`rerunOnDevice` from Java, launch and wait; ptx-cuda copies nothing, the TornadoVM-hosted ");
+        md.append("data, per launch, as SDPA is timed; for the TornadoVM-hosted backends TornadoVM's profiler around each launch, ");
+        md.append("which waits for every kernel before the next launch, so launch latency is inside its events), ");
+        md.append("*device-timed, per launch* (ptx-cuda: CUDA events around each single launch, the TornadoVM profiler's method: ");
+        md.append("compare ptx-tornado with this row), *JMH resident* (`rerunOnDevice` from Java, launch and wait; ptx-cuda copies nothing, the TornadoVM-hosted ");
         md.append("backends in their default one-graph mode send Q, K and V again), *JMH java call* (every input sent, O copied back), ");
         md.append("*cuda events* (SDPA, back-to-back calls on resident data).\n\n");
         md.append("| shape | backend | mode | n | median ms | 95% CI ms | TFLOP/s | × SDPA-FLASH | × SDPA-CUDNN |\n");

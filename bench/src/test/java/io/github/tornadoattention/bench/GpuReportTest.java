@@ -25,7 +25,7 @@ class GpuReportTest {
                 Map.of("backend", "CUDNN", "shape", spec, "error", "not supported")))));
         Files.createDirectories(raw.resolve("kernel-times"));
         Files.writeString(raw.resolve("kernel-times/ptx-cuda.json"), JSON.std.asString(Map.of("backend", "ptx-cuda",
-                "shape", spec, "kernel_ms", List.of(0.1, 0.1, 0.1, 0.2, 0.2))));
+                "shape", spec, "kernel_ms", List.of(0.1, 0.1, 0.1, 0.2, 0.2), "per_launch_ms", List.of(0.3, 0.3, 0.3))));
         Files.writeString(raw.resolve("selftest-ptx-cuda.log"),
                 "[1/2] PASS a [x] max abs 1.00e-03, rel 2.00e-04, lse 1e-6\n[2/2] PASS b [y] max abs 3.00e-03, rel 1.00e-04, lse 1e-6\n2 passed, 0 failed\n");
         Files.writeString(raw.resolve("selftest.log"), """
@@ -52,6 +52,10 @@ class GpuReportTest {
         assertEquals(0.5, ((Number) ours.get("vs_sdpa_flash")).doubleValue(), 1e-12); // 0.05 / 0.1
         assertEquals(null, ours.get("vs_sdpa_cudnn"));
         assertEquals(85.9, ((Number) ours.get("tflops")).doubleValue(), 0.1);
+        Map<String, Object> perLaunch = rows.stream()
+                .filter(r -> r.get("backend").equals("ptx-cuda") && r.get("mode").equals("device-timed, per launch"))
+                .findFirst().orElseThrow();
+        assertEquals(0.3, ((Number) perLaunch.get("median_ms")).doubleValue(), 1e-12);
         assertTrue(Files.size(dir.resolve("r.png")) > 1000);
     }
 }
