@@ -6,6 +6,7 @@ import uk.ac.manchester.tornado.api.math.TornadoMath;
 import uk.ac.manchester.tornado.api.types.HalfFloat;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * tornado-mma: FlashAttention-2 forward with both matrix products on tensor cores, through
@@ -61,6 +62,12 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  * has no arithmetic right shift. (Graal's own lowering of a signed division by a power of two uses one
  * too, so no negative value may be divided either.)
  *
+ * <p><b>Every {@code mmaStore} column carries {@link #MMA_STORE_SKEW}.</b> TornadoVM lowers {@code mmaStore}
+ * with the Java heap's float[] header (16 bytes) where {@code FloatArray.get/set} use
+ * {@link TornadoNativeArray#ARRAY_HEADER} (16 by default, 128 with {@code -Dtornado.panama.objectHeader=128}):
+ * the skew, (ARRAY_HEADER - 16) / 4 floats, makes the two meet under any header. Local arrays have no
+ * header, so {@code ldmatrix} needs nothing.
+ *
  * <p>fp16 tensors are passed as {@link LongArray} views of the same bytes, so every global load and
  * store moves four values (the API has no wider access). Scalar arguments are specialised by TornadoVM
  * into the compiled kernel (the plan compiles one kernel per shape).
@@ -74,6 +81,19 @@ public final class MmaKernels {
     /** Largest excess of a score over its row's reference max that P may carry (natural log units). */
     static final float MAX_EXCESS = 5.0f;
     private static final int HALF_ONE_PAIR = 0x3C003C00;
+    /**
+     * The Java heap's float[] base offset (HotSpot, compressed class pointers: 16 bytes), which TornadoVM's
+     * {@code mmaStore} lowering adds to every index it stores to (PTXGraphBuilderPlugins: {@code
+     * getArrayBaseOffset(JavaKind.Float)}), whereas {@code FloatArray.get/set} add
+     * {@link TornadoNativeArray#ARRAY_HEADER}.
+     */
+    static final int MMA_STORE_HEADER_BYTES = 16;
+    /**
+     * Added to every {@code mmaStore}'s column so that its element e lands where {@code FloatArray.get(e)}
+     * reads: 0 with TornadoVM's default 16-byte array header, 28 with {@code -Dtornado.panama.objectHeader=128}.
+     * A static final, folded into the kernel as a constant.
+     */
+    static final int MMA_STORE_SKEW = mmaStoreSkew(TornadoNativeArray.ARRAY_HEADER);
     static final float LOG2E = 1.4426950408889634f;
     static final float LN2 = 0.6931471805599453f;
 
@@ -112,6 +132,7 @@ public final class MmaKernels {
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
         int oStride = d + 8;
+        int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         float scaleLog2 = scale * LOG2E;
         int stamp = 0;
 
@@ -225,7 +246,7 @@ public final class MmaKernels {
                                     s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, kb * 16, sTile + qn * 8, bq);
+                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
                                 }
                             }
 
@@ -292,15 +313,15 @@ public final class MmaKernels {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, rows, oBase + 0, oStride);
-                        kc.mmaStore(o1, scratch, rows, oBase + 8, oStride);
-                        kc.mmaStore(o2, scratch, rows, oBase + 16, oStride);
-                        kc.mmaStore(o3, scratch, rows, oBase + 24, oStride);
-                        kc.mmaStore(o4, scratch, rows, oBase + 32, oStride);
-                        kc.mmaStore(o5, scratch, rows, oBase + 40, oStride);
-                        kc.mmaStore(o6, scratch, rows, oBase + 48, oStride);
-                        kc.mmaStore(o7, scratch, rows, oBase + 56, oStride);
-                        kc.mmaStore(rowSum, scratch, rows, oBase + d, oStride);
+                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
                     }
                     kc.localBarrier();   // every thread has set the flag or not
                     if (flag[0] == stamp) {
@@ -351,6 +372,7 @@ public final class MmaKernels {
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
         int oStride = d + 8;
+        int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         float scaleLog2 = scale * LOG2E;
         int stamp = 0;
 
@@ -480,7 +502,7 @@ public final class MmaKernels {
                                     s = kc.mma(a5, kc.mmaLoadB(qT, 16, (40 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a6, kc.mmaLoadB(qT, 16, (48 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a7, kc.mmaLoadB(qT, 16, (56 + qn) * 256), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, kb * 16, sTile + qn * 8, bq);
+                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
                                 }
                             }
 
@@ -555,23 +577,23 @@ public final class MmaKernels {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, rows, oBase + 0, oStride);
-                        kc.mmaStore(o1, scratch, rows, oBase + 8, oStride);
-                        kc.mmaStore(o2, scratch, rows, oBase + 16, oStride);
-                        kc.mmaStore(o3, scratch, rows, oBase + 24, oStride);
-                        kc.mmaStore(o4, scratch, rows, oBase + 32, oStride);
-                        kc.mmaStore(o5, scratch, rows, oBase + 40, oStride);
-                        kc.mmaStore(o6, scratch, rows, oBase + 48, oStride);
-                        kc.mmaStore(o7, scratch, rows, oBase + 56, oStride);
-                        kc.mmaStore(o8, scratch, rows, oBase + 64, oStride);
-                        kc.mmaStore(o9, scratch, rows, oBase + 72, oStride);
-                        kc.mmaStore(o10, scratch, rows, oBase + 80, oStride);
-                        kc.mmaStore(o11, scratch, rows, oBase + 88, oStride);
-                        kc.mmaStore(o12, scratch, rows, oBase + 96, oStride);
-                        kc.mmaStore(o13, scratch, rows, oBase + 104, oStride);
-                        kc.mmaStore(o14, scratch, rows, oBase + 112, oStride);
-                        kc.mmaStore(o15, scratch, rows, oBase + 120, oStride);
-                        kc.mmaStore(rowSum, scratch, rows, oBase + d, oStride);
+                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
+                        kc.mmaStore(o8, scratch, rows, oStore + 64, oStride);
+                        kc.mmaStore(o9, scratch, rows, oStore + 72, oStride);
+                        kc.mmaStore(o10, scratch, rows, oStore + 80, oStride);
+                        kc.mmaStore(o11, scratch, rows, oStore + 88, oStride);
+                        kc.mmaStore(o12, scratch, rows, oStore + 96, oStride);
+                        kc.mmaStore(o13, scratch, rows, oStore + 104, oStride);
+                        kc.mmaStore(o14, scratch, rows, oStore + 112, oStride);
+                        kc.mmaStore(o15, scratch, rows, oStore + 120, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
                     }
                     kc.localBarrier();   // every thread has set the flag or not
                     if (flag[0] == stamp) {
@@ -588,6 +610,11 @@ public final class MmaKernels {
                         (b * queryHeads + h) * queryLength, d, bq);
             }
         }
+    }
+
+    /** {@link #MMA_STORE_SKEW} for an array header of {@code arrayHeaderBytes}. */
+    static int mmaStoreSkew(long arrayHeaderBytes) {
+        return (int) ((arrayHeaderBytes - MMA_STORE_HEADER_BYTES) / Float.BYTES);
     }
 
     /**

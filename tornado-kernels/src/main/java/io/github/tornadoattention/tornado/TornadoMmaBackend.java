@@ -26,16 +26,7 @@ public final class TornadoMmaBackend implements AttentionBackend {
 
     @Override
     public Availability availability() {
-        return TornadoBackendSupport.availability(() -> {
-            // The kernels' index arithmetic assumes TornadoVM's default array header (measured: wrong
-            // results with -Dtornado.panama.objectHeader=128), so refuse rather than answer wrongly.
-            long header = uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray.ARRAY_HEADER;
-            if (header != 16) {
-                return Availability.unavailable("tornado-mma needs TornadoVM's default 16-byte array header;"
-                        + " tornado.panama.objectHeader is " + header);
-            }
-            return TornadoDevices.ptxDevice().availability();
-        });
+        return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
     }
 
     /** Head dims 64 and 128 ({@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths. */

@@ -1,5 +1,6 @@
 package io.github.tornadoattention.tornado;
 
+import java.lang.foreign.ValueLayout;
 import java.lang.reflect.Field;
 import java.util.ArrayList;
 import java.util.List;
@@ -25,7 +26,10 @@ import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
  *       row-major with 16-byte rows; lane gets b0..b3 = (k = 2t..2t+1, n = g), (k = 2t+8.., n = g).</li>
  *   <li>{@code mma}: D = A B + C for m16n8k16, fp32 accumulation; C/D element i of lane (g, t) is
  *       (row g + 8 (i / 2), column 2t + i % 2).</li>
- *   <li>{@code mmaStore(d, c, row, col, n)}: element (r, k) of the fragment to c[(row + r) n + col + k].</li>
+ *   <li>{@code mmaStore(d, c, row, col, n)}: element (r, k) of the fragment to index (row + r) n + col + k,
+ *       counted from 16 bytes into the array's memory (the Java heap float[] header that TornadoVM's lowering
+ *       adds), so it is {@code c.get((row + r) n + col + k)} only with TornadoVM's default 16-byte array
+ *       header ({@link #mmaStoreByteOffset}).</li>
  * </ul>
  * (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; TornadoVM's LdmatrixStmt and
  * MMAStoreStmt.) Races the kernel might have are not reliably detected.
@@ -37,6 +41,15 @@ final class KernelEmulator {
     }
 
     private static volatile int lastLocalBytes;
+
+    /**
+     * Where TornadoVM's {@code mmaStore} puts element {@code index}: past the Java heap's float[] header
+     * (16 bytes), not past {@link uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray#ARRAY_HEADER}
+     * as {@code FloatArray.get/set} do; the two differ under {@code -Dtornado.panama.objectHeader=128}.
+     */
+    static long mmaStoreByteOffset(int index) {
+        return MmaKernels.MMA_STORE_HEADER_BYTES + 4L * index;
+    }
 
     private KernelEmulator() {
     }
@@ -255,7 +268,8 @@ final class KernelEmulator {
             int g = lane >> 2;
             int t = lane & 3;
             for (int i = 0; i < 4; i++) {
-                c.set((tileRow + g + 8 * (i >> 1)) * dimN + tileCol + 2 * t + (i & 1), fragD[i]);
+                int index = (tileRow + g + 8 * (i >> 1)) * dimN + tileCol + 2 * t + (i & 1);
+                c.getSegmentWithHeader().set(ValueLayout.JAVA_FLOAT, mmaStoreByteOffset(index), fragD[i]);
             }
         }
     }

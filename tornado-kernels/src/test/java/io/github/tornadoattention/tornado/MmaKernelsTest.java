@@ -2,12 +2,14 @@ package io.github.tornadoattention.tornado;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.RandomInputs;
+import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
 import java.lang.classfile.ClassFile;
@@ -16,14 +18,19 @@ import java.lang.classfile.CodeModel;
 import java.lang.classfile.Instruction;
 import java.lang.classfile.MethodModel;
 import java.lang.classfile.Opcode;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * The tornado-mma kernels, run by {@link KernelEmulator} on the CPU (no GPU needed) with the MMA
@@ -91,7 +98,7 @@ class MmaKernelsTest {
         }
     }
 
-    private static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
+    static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -115,6 +122,45 @@ class MmaKernelsTest {
         assertEquals(config.sharedMemoryBytes(), KernelEmulator.localBytesOfLastLaunch(),
                 "MmaTileConfig and the kernel's local arrays disagree");
         return EmulatedInputs.compare("tornado-mma", s, in, o.getSegment(), lse);
+    }
+
+    /**
+     * TornadoVM's mmaStore stores element e at 16 + 4 e bytes into the array (the Java heap float[] header),
+     * FloatArray.get(e) reads at ARRAY_HEADER + 4 e: the kernels' column skew makes the two meet.
+     */
+    @Test
+    void mmaStoreSkewMeetsFloatArrayIndexing() {
+        assertEquals(0, MmaKernels.mmaStoreSkew(16));
+        assertEquals(2, MmaKernels.mmaStoreSkew(24));
+        assertEquals(28, MmaKernels.mmaStoreSkew(128));
+        assertEquals(MmaKernels.mmaStoreSkew(TornadoNativeArray.ARRAY_HEADER), MmaKernels.MMA_STORE_SKEW);
+        for (long header : new long[] {16, 24, 128}) {
+            for (int e : new int[] {0, 1, 4, 12_800}) {
+                assertEquals(header + 4L * e, KernelEmulator.mmaStoreByteOffset(e + MmaKernels.mmaStoreSkew(header)),
+                        "header " + header + ", element " + e);
+            }
+        }
+    }
+
+    /** The emulated kernels in a JVM with a 128-byte TornadoVM array header ({@link HeaderProbeMain}). */
+    @Test
+    void kernelsWorkWithA128ByteArrayHeader() throws Exception {
+        String home = System.getenv("TORNADOVM_HOME");
+        assumeTrue(home != null, "TORNADOVM_HOME not set");
+        String classPath = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+        try (Stream<Path> jars = Files.list(Path.of(home, "share", "java", "tornado"))) {
+            Path api = jars.filter(p -> p.getFileName().toString().startsWith("tornado-api")).findFirst().orElseThrow();
+            classPath = classPath + File.pathSeparator + api;
+        }
+        Path java = Path.of(System.getProperty("java.home"), "bin", "java");
+        Process process = new ProcessBuilder(java.toString(), "-Dtornado.panama.objectHeader=128",
+                "--enable-native-access=ALL-UNNAMED", "-cp", classPath, HeaderProbeMain.class.getName())
+                .redirectErrorStream(true).start();
+        String output = new String(process.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(process.waitFor(120, TimeUnit.SECONDS), "child JVM did not finish");
+        assertEquals(0, process.exitValue(), output);
+        assertTrue(output.contains("header 128 skew 28"), output);
+        assertEquals(2, output.lines().filter(l -> l.startsWith("ok ")).count(), output);
     }
 
     @Test

@@ -1,0 +1,31 @@
+package io.github.tornadoattention.tornado;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.verify.ErrorStats;
+import io.github.tornadoattention.verify.RandomInputs;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
+
+/**
+ * Run by {@link MmaKernelsTest} in a child JVM with {@code -Dtornado.panama.objectHeader=128}: the emulated
+ * tornado-mma kernels on a few shapes, where FloatArray.get/set skip 128 bytes of header and the emulated
+ * {@code mmaStore} (like TornadoVM's) 16. Prints {@code header N} and one {@code ok}/{@code FAIL} line per shape.
+ */
+public final class HeaderProbeMain {
+    private HeaderProbeMain() {
+    }
+
+    public static void main(String[] args) {
+        System.out.println("header " + TornadoNativeArray.ARRAY_HEADER + " skew " + MmaKernels.MMA_STORE_SKEW);
+        for (AttentionShape s : new AttentionShape[] {
+                AttentionShape.builder().batch(1).heads(2).kvHeads(1).queryLength(70).kvLength(150).headDim(64)
+                        .causal(true).layout(Layout.BHSD).build(),
+                AttentionShape.builder().batch(1).heads(1).queryLength(40).kvLength(90).headDim(128)
+                        .causal(false).layout(Layout.BSHD).build()}) {
+            try (RandomInputs in = RandomInputs.generate(s, 11)) {
+                ErrorStats errors = MmaKernelsTest.run(s, in, 2);
+                System.out.println((errors.passes() ? "ok " : "FAIL ") + s + ": " + errors);
+            }
+        }
+    }
+}
