@@ -106,7 +106,8 @@ class Driver:
 
 # --------------------------------------------------------------------------- entries
 # Names encode the configuration (see README.md):
-#   flash_fwd_d{D}_m{Br}n{Bc}w{warps}s{stages}[_qs][_dyn][_ablation][_tornado|_tornado_h128]
+#   flash_fwd_d{D}_m{Br}n{Bc}w{warps}s{stages}[_qs][_dyn][_v2|_h2][_ablation][_tornado|_tornado_h128]
+#   (_v2/_h2: tuning candidates with the same layout as the name without them, Opt::kLean)
 #   flash_decode_split_d{D}_n{Bc}s{stages}[_dyn][_tornado], flash_decode_combine_d{D}[_tornado],
 #   flash_decode_fused_d{D}_n{Bc}s{stages}[_tornado|_tornado_h128] (split + combine in one launch)
 # _tornado entries read arrays behind a 16-byte header, _tornado_h128 behind a 128-byte one.

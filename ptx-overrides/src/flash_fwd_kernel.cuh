@@ -48,10 +48,16 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   constexpr int BN = Kt::kBlockN;
   constexpr int RG = Kt::kRowGroups;
   constexpr int ST = Kt::kStages;
-  constexpr int NT = BN / 8;   // n-tiles of S
   constexpr int DT = D / 8;    // n-tiles of O
   constexpr int KS = D / 16;   // k-steps of Q K^T
-  constexpr int PK = BN / 16;  // k-steps of P V
+  constexpr int NH = (Opt::kLean & kLeanHalves) ? 2 : 1;  // key chunks per tile
+  constexpr int CN = BN / NH;     // keys per chunk
+  constexpr int NTC = CN / 8;     // n-tiles of S per chunk
+  constexpr int PKC = CN / 16;    // k-steps of P V per chunk
+  // kLeanKsLoop(2): the k-step loop of S = Q K^T unrolled by 4 (2) only.
+  constexpr int KSU = (Opt::kLean & kLeanKsLoop2) ? 2 : (Opt::kLean & kLeanKsLoop) ? 4 : KS;
+  static_assert(NH == 1 || (CN % 16 == 0 && !Kt::kSplitKV), "chunks of whole 16-key pairs, ring pipeline only");
+  static_assert(KSU == KS || !Kt::kQInRegs, "a rolled k-step loop would index the Q registers dynamically");
   constexpr int RB = Kt::kRowBytes;
   constexpr int CH = Kt::kChunks;
   const float kNegInf = -CUDART_INF_F;
@@ -173,8 +179,11 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   const int a_row = lr + (lm & 1) * 8;
   const int a_x = Opt::kSwizzle ? ((lm >> 1) ^ lr) : (lm >> 1);
   // K as the B operand of Q K^T: matrices (keys 0-7: chunk 0 | 1), (keys 8-15: chunk 0 | 1).
-  const int k_row = lr + (lm >> 1) * 8;
-  const int k_x = Opt::kSwizzle ? ((lm & 1) ^ lr) : (lm & 1);
+  // (kLeanKRoles: K is read with the A-operand lane roles instead, matrices (keys 0-7 | 8-15)
+  // x (chunk 0 | 1), and the fragment registers are permuted: Q, K and V then share one set
+  // of lane offsets.)
+  const int k_row = (Opt::kLean & kLeanKRoles) ? a_row : lr + (lm >> 1) * 8;
+  const int k_x = (Opt::kLean & kLeanKRoles) ? a_x : Opt::kSwizzle ? ((lm & 1) ^ lr) : (lm & 1);
   // Rows are multiples of 8 apart from a_row / k_row, so row & 7 == lr throughout, and because
   // the chunk pair starts at an even chunk, (2s + x0) ^ lr == 2s ^ (x0 ^ lr).
   // Byte offset of chunk pair s (chunks 2s, 2s+1) for a lane with swizzle term x < 8.  The
@@ -220,7 +229,11 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   };
   // B fragment of K (buffer sK) for key n-tiles 2np, 2np+1, k-step ks.
   auto load_k_frag = [&](uint32_t (&f)[4], uint32_t sK, int np, int ks) {
-    if (Opt::kLdmatrix) {
+    if (Opt::kLdmatrix && (Opt::kLean & kLeanKRoles)) {
+      uint32_t t[4];
+      ldmatrix_x4(t, sK + (np * 16 + k_row) * RB + pair_off(ks, k_x));
+      f[0] = t[0]; f[1] = t[2]; f[2] = t[1]; f[3] = t[3];
+    } else if (Opt::kLdmatrix) {
       ldmatrix_x4(f, sK + (np * 16 + k_row) * RB + pair_off(ks, k_x));
     } else {
       f[0] = lds_u32(sK + L::elem_off(np * 16 + g, ks * 16 + 2 * t4));
@@ -288,199 +301,203 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     }
     const uint32_t sK = sbase + stage * Kt::kStageBytes;
     const uint32_t sV = sK + Kt::kTileBytes;
-
-    // ---- S = Q K^T
-    float s_acc[RG][NT][4];
+    // kLeanHalves: S, softmax and P V in NH chunks of CN keys (one online-softmax step per
+    // chunk), so that only CN/8 n-tiles of S are live beside O; Q fragments are re-read per chunk.
+#pragma unroll 1
+    for (int hf = 0; hf < NH; ++hf) {
+      // ---- S = Q K^T
+      float s_acc[RG][NTC][4];
 #pragma unroll
-    for (int rg = 0; rg < RG; ++rg)
+      for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = 0.f;
+          for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = 0.f;
+#pragma unroll (KSU)
+      for (int ks = 0; ks < KS; ++ks) {
+        if constexpr (Kt::kQInRegs) {
+          // K fragments of key n-tiles 2np, 2np+1 for this k-step.
+          uint32_t kf[NTC / 2][4];
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      if constexpr (Kt::kQInRegs) {
-        // K fragments of key n-tiles 2np, 2np+1 for this k-step.
-        uint32_t kf[NT / 2][4];
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) load_k_frag(kf[np], sK, np, ks);
-#pragma unroll
-        for (int rg = 0; rg < RG; ++rg) {
-          uint32_t qs[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) qs[j] = qf[rg][ks][j];
-#pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            mma_16816(s_acc[rg][2 * np], qs, kf[np][0], kf[np][1]);
-            mma_16816(s_acc[rg][2 * np + 1], qs, kf[np][2], kf[np][3]);
-          }
-        }
-      } else {
-        // Q from shared memory: this k-step's Q fragments of every row group, then K one
-        // 16-key pair at a time, so that few fragments are live beside S and O (with two row
-        // groups at D=128, O alone holds 128 registers).
-        uint32_t qs[RG][4];
-#pragma unroll
-        for (int rg = 0; rg < RG; ++rg) load_q_frag(qs[rg], rg, ks);
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-          uint32_t kf[4];
-          load_k_frag(kf, sK, np, ks);
+          for (int np = 0; np < NTC / 2; ++np) load_k_frag(kf[np], sK, hf * (NTC / 2) + np, ks);
 #pragma unroll
           for (int rg = 0; rg < RG; ++rg) {
-            mma_16816(s_acc[rg][2 * np], qs[rg], kf[0], kf[1]);
-            mma_16816(s_acc[rg][2 * np + 1], qs[rg], kf[2], kf[3]);
+            uint32_t qs[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) qs[j] = qf[rg][ks][j];
+#pragma unroll
+            for (int np = 0; np < NTC / 2; ++np) {
+              mma_16816(s_acc[rg][2 * np], qs, kf[np][0], kf[np][1]);
+              mma_16816(s_acc[rg][2 * np + 1], qs, kf[np][2], kf[np][3]);
+            }
+          }
+        } else {
+          // Q from shared memory: this k-step's Q fragments of every row group, then K one
+          // 16-key pair at a time, so that few fragments are live beside S and O (with two row
+          // groups at D=128, O alone holds 128 registers).
+          uint32_t qs[RG][4];
+#pragma unroll
+          for (int rg = 0; rg < RG; ++rg) load_q_frag(qs[rg], rg, ks);
+#pragma unroll
+          for (int np = 0; np < NTC / 2; ++np) {
+            uint32_t kf[4];
+            load_k_frag(kf, sK, hf * (NTC / 2) + np, ks);
+#pragma unroll
+            for (int rg = 0; rg < RG; ++rg) {
+              mma_16816(s_acc[rg][2 * np], qs[rg], kf[0], kf[1]);
+              mma_16816(s_acc[rg][2 * np + 1], qs[rg], kf[2], kf[3]);
+            }
           }
         }
       }
-    }
 
-    // ---- mask (ragged Skv end, causal diagonal; also every tile when skipping is off)
-    if ((n + 1) * BN - 1 > block_lim) {
+      // ---- mask (ragged Skv end, causal diagonal; also every tile when skipping is off)
+      if (n * BN + hf * CN + CN - 1 > block_lim) {
+#pragma unroll
+        for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int lim = row_limit(rg, hh) - (n * BN + hf * CN + 2 * t4);
+#pragma unroll
+            for (int nt = 0; nt < NTC; ++nt)
+#pragma unroll
+              for (int c = 0; c < 2; ++c)
+                if (nt * 8 + c > lim) s_acc[rg][nt][2 * hh + c] = kNegInf;
+          }
+      }
+
+      if constexpr (Kt::kSplitKV) {
+        // V_n landed and every warp is done with K_n: the next K loads during softmax and P V.
+        cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < n_tiles) load_kv(n - 1, 0, true, false);
+        cp_async_commit();
+      }
+
+      // ---- online softmax, rows g and g+8 of each row group
+      float alphas[RG][2];
+      bool rescale = false;
 #pragma unroll
       for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int lim = row_limit(rg, hh) - (n * BN + 2 * t4);
+          float mx = kNegInf;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
+          for (int nt = 0; nt < NTC; ++nt) mx = fmaxf(mx, fmaxf(s_acc[rg][nt][2 * hh], s_acc[rg][nt][2 * hh + 1]));
+          mx = quad_max(mx);
+          const float m_old = m_i[rg][hh];
+          const float m_new = fmaxf(m_old, mx);
+          // m_old = -inf: nothing accumulated yet (acc, l are 0), any finite factor will do;
+          // this also avoids (-inf) - (-inf).
+          const float alpha = m_old == kNegInf ? 0.f : exp2_approx((m_old - m_new) * sl2);
+          m_i[rg][hh] = m_new;
+          // A row that has seen no key keeps m = -inf: subtract 0 so that exp2(-inf) = 0.
+          const float m_scaled = m_new == kNegInf ? 0.f : m_new * sl2;
+          float rs = 0.f;
 #pragma unroll
-            for (int c = 0; c < 2; ++c)
-              if (nt * 8 + c > lim) s_acc[rg][nt][2 * hh + c] = kNegInf;
-        }
-    }
-
-    if constexpr (Kt::kSplitKV) {
-      // V_n landed and every warp is done with K_n: the next K loads during softmax and P V.
-      cp_async_wait<0>();
-      __syncthreads();
-      if (it + 1 < n_tiles) load_kv(n - 1, 0, true, false);
-      cp_async_commit();
-    }
-
-    // ---- online softmax, rows g and g+8 of each row group
-    float alphas[RG][2];
-    bool rescale = false;
+          for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-    for (int rg = 0; rg < RG; ++rg)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = kNegInf;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s_acc[rg][nt][2 * hh], s_acc[rg][nt][2 * hh + 1]));
-        mx = quad_max(mx);
-        const float m_old = m_i[rg][hh];
-        const float m_new = fmaxf(m_old, mx);
-        // m_old = -inf: nothing accumulated yet (acc, l are 0), any finite factor will do;
-        // this also avoids (-inf) - (-inf).
-        const float alpha = m_old == kNegInf ? 0.f : exp2_approx((m_old - m_new) * sl2);
-        m_i[rg][hh] = m_new;
-        // A row that has seen no key keeps m = -inf: subtract 0 so that exp2(-inf) = 0.
-        const float m_scaled = m_new == kNegInf ? 0.f : m_new * sl2;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float e = exp2_approx(fmaf(s_acc[rg][nt][2 * hh + c], sl2, -m_scaled));
-            s_acc[rg][nt][2 * hh + c] = e;
-            rs += e;
-          }
-        // Row sums stay per-thread partial (the quad's sum is taken once at the end).
-        l_i[rg][hh] = l_i[rg][hh] * alpha + rs;
-        if constexpr (Opt::kLazyRescale) {
-          alphas[rg][hh] = alpha;
-          rescale |= alpha != 1.f;
-        } else {
-#pragma unroll
-          for (int dt = 0; dt < DT; ++dt) {
-            acc_o[rg][dt][2 * hh] *= alpha;
-            acc_o[rg][dt][2 * hh + 1] *= alpha;
-          }
-        }
-      }
-    if constexpr (Opt::kLazyRescale) {
-      // Once the running max has settled the factor is exactly 1: skip the D/4 FMULs per
-      // row pair when no row of the warp needs them (warp-uniform branch).  It also shortens
-      // live ranges, which is what lets some configurations fit their register budget.
-      if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-        for (int rg = 0; rg < RG; ++rg)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
+            for (int c = 0; c < 2; ++c) {
+              const float e = exp2_approx(fmaf(s_acc[rg][nt][2 * hh + c], sl2, -m_scaled));
+              s_acc[rg][nt][2 * hh + c] = e;
+              rs += e;
+            }
+          // Row sums stay per-thread partial (the quad's sum is taken once at the end).
+          l_i[rg][hh] = l_i[rg][hh] * alpha + rs;
+          if constexpr (Opt::kLazyRescale) {
+            alphas[rg][hh] = alpha;
+            rescale |= alpha != 1.f;
+          } else {
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) {
-              acc_o[rg][dt][2 * hh] *= alphas[rg][hh];
-              acc_o[rg][dt][2 * hh + 1] *= alphas[rg][hh];
+              acc_o[rg][dt][2 * hh] *= alpha;
+              acc_o[rg][dt][2 * hh + 1] *= alpha;
             }
-      }
-    }
-
-    // ---- P (fp16) as A fragments: the C layout of n-tiles 2kk, 2kk+1 is the A layout of
-    // k-step kk, so P never leaves registers.
-    uint32_t pf[RG][PK][4];
-#pragma unroll
-    for (int rg = 0; rg < RG; ++rg)
-#pragma unroll
-      for (int kk = 0; kk < PK; ++kk) {
-        pf[rg][kk][0] = pack_half2(s_acc[rg][2 * kk][0], s_acc[rg][2 * kk][1]);
-        pf[rg][kk][1] = pack_half2(s_acc[rg][2 * kk][2], s_acc[rg][2 * kk][3]);
-        pf[rg][kk][2] = pack_half2(s_acc[rg][2 * kk + 1][0], s_acc[rg][2 * kk + 1][1]);
-        pf[rg][kk][3] = pack_half2(s_acc[rg][2 * kk + 1][2], s_acc[rg][2 * kk + 1][3]);
-      }
-    if (!Opt::kPInRegs) {
-      // Ablation: the classic round trip through shared memory (per-warp region).
-#pragma unroll
-      for (int rg = 0; rg < RG; ++rg) {
-        const uint32_t sP = sbase + Kt::kPOffset + (warp * RG + rg) * 16 * Kt::kPPitch;
-#pragma unroll
-        for (int kk = 0; kk < PK; ++kk) {
-          sts_u32(sP + g * Kt::kPPitch + (kk * 16 + 2 * t4) * 2, pf[rg][kk][0]);
-          sts_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 2 * t4) * 2, pf[rg][kk][1]);
-          sts_u32(sP + g * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2, pf[rg][kk][2]);
-          sts_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2, pf[rg][kk][3]);
-        }
-      }
-      __syncwarp();
-#pragma unroll
-      for (int rg = 0; rg < RG; ++rg) {
-        const uint32_t sP = sbase + Kt::kPOffset + (warp * RG + rg) * 16 * Kt::kPPitch;
-#pragma unroll
-        for (int kk = 0; kk < PK; ++kk) {
-          if (Opt::kLdmatrix) {
-            ldmatrix_x4(pf[rg][kk], sP + a_row * Kt::kPPitch + (2 * kk + (lm >> 1)) * 16);
-          } else {
-            pf[rg][kk][0] = lds_u32(sP + g * Kt::kPPitch + (kk * 16 + 2 * t4) * 2);
-            pf[rg][kk][1] = lds_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 2 * t4) * 2);
-            pf[rg][kk][2] = lds_u32(sP + g * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2);
-            pf[rg][kk][3] = lds_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2);
           }
         }
-      }
-    }
-
-    // ---- O += P V
+      if constexpr (Opt::kLazyRescale) {
+        // Once the running max has settled the factor is exactly 1: skip the D/4 FMULs per
+        // row pair when no row of the warp needs them (warp-uniform branch).  It also shortens
+        // live ranges, which is what lets some configurations fit their register budget.
+        if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
-    for (int kk = 0; kk < PK; ++kk) {
+          for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
-      for (int dp = 0; dp < DT / 2; ++dp) {
-        uint32_t vf[4];
-        if (Opt::kLdmatrix) {
-          ldmatrix_x4_trans(vf, sV + (kk * 16 + a_row) * RB + pair_off(dp, a_x));
-        } else {
-          // B fragment of V: (keys 2t, 2t+1 | 2t+8, 2t+9) of column d = 8*dtile + g.
+            for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int d = (2 * dp + half) * 8 + g;
-            const int k0 = kk * 16 + 2 * t4;
-            vf[2 * half] = lds_u16(sV + L::elem_off(k0, d)) | (lds_u16(sV + L::elem_off(k0 + 1, d)) << 16);
-            vf[2 * half + 1] = lds_u16(sV + L::elem_off(k0 + 8, d)) | (lds_u16(sV + L::elem_off(k0 + 9, d)) << 16);
-          }
+              for (int dt = 0; dt < DT; ++dt) {
+                acc_o[rg][dt][2 * hh] *= alphas[rg][hh];
+                acc_o[rg][dt][2 * hh + 1] *= alphas[rg][hh];
+              }
         }
+      }
+
+      // ---- P (fp16) as A fragments: the C layout of n-tiles 2kk, 2kk+1 is the A layout of
+      // k-step kk, so P never leaves registers.
+      uint32_t pf[RG][PKC][4];
+#pragma unroll
+      for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+        for (int kk = 0; kk < PKC; ++kk) {
+          pf[rg][kk][0] = pack_half2(s_acc[rg][2 * kk][0], s_acc[rg][2 * kk][1]);
+          pf[rg][kk][1] = pack_half2(s_acc[rg][2 * kk][2], s_acc[rg][2 * kk][3]);
+          pf[rg][kk][2] = pack_half2(s_acc[rg][2 * kk + 1][0], s_acc[rg][2 * kk + 1][1]);
+          pf[rg][kk][3] = pack_half2(s_acc[rg][2 * kk + 1][2], s_acc[rg][2 * kk + 1][3]);
+        }
+      if (!Opt::kPInRegs) {
+        // Ablation: the classic round trip through shared memory (per-warp region).
 #pragma unroll
         for (int rg = 0; rg < RG; ++rg) {
-          mma_16816(acc_o[rg][2 * dp], pf[rg][kk], vf[0], vf[1]);
-          mma_16816(acc_o[rg][2 * dp + 1], pf[rg][kk], vf[2], vf[3]);
+          const uint32_t sP = sbase + Kt::kPOffset + (warp * RG + rg) * 16 * Kt::kPPitch;
+#pragma unroll
+          for (int kk = 0; kk < PKC; ++kk) {
+            sts_u32(sP + g * Kt::kPPitch + (kk * 16 + 2 * t4) * 2, pf[rg][kk][0]);
+            sts_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 2 * t4) * 2, pf[rg][kk][1]);
+            sts_u32(sP + g * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2, pf[rg][kk][2]);
+            sts_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2, pf[rg][kk][3]);
+          }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int rg = 0; rg < RG; ++rg) {
+          const uint32_t sP = sbase + Kt::kPOffset + (warp * RG + rg) * 16 * Kt::kPPitch;
+#pragma unroll
+          for (int kk = 0; kk < PKC; ++kk) {
+            if (Opt::kLdmatrix) {
+              ldmatrix_x4(pf[rg][kk], sP + a_row * Kt::kPPitch + (2 * kk + (lm >> 1)) * 16);
+            } else {
+              pf[rg][kk][0] = lds_u32(sP + g * Kt::kPPitch + (kk * 16 + 2 * t4) * 2);
+              pf[rg][kk][1] = lds_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 2 * t4) * 2);
+              pf[rg][kk][2] = lds_u32(sP + g * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2);
+              pf[rg][kk][3] = lds_u32(sP + (g + 8) * Kt::kPPitch + (kk * 16 + 8 + 2 * t4) * 2);
+            }
+          }
+        }
+      }
+
+      // ---- O += P V
+#pragma unroll
+      for (int kk = 0; kk < PKC; ++kk) {
+#pragma unroll
+        for (int dp = 0; dp < DT / 2; ++dp) {
+          uint32_t vf[4];
+          if (Opt::kLdmatrix) {
+            ldmatrix_x4_trans(vf, sV + ((hf * PKC + kk) * 16 + a_row) * RB + pair_off(dp, a_x));
+          } else {
+            // B fragment of V: (keys 2t, 2t+1 | 2t+8, 2t+9) of column d = 8*dtile + g.
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int d = (2 * dp + half) * 8 + g;
+              const int k0 = (hf * PKC + kk) * 16 + 2 * t4;
+              vf[2 * half] = lds_u16(sV + L::elem_off(k0, d)) | (lds_u16(sV + L::elem_off(k0 + 1, d)) << 16);
+              vf[2 * half + 1] = lds_u16(sV + L::elem_off(k0 + 8, d)) | (lds_u16(sV + L::elem_off(k0 + 9, d)) << 16);
+            }
+          }
+#pragma unroll
+          for (int rg = 0; rg < RG; ++rg) {
+            mma_16816(acc_o[rg][2 * dp], pf[rg][kk], vf[0], vf[1]);
+            mma_16816(acc_o[rg][2 * dp + 1], pf[rg][kk], vf[2], vf[3]);
+          }
         }
       }
     }

@@ -35,3 +35,19 @@ FLASH_FWD_CUDA(128, 64, 64, 4, 1, 2, true, false, , OptLazyRescale)
 // 48 KB static, Bc=48 needs 56 KB.
 FLASH_FWD_CUDA(128, 128, 32, 8, 2, 1, true, false, , OptLazyRescale)
 FLASH_FWD_CUDA(128, 128, 48, 8, 2, 1, true, true, _dyn, OptLazyRescale)
+// Spill-free rebuilds of the Br=128 Q-in-shared-memory candidates (Opt::kLean, kernel_traits.cuh):
+// the plain ones above sit at 255 registers and spill 4-32 bytes.  Same tiles, same layout, same
+// dynamic shared memory; only the code inside a K/V tile differs.
+//   _v2: S = Q K^T k-step loop unrolled by 4 (8 k-steps: two trips) instead of fully, so ptxas
+//        cannot hoist every Q/K fragment load of the tile; Bc=64 also reads K with the Q/V
+//        ldmatrix lane roles (one set of lane offsets for Q, K and V).
+//   _h2: each 64-key tile as two chunks of 32 keys (S, online softmax, P V per chunk; the chunk
+//        loop is not unrolled): only 32 S registers live beside O, at the cost of re-reading
+//        the Q fragments once more per tile and a second softmax step.
+using OptLeanV2 = flash::OptLean<OptLazyRescale, flash::kLeanKsLoop | flash::kLeanKRoles>;
+using OptLeanH2 = flash::OptLean<OptLazyRescale, flash::kLeanHalves>;
+using OptLeanKs2 = flash::OptLean<OptLazyRescale, flash::kLeanKsLoop2>;
+FLASH_FWD_CUDA(128, 128, 64, 4, 2, 2, false, true, _qs_dyn_v2, OptLeanV2)
+FLASH_FWD_CUDA(128, 128, 64, 4, 2, 2, false, true, _qs_dyn_h2, OptLeanH2)
+//   Bc=48 split pipeline, k-step loop unrolled by 2.
+FLASH_FWD_CUDA(128, 128, 48, 4, 1, 2, false, true, _qs_dyn_v2, OptLeanKs2)

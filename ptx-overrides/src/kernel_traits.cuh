@@ -7,6 +7,15 @@
 
 namespace flash {
 
+// Opt::kLean bits (register-saving variants of the kernel body; 0 = the shipped body).  The
+// Br=128 Q-in-shared-memory configurations with Bc >= 48 sit at 255 registers, where ptxas's
+// scheduling (how far it hoists fragment loads) decides whether a few bytes spill; these
+// bound it.
+constexpr int kLeanKRoles = 1;   // K fragments read with the A-operand ldmatrix lane roles
+constexpr int kLeanHalves = 2;   // S / softmax / P V in two chunks of Bc/2 keys, chunk loop not unrolled
+constexpr int kLeanKsLoop = 4;   // S = Q K^T k-step loop unrolled by 4 only
+constexpr int kLeanKsLoop2 = 16; // S = Q K^T k-step loop unrolled by 2 only
+
 // Ablation switches.  Each one, set false, turns off exactly one optimisation.
 template <bool kCpAsyncPipeline_ = true,  // false: one K/V buffer, load -> wait -> compute (synchronous)
           bool kLdmatrix_ = true,         // false: fragments read with 16/32-bit ld.shared
@@ -21,6 +30,15 @@ struct Opt {
   static constexpr bool kPInRegs = kPInRegs_;
   static constexpr bool kCausalSkip = kCausalSkip_;
   static constexpr bool kLazyRescale = kLazyRescale_;
+  static constexpr int kLean = 0;  // see OptLean
+};
+
+// An Opt with register-saving variants of the kernel body switched on (bit mask of kLean*
+// below; benchmark-only tuning candidates).  A derived type rather than a seventh Opt
+// parameter, so that the shipped entries' PTX (which names Opt in mangled symbols) is unchanged.
+template <class Base, int kLean_>
+struct OptLean : Base {
+  static constexpr int kLean = kLean_;
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_,
