@@ -19,6 +19,12 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * global access; the bytes are the same as the tensors'.
  */
 final class MmaPlan extends TornadoAttentionPlan {
+    /**
+     * System property: {@code true} selects the kernels that prefetch the next K/V tile through registers
+     * ({@link MmaKernels#attentionD64Prefetch}), for A/B timing on a GPU; unset or anything else, the
+     * synchronous K/V staging of {@link MmaKernels#attentionD64}.
+     */
+    static final String PIPELINE_PROPERTY = "tornado.attention.mma.pipeline";
     private final LongArray o;
 
     MmaPlan(AttentionShape s, TornadoDevice device) {
@@ -43,7 +49,14 @@ final class MmaPlan extends TornadoAttentionPlan {
         KernelContext kc = new KernelContext();
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, scratch);   // device-only workspace
-        if (config.headDim() == 64) {
+        boolean prefetch = Boolean.getBoolean(PIPELINE_PROPERTY);
+        if (config.headDim() == 64 && prefetch) {
+            attend.task("flash", MmaKernels::attentionD64Prefetch, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+        } else if (prefetch) {
+            attend.task("flash", MmaKernels::attentionD128Prefetch, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+        } else if (config.headDim() == 64) {
             attend.task("flash", MmaKernels::attentionD64, kc, q, k, v, o, lseArray, scratch, s.batch(),
                     s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         } else {

@@ -66,6 +66,16 @@ class MmaKernelsTest {
         }
     }
 
+    /** The kernels that prefetch K/V through registers ({@link MmaPlan#PIPELINE_PROPERTY}). */
+    @ParameterizedTest
+    @MethodSource("shapes")
+    void prefetchingKernelsMatchTheReference(AttentionShape shape) {
+        try (RandomInputs in = RandomInputs.generate(shape, 43)) {
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, true);
+            assertTrue(errors.passes(), shape + ": " + errors);
+        }
+    }
+
     /** fp16Pow2 against Java's float-to-fp16 conversion of 2^z: normal, subnormal, underflow, masked. */
     @Test
     void fp16Pow2IsTheRoundedPowerOfTwo() {
@@ -95,10 +105,16 @@ class MmaKernelsTest {
             in.k().copyFrom(k);
             ErrorStats errors = run(shape, in, 1);
             assertTrue(errors.passes(), errors.toString());
+            ErrorStats prefetched = run(shape, in, 1, true);
+            assertTrue(prefetched.passes(), "prefetch: " + prefetched);
         }
     }
 
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
+        return run(s, in, maxGrid, false);
+    }
+
+    static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean prefetch) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -111,7 +127,13 @@ class MmaKernelsTest {
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         KernelEmulator.launch(grid, config.threads(), kc -> {
-            if (s.headDim() == 64) {
+            if (prefetch && s.headDim() == 64) {
+                MmaKernels.attentionD64Prefetch(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            } else if (prefetch) {
+                MmaKernels.attentionD128Prefetch(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            } else if (s.headDim() == 64) {
                 MmaKernels.attentionD64(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
             } else {
@@ -160,7 +182,7 @@ class MmaKernelsTest {
         assertTrue(process.waitFor(120, TimeUnit.SECONDS), "child JVM did not finish");
         assertEquals(0, process.exitValue(), output);
         assertTrue(output.contains("header 128 skew 28"), output);
-        assertEquals(2, output.lines().filter(l -> l.startsWith("ok ")).count(), output);
+        assertEquals(4, output.lines().filter(l -> l.startsWith("ok ")).count(), output);
     }
 
     @Test
