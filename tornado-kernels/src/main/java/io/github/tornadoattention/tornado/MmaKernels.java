@@ -75,7 +75,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * <p>{@link #attentionD64} and {@link #attentionD128} are the same kernel with the constants of their
  * {@link MmaTileConfig}: TornadoVM sizes local and private arrays only from compile-time constants, and
  * reaches a local array correctly only in the method that allocates it, so the body cannot be shared
- * through a helper. Keep the two in step.
+ * through a helper. Keep the two in step. {@link #attentionD64Prefetch} and {@link #attentionD128Prefetch}
+ * are the same again with the next K/V tile loaded into registers while the current one computes
+ * ({@code -Dtornado.attention.mma.pipeline=true}, for A/B timing; TornadoVM's PTX backend has no cp.async).
  */
 public final class MmaKernels {
     /** Largest excess of a score over its row's reference max that P may carry (natural log units). */
