@@ -76,8 +76,9 @@ if want jmh; then
   step "JMH: $JMH_BACKENDS on $SHAPES"
   part=$(date +%H%M%S)
   # tornado.attention.profile: TornadoVM's profiler times the kernels of the TornadoVM-hosted backends.
+  # tornado.panama.objectHeader=128: as bin/tornado-attention (128-byte aligned array data).
   timeout "$JMH_TIMEOUT" "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
-    -Dtornado.recover.bailout=False -Dtornado.attention.profile=true \
+    -Dtornado.recover.bailout=False -Dtornado.attention.profile=true -Dtornado.panama.objectHeader=128 ${JAVA_OPTS:-} \
     -cp "$cp" io.github.tornadoattention.bench.BenchmarkRunner jmh \
     --backends "$JMH_BACKENDS" --shapes "$SHAPES" $JMH_ARGS --out "$raw" --name "jmh-$part" > "$raw/jmh-$part.log" 2>&1
   grep -E "^AttentionBenchmark\.[a-zA-Z]+ " "$raw/jmh-$part.log" | tail -n 80
