@@ -20,12 +20,25 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  */
 final class MmaPlan extends TornadoAttentionPlan {
     /**
-     * System property: {@code true} selects the kernels that prefetch the next K/V tile through registers
-     * ({@link MmaKernels#attentionD64Prefetch}), for A/B timing on a GPU; unset or anything else, the
-     * synchronous K/V staging of {@link MmaKernels#attentionD64}.
+     * System property selecting how K/V tiles reach local memory: {@code true} (the default) the kernels that
+     * prefetch the whole next K/V tile through registers ({@link MmaKernels#attentionD64Prefetch}); {@code split}
+     * those that keep half as much in flight (next K during P V, this V during S and softmax:
+     * {@link MmaKernels#attentionD64Split}); {@code false} the synchronous K/V staging of
+     * {@link MmaKernels#attentionD64}. Anything else is refused.
      */
     static final String PIPELINE_PROPERTY = "tornado.attention.mma.pipeline";
+    /** {@link #PIPELINE_PROPERTY}'s default. */
+    static final String DEFAULT_PIPELINE = "true";
     private final LongArray o;
+
+    /** The kernel variant {@link #PIPELINE_PROPERTY} selects: "true", "split" or "false". */
+    static String pipeline() {
+        String value = System.getProperty(PIPELINE_PROPERTY, DEFAULT_PIPELINE).trim();
+        if (!value.equals("true") && !value.equals("split") && !value.equals("false")) {
+            throw new IllegalArgumentException("-D" + PIPELINE_PROPERTY + "=" + value + ": expected true, split or false");
+        }
+        return value;
+    }
 
     MmaPlan(AttentionShape s, TornadoDevice device) {
         super(Backends.TORNADO_MMA, s);
@@ -49,14 +62,25 @@ final class MmaPlan extends TornadoAttentionPlan {
         KernelContext kc = new KernelContext();
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, scratch);   // device-only workspace
-        boolean prefetch = Boolean.getBoolean(PIPELINE_PROPERTY);
-        if (config.headDim() == 64 && prefetch) {
-            attend.task("flash", MmaKernels::attentionD64Prefetch, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (prefetch) {
-            attend.task("flash", MmaKernels::attentionD128Prefetch, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (config.headDim() == 64) {
+        String pipeline = pipeline();
+        boolean d64 = config.headDim() == 64;
+        if (pipeline.equals("true")) {
+            if (d64) {
+                attend.task("flash", MmaKernels::attentionD64Prefetch, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                        s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+            } else {
+                attend.task("flash", MmaKernels::attentionD128Prefetch, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                        s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+            }
+        } else if (pipeline.equals("split")) {
+            if (d64) {
+                attend.task("flash", MmaKernels::attentionD64Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                        s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+            } else {
+                attend.task("flash", MmaKernels::attentionD128Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                        s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+            }
+        } else if (d64) {
             attend.task("flash", MmaKernels::attentionD64, kc, q, k, v, o, lseArray, scratch, s.batch(),
                     s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         } else {
