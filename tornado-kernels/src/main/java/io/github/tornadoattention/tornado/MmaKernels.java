@@ -1895,12 +1895,15 @@ public final class MmaKernels {
      * just read from a FloatArray): with n = max(floor(z), -14), 2^z = 2^n 2^(z - n) and the bits are
      * (n + 14) 1024 + round(1024 2^(z - n)). For a normal result 1024 2^(z - n) is in [1024, 2048) (the
      * mantissa with its hidden bit, which carries into the exponent field); below 2^-14 (n clamped) it is the
-     * subnormal's mantissa; z <= -25 (and the -1e30 of masked keys) gives 0. Rounding is to nearest, ties
-     * away from zero. Valid for z < 16 (P <= e^5 here; larger z only occur in a tile that is recomputed).
+     * subnormal's mantissa; z <= -25 (and the -1e30 of masked keys) gives 0. Computed as one float,
+     * ((n + 14) + 2^(z - n)) 1024 + 0.5, truncated once (one float-to-int conversion, which TornadoVM emits as
+     * testp + cvt + mov, instead of two); the sum carries 2^-9 of resolution at 2^15, so rounding is to nearest
+     * except within 2^-9 of a tie (then at most 1 ulp of fp16 off). Valid for z < 16 (P <= e^5 here; larger z
+     * only occur in a tile that is recomputed).
      */
     static int fp16Pow2(float z) {
         float n = Math.max(TornadoMath.floor(z), -14.0f);
-        return ((int) n + 14) * 1024 + (int) (TornadoMath.exp((z - n) * LN2) * 1024.0f + 0.5f);
+        return (int) (((n + 14.0f) + TornadoMath.exp((z - n) * LN2)) * 1024.0f + 0.5f);
     }
 
     // ---------------------------------------------------------------------------------------------
