@@ -14,6 +14,7 @@ import uk.ac.manchester.tornado.api.TornadoExecutionResult;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.enums.ProfilerMode;
+import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
 import uk.ac.manchester.tornado.api.exceptions.TornadoExecutionPlanException;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
@@ -123,6 +124,16 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
     /** Builds the four graphs around the backend's attention graph, compiles them, and runs them once. */
     protected final void build(TornadoDevice device, TornadoNativeArray q, TornadoNativeArray k, TornadoNativeArray v,
                                TaskGraph attend, GridScheduler scheduler) {
+        build(device, q, k, v, attend, scheduler, null);
+    }
+
+    /**
+     * {@link #build(TornadoDevice, TornadoNativeArray, TornadoNativeArray, TornadoNativeArray, TaskGraph, GridScheduler)}
+     * with CUDA JIT options for the generated PTX ({@code withCompilerFlags}: pairs such as
+     * {@code CU_JIT_MAX_REGISTERS 128}), or {@code null} for TornadoVM's.
+     */
+    protected final void build(TornadoDevice device, TornadoNativeArray q, TornadoNativeArray k, TornadoNativeArray v,
+                               TaskGraph attend, GridScheduler scheduler, String ptxJitFlags) {
         inputs[0] = new Input(q);
         inputs[1] = new Input(k);
         inputs[2] = new Input(v);
@@ -130,6 +141,9 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
             TornadoExecutionPlan single = new TornadoExecutionPlan(attend.snapshot());
             try {
                 single.withDevice(device).withGridScheduler(scheduler);
+                if (ptxJitFlags != null) {
+                    single.withCompilerFlags(TornadoVMBackendType.PTX, ptxJitFlags);
+                }
                 if (profile) {
                     single.withProfiler(ProfilerMode.SILENT);
                 }
@@ -159,6 +173,9 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
         TornadoExecutionPlan plan = new TornadoExecutionPlan(graphs);
         try {
             plan.withDevice(device).withGridScheduler(scheduler);
+            if (ptxJitFlags != null) {
+                plan.withCompilerFlags(TornadoVMBackendType.PTX, ptxJitFlags);
+            }
             if (Boolean.getBoolean(CUDA_GRAPH_PROPERTY)) {
                 plan.withCUDAGraph();
             }

@@ -23,7 +23,7 @@ public final class HeaderProbeMain {
                 AttentionShape.builder().batch(1).heads(1).queryLength(40).kvLength(90).headDim(128)
                         .causal(false).layout(Layout.BSHD).build()}) {
             try (RandomInputs in = RandomInputs.generate(s, 11)) {
-                for (String pipeline : new String[] {"false", "true", "split"}) {
+                for (boolean pipeline : new boolean[] {false, true}) {
                     ErrorStats errors = MmaKernelsTest.run(s, in, 2, pipeline);
                     System.out.println((errors.passes() ? "ok " : "FAIL ") + s + " pipeline=" + pipeline + ": " + errors);
                 }
