@@ -1238,6 +1238,710 @@ public final class MmaKernels {
     }
 
     /**
+     * {@link #attentionD64Split} with lower fixed costs per query tile and one barrier fewer per K/V tile
+     * ({@code -Dtornado.attention.mma.pipeline=lean}, {@link MmaPlan#PIPELINE_PROPERTY}):
+     * <ul>
+     *   <li>the first tile's reference row max comes from the S values each lane reads back anyway, combined
+     *       across the warp by {@code shfl.sync} ({@link KernelContext#simdShuffleDown},
+     *       {@link KernelContext#simdBroadcastFirst}), instead of a pass of one thread per row over the scratch
+     *       (64 dependent global loads) between two barriers;</li>
+     *   <li>no barrier at the top of the K/V loop (2 per K/V tile instead of 3: the barrier that publishes P
+     *       already orders K's stores after the previous S^T, and the barrier before S^T orders V's and P's after
+     *       the previous P V);</li>
+     *   <li>the first K tile's loads are issued before the query tile's first barrier and the Q^T staging (each
+     *       sweep ends by loading tile 0 again instead of a tile past the end);</li>
+     *   <li>O is normalised before the barrier of the recompute flag, which then also publishes it to
+     *       {@link #writeOutput} (one barrier fewer per query tile).</li>
+     * </ul>
+     * Per query tile with n K/V tiles: 2 n + 2 barriers instead of 3 n + 5.
+     */
+    public static void attentionD64Lean(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
+                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+        final int d = 64;
+        final int bq = 64;
+        final int bkv = 64;
+        int[] qT = kc.allocateIntLocalArray(2048);      // D x Br / 2: Q^T, B operand
+        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
+        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
+        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        float[] rowMax = kc.allocateFloatLocalArray(64);
+        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
+
+        int t = kc.localIdx;
+        int warp = t >>> 5;
+        int lane = t & 31;
+        if (t < 64) {
+            ones[t] = HALF_ONE_PAIR;
+        }
+        if (t == 0) {
+            flag[0] = -1;
+        }
+
+        int heads = batch * queryHeads;
+        int queryTiles = (queryLength + bq - 1) / bq;
+        int tiles = queryTiles * heads;
+        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
+        int oBase = sBase + 2 * bkv * bq;
+        int oStride = d + 8;
+        int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
+        float scaleLog2 = scale * LOG2E;
+        int stamp = 0;
+
+        for (int round = 0; round * gridSize < tiles; round++) {
+            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
+            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
+            int tile = round * gridSize + position;
+            if (tile < tiles) {
+                int bh = tile % heads;
+                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
+                int b = bh / queryHeads;
+                int h = bh % queryHeads;
+                int hkv = h / (queryHeads / kvHeads);
+                int q0 = qt * bq;
+                int qRow = bshd == 1 ? queryHeads * d : d;
+                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
+                int kvRow = bshd == 1 ? kvHeads * d : d;
+                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
+                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
+
+                // Thread t loads words i = 0..7 of the K and V tiles, as the staging loop of attentionD64 numbers
+                // them (word t + 128 i): key kvJ + 16 (2 i / (D / 16)), columns kvCol + 16 (2 i % (D / 16)) ..+ 3,
+                // stored at kAt + 256 i and vAt + (its sub-tile offset). Written out per word so that only these
+                // four per-thread values stay live, not one address per word.
+                int kvJ = (t >>> 2) & 15;
+                int kvCol = kvBase + 16 * (t >>> 6) + 4 * (t & 3);
+                int kAt = kAtOf(t, d);
+                int vAt = vAtOf(t, d);
+                // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
+                // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
+                long k0 = kvWord(k, kvRow, kvLength, kvJ, kvCol);
+                long k1 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 32);
+                long k2 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol);
+                long k3 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 32);
+                long k4 = kvWord(k, kvRow, kvLength, kvJ + 32, kvCol);
+                long k5 = kvWord(k, kvRow, kvLength, kvJ + 32, kvCol + 32);
+                long k6 = kvWord(k, kvRow, kvLength, kvJ + 48, kvCol);
+                long k7 = kvWord(k, kvRow, kvLength, kvJ + 48, kvCol + 32);
+
+                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
+
+                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
+                // the values of two queries for one d share an int. Rows past the end are zeros.
+                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
+                    int qa = 2 * (it / (d / 4));       // even query of the pair
+                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
+                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
+                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
+                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
+                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
+                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
+                    // comment.
+                    int ra = q0 + qa;
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
+                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
+                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
+                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
+                }
+                if (t < bq) {
+                    rowMax[t] = Float.NEGATIVE_INFINITY;
+                }
+
+                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
+                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
+                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
+                int attempts = 1;
+                for (int attempt = 0; attempt < attempts; attempt++) {
+                    stamp++;
+                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
+                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
+                        // exact max first. Sweep 1 accumulates O and l.
+                        float[] o0 = kc.mmaFragment(0.0f);
+                        float[] o1 = kc.mmaFragment(0.0f);
+                        float[] o2 = kc.mmaFragment(0.0f);
+                        float[] o3 = kc.mmaFragment(0.0f);
+                        float[] o4 = kc.mmaFragment(0.0f);
+                        float[] o5 = kc.mmaFragment(0.0f);
+                        float[] o6 = kc.mmaFragment(0.0f);
+                        float[] o7 = kc.mmaFragment(0.0f);
+                        float[] rowSum = kc.mmaFragment(0.0f);
+                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
+                        for (int kvt = 0; kvt < kvTiles; kvt++) {
+                            int j0 = kvt * bkv;
+                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
+                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
+                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
+                            int sTile = sBase + (kvt & 1) * (bkv * bq);
+                            // No barrier here: K's last readers (the previous S^T) finished before the previous tile's
+                            // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
+
+                            // K of this tile, loaded into registers during the previous tile's P V, goes to local memory;
+                            // V of this tile is loaded into registers now and stored after the softmax (its previous readers,
+                            // the last P V, finished before the barrier above), so its loads land while S^T and P compute.
+                            int kS = kAt + (j0 >>> 31);   // = kAt (j0 >= 0), but not loop-invariant: see the class comment
+                            kT[kS] = (int) k0;
+                            kT[kS + 1] = (int) (k0 >>> 32);
+                            kT[kS + 256] = (int) k1;
+                            kT[kS + 257] = (int) (k1 >>> 32);
+                            kT[kS + 512] = (int) k2;
+                            kT[kS + 513] = (int) (k2 >>> 32);
+                            kT[kS + 768] = (int) k3;
+                            kT[kS + 769] = (int) (k3 >>> 32);
+                            kT[kS + 1024] = (int) k4;
+                            kT[kS + 1025] = (int) (k4 >>> 32);
+                            kT[kS + 1280] = (int) k5;
+                            kT[kS + 1281] = (int) (k5 >>> 32);
+                            kT[kS + 1536] = (int) k6;
+                            kT[kS + 1537] = (int) (k6 >>> 32);
+                            kT[kS + 1792] = (int) k7;
+                            kT[kS + 1793] = (int) (k7 >>> 32);
+                            long v0 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol);
+                            long v1 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 32);
+                            long v2 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol);
+                            long v3 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 32);
+                            long v4 = kvWord(v, kvRow, kvLength, j0 + kvJ + 32, kvCol);
+                            long v5 = kvWord(v, kvRow, kvLength, j0 + kvJ + 32, kvCol + 32);
+                            long v6 = kvWord(v, kvRow, kvLength, j0 + kvJ + 48, kvCol);
+                            long v7 = kvWord(v, kvRow, kvLength, j0 + kvJ + 48, kvCol + 32);
+                            kc.localBarrier();
+
+                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
+                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
+                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
+                            for (int kb = 0; kb < 4; kb++) {
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 4) * 512);
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 4 + 1) * 512);
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 4 + 2) * 512);
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 4 + 3) * 512);
+                                for (int nb = 0; nb < 2; nb++) {
+                                    int qn = warp * 2 + nb;
+                                    float[] s = kc.mmaFragment(0.0f);
+                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
+                                }
+                            }
+
+                            if (kvt == 0 && attempt == 0) {
+                                // The reference max (the first tile's) without a pass over the scratch or a barrier: each
+                                // lane takes the max of the visible scores it stored itself (keys g, g + 8 of every 16-key
+                                // block, for each of its 4 query columns); the 8 lanes of a column (equal lane % 4) combine
+                                // theirs by shuffles down by 16, 8 and 4, after which lanes 0..3 hold the 4 columns' maxima,
+                                // and lane 0 broadcasts each (brought to it by a shuffle down by its lane) to the warp. Every
+                                // lane writes all 16 of the warp's rows (the same values) and reads back its own rows below.
+                                int gm = lane >>> 2;
+                                int cm = lane & 3;
+                                for (int nb = 0; nb < 2; nb++) {
+                                    for (int e = 0; e < 2; e++) {
+                                        int rm = warp * 16 + nb * 8 + (cm << 1) + e;
+                                        int limit = causal == 1 ? Math.min(kvLength - 1, q0 + rm + offset) : kvLength - 1;
+                                        float mx = -1.0e30f;     // a row that sees no key (in any tile) keeps -1e30: P = 0
+                                        for (int kb = 0; kb < 4; kb++) {
+                                            int below = limit - j0 - kb * 16 - gm;
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm) * bq + rm) * scale,
+                                                    (below >>> 31) * -2.0e30f + 1.0e30f));
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm + 8) * bq + rm) * scale,
+                                                    ((below - 8) >>> 31) * -2.0e30f + 1.0e30f));
+                                        }
+                                        mx = Math.max(mx, kc.simdShuffleDown(mx, 16));
+                                        mx = Math.max(mx, kc.simdShuffleDown(mx, 8));
+                                        mx = Math.max(mx, kc.simdShuffleDown(mx, 4));
+                                        int r0 = warp * 16 + nb * 8 + e;
+                                        rowMax[r0] = kc.simdBroadcastFirst(mx);
+                                        rowMax[r0 + 2] = kc.simdBroadcastFirst(kc.simdShuffleDown(mx, 1));
+                                        rowMax[r0 + 4] = kc.simdBroadcastFirst(kc.simdShuffleDown(mx, 2));
+                                        rowMax[r0 + 6] = kc.simdBroadcastFirst(kc.simdShuffleDown(mx, 3));
+                                    }
+                                }
+                            }
+                            if (sweep == 0) {
+                                kc.localBarrier();   // S^T complete in the scratch
+                                // Recompute (attempt 1) only: one thread per row folds this tile's max over visible scores
+                                // into rowMax, the exact max.
+                                if (t < bq) {
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
+                                    float tileMax = Float.NEGATIVE_INFINITY;
+                                    for (int jl = 0; jl < bkv; jl++) {
+                                        if (j0 + jl <= limit) {
+                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
+                                        }
+                                    }
+                                    rowMax[t] = Math.max(rowMax[t], tileMax);
+                                }
+                                kc.localBarrier();
+                            }
+
+                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
+                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
+                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
+                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
+                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
+                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            int g = lane >>> 2;
+                            int kbEnd = 4 + (j0 >>> 31);   // 4, but not a constant to Graal: the kb loop stays a loop (8 scores per trip)
+                            for (int kb = 0; kb < kbEnd; kb++) {
+                                for (int nb = 0; nb < 2; nb++) {
+                                    for (int e = 0; e < 2; e++) {
+                                        int rw = nb * 8 + ((lane & 3) << 1) + e;
+                                        int r = warp * 16 + rw;
+                                        float mLog2 = rowMax[r] * LOG2E;
+                                        int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
+                                        int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
+                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
+                                                (below >>> 31) * -2.0e30f + 1.0e30f);
+                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
+                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                        excess = Math.max(excess, Math.max(z0, z1));
+                                        pT[(warp * 4 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                    }
+                                }
+                            }
+                            // V into local memory (layout as in attentionD64); the barrier below publishes it with P.
+                            int vS = vAt + (j0 >>> 31);
+                            vT[vS] = (int) v0;
+                            vT[vS + 1] = (int) (v0 >>> 32);
+                            vT[vS + 256] = (int) v1;
+                            vT[vS + 257] = (int) (v1 >>> 32);
+                            vT[vS + 512] = (int) v2;
+                            vT[vS + 513] = (int) (v2 >>> 32);
+                            vT[vS + 768] = (int) v3;
+                            vT[vS + 769] = (int) (v3 >>> 32);
+                            vT[vS + 1024] = (int) v4;
+                            vT[vS + 1025] = (int) (v4 >>> 32);
+                            vT[vS + 1280] = (int) v5;
+                            vT[vS + 1281] = (int) (v5 >>> 32);
+                            vT[vS + 1536] = (int) v6;
+                            vT[vS + 1537] = (int) (v6 >>> 32);
+                            vT[vS + 1792] = (int) v7;
+                            vT[vS + 1793] = (int) (v7 >>> 32);
+                            kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
+                            // Next tile's K into registers, landing during P V.
+                            int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
+                            k0 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol);
+                            k1 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 32);
+                            k2 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol);
+                            k3 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 32);
+                            k4 = kvWord(k, kvRow, kvLength, jn + kvJ + 32, kvCol);
+                            k5 = kvWord(k, kvRow, kvLength, jn + kvJ + 32, kvCol + 32);
+                            k6 = kvWord(k, kvRow, kvLength, jn + kvJ + 48, kvCol);
+                            k7 = kvWord(k, kvRow, kvLength, jn + kvJ + 48, kvCol + 32);
+
+                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
+                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // fragment update unconditional.)
+                            for (int kbb = 0; kbb < 4; kbb++) {
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8) * 256), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 1) * 256), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 2) * 256), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 3) * 256), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 4) * 256), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 5) * 256), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 6) * 256), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 7) * 256), o7, MMAShape.M16N8K16);
+                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                            }
+                        }
+                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
+                            flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
+                        }
+                        int rows = warp * 16;
+                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
+                    }
+                    // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
+                    // overwrites them), so that the flag's barrier also publishes O for writeOutput.
+                    normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                    kc.localBarrier();   // every thread has set the flag or not, O is normalised
+                    if (flag[0] == stamp) {
+                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
+                        if (t < bq) {
+                            rowMax[t] = Float.NEGATIVE_INFINITY;
+                        }
+                    }
+                }
+                float m = t < bq ? rowMax[t] : 0.0f;
+                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                        (b * queryHeads + h) * queryLength, d, bq);
+            }
+        }
+    }
+
+    /** {@link #attentionD64Lean} for D = 128 ({@link #attentionD128Split} with the same changes). */
+    public static void attentionD128Lean(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
+                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+        final int d = 128;
+        final int bq = 64;
+        final int bkv = 32;
+        int[] qT = kc.allocateIntLocalArray(4096);      // D x Br / 2: Q^T, B operand
+        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
+        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
+        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        float[] rowMax = kc.allocateFloatLocalArray(64);
+        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
+
+        int t = kc.localIdx;
+        int warp = t >>> 5;
+        int lane = t & 31;
+        if (t < 64) {
+            ones[t] = HALF_ONE_PAIR;
+        }
+        if (t == 0) {
+            flag[0] = -1;
+        }
+
+        int heads = batch * queryHeads;
+        int queryTiles = (queryLength + bq - 1) / bq;
+        int tiles = queryTiles * heads;
+        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
+        int oBase = sBase + 2 * bkv * bq;
+        int oStride = d + 8;
+        int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
+        float scaleLog2 = scale * LOG2E;
+        int stamp = 0;
+
+        for (int round = 0; round * gridSize < tiles; round++) {
+            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
+            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
+            int tile = round * gridSize + position;
+            if (tile < tiles) {
+                int bh = tile % heads;
+                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
+                int b = bh / queryHeads;
+                int h = bh % queryHeads;
+                int hkv = h / (queryHeads / kvHeads);
+                int q0 = qt * bq;
+                int qRow = bshd == 1 ? queryHeads * d : d;
+                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
+                int kvRow = bshd == 1 ? kvHeads * d : d;
+                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
+                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
+
+                // Thread t loads words i = 0..7 of the K and V tiles, as the staging loop of attentionD64 numbers
+                // them (word t + 128 i): key kvJ + 16 (2 i / (D / 16)), columns kvCol + 16 (2 i % (D / 16)) ..+ 3,
+                // stored at kAt + 256 i and vAt + (its sub-tile offset). Written out per word so that only these
+                // four per-thread values stay live, not one address per word.
+                int kvJ = (t >>> 2) & 15;
+                int kvCol = kvBase + 16 * (t >>> 6) + 4 * (t & 3);
+                int kAt = kAtOf(t, d);
+                int vAt = vAtOf(t, d);
+                // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
+                // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
+                long k0 = kvWord(k, kvRow, kvLength, kvJ, kvCol);
+                long k1 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 32);
+                long k2 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 64);
+                long k3 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 96);
+                long k4 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol);
+                long k5 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 32);
+                long k6 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 64);
+                long k7 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 96);
+
+                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
+
+                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
+                // the values of two queries for one d share an int. Rows past the end are zeros.
+                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
+                    int qa = 2 * (it / (d / 4));       // even query of the pair
+                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
+                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
+                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
+                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
+                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
+                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
+                    // comment.
+                    int ra = q0 + qa;
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
+                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
+                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
+                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
+                }
+                if (t < bq) {
+                    rowMax[t] = Float.NEGATIVE_INFINITY;
+                }
+
+                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
+                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
+                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
+                int attempts = 1;
+                for (int attempt = 0; attempt < attempts; attempt++) {
+                    stamp++;
+                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
+                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
+                        // exact max first. Sweep 1 accumulates O and l.
+                        float[] o0 = kc.mmaFragment(0.0f);
+                        float[] o1 = kc.mmaFragment(0.0f);
+                        float[] o2 = kc.mmaFragment(0.0f);
+                        float[] o3 = kc.mmaFragment(0.0f);
+                        float[] o4 = kc.mmaFragment(0.0f);
+                        float[] o5 = kc.mmaFragment(0.0f);
+                        float[] o6 = kc.mmaFragment(0.0f);
+                        float[] o7 = kc.mmaFragment(0.0f);
+                        float[] o8 = kc.mmaFragment(0.0f);
+                        float[] o9 = kc.mmaFragment(0.0f);
+                        float[] o10 = kc.mmaFragment(0.0f);
+                        float[] o11 = kc.mmaFragment(0.0f);
+                        float[] o12 = kc.mmaFragment(0.0f);
+                        float[] o13 = kc.mmaFragment(0.0f);
+                        float[] o14 = kc.mmaFragment(0.0f);
+                        float[] o15 = kc.mmaFragment(0.0f);
+                        float[] rowSum = kc.mmaFragment(0.0f);
+                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
+                        for (int kvt = 0; kvt < kvTiles; kvt++) {
+                            int j0 = kvt * bkv;
+                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
+                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
+                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
+                            int sTile = sBase + (kvt & 1) * (bkv * bq);
+                            // No barrier here: K's last readers (the previous S^T) finished before the previous tile's
+                            // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
+
+                            // K of this tile, loaded into registers during the previous tile's P V, goes to local memory;
+                            // V of this tile is loaded into registers now and stored after the softmax (its previous readers,
+                            // the last P V, finished before the barrier above), so its loads land while S^T and P compute.
+                            kT[kAt] = (int) k0;
+                            kT[kAt + 1] = (int) (k0 >>> 32);
+                            kT[kAt + 256] = (int) k1;
+                            kT[kAt + 257] = (int) (k1 >>> 32);
+                            kT[kAt + 512] = (int) k2;
+                            kT[kAt + 513] = (int) (k2 >>> 32);
+                            kT[kAt + 768] = (int) k3;
+                            kT[kAt + 769] = (int) (k3 >>> 32);
+                            kT[kAt + 1024] = (int) k4;
+                            kT[kAt + 1025] = (int) (k4 >>> 32);
+                            kT[kAt + 1280] = (int) k5;
+                            kT[kAt + 1281] = (int) (k5 >>> 32);
+                            kT[kAt + 1536] = (int) k6;
+                            kT[kAt + 1537] = (int) (k6 >>> 32);
+                            kT[kAt + 1792] = (int) k7;
+                            kT[kAt + 1793] = (int) (k7 >>> 32);
+                            long v0 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol);
+                            long v1 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 32);
+                            long v2 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 64);
+                            long v3 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 96);
+                            long v4 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol);
+                            long v5 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 32);
+                            long v6 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 64);
+                            long v7 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 96);
+                            kc.localBarrier();
+
+                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
+                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
+                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
+                            for (int kb = 0; kb < 2; kb++) {
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 8) * 512);
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 8 + 1) * 512);
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 8 + 2) * 512);
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 8 + 3) * 512);
+                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, (kb * 8 + 4) * 512);
+                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, (kb * 8 + 5) * 512);
+                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
+                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
+                                for (int nb = 0; nb < 2; nb++) {
+                                    int qn = warp * 2 + nb;
+                                    float[] s = kc.mmaFragment(0.0f);
+                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a4, kc.mmaLoadB(qT, 16, (32 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a5, kc.mmaLoadB(qT, 16, (40 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a6, kc.mmaLoadB(qT, 16, (48 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a7, kc.mmaLoadB(qT, 16, (56 + qn) * 256), s, MMAShape.M16N8K16);
+                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
+                                }
+                            }
+
+                            if (kvt == 0 && attempt == 0) {
+                                // The reference max (the first tile's) without a pass over the scratch or a barrier: each
+                                // lane takes the max of the visible scores it stored itself (keys g, g + 8 of every 16-key
+                                // block, for each of its 4 query columns); the 8 lanes of a column (equal lane % 4) combine
+                                // theirs by shuffles down by 16, 8 and 4, after which lanes 0..3 hold the 4 columns' maxima,
+                                // and lane 0 broadcasts each (brought to it by a shuffle down by its lane) to the warp. Every
+                                // lane writes all 16 of the warp's rows (the same values) and reads back its own rows below.
+                                int gm = lane >>> 2;
+                                int cm = lane & 3;
+                                for (int nb = 0; nb < 2; nb++) {
+                                    for (int e = 0; e < 2; e++) {
+                                        int rm = warp * 16 + nb * 8 + (cm << 1) + e;
+                                        int limit = causal == 1 ? Math.min(kvLength - 1, q0 + rm + offset) : kvLength - 1;
+                                        float mx = -1.0e30f;     // a row that sees no key (in any tile) keeps -1e30: P = 0
+                                        for (int kb = 0; kb < 2; kb++) {
+                                            int below = limit - j0 - kb * 16 - gm;
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm) * bq + rm) * scale,
+                                                    (below >>> 31) * -2.0e30f + 1.0e30f));
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm + 8) * bq + rm) * scale,
+                                                    ((below - 8) >>> 31) * -2.0e30f + 1.0e30f));
+                                        }
+                                        mx = Math.max(mx, kc.simdShuffleDown(mx, 16));
+                                        mx = Math.max(mx, kc.simdShuffleDown(mx, 8));
+                                        mx = Math.max(mx, kc.simdShuffleDown(mx, 4));
+                                        int r0 = warp * 16 + nb * 8 + e;
+                                        rowMax[r0] = kc.simdBroadcastFirst(mx);
+                                        rowMax[r0 + 2] = kc.simdBroadcastFirst(kc.simdShuffleDown(mx, 1));
+                                        rowMax[r0 + 4] = kc.simdBroadcastFirst(kc.simdShuffleDown(mx, 2));
+                                        rowMax[r0 + 6] = kc.simdBroadcastFirst(kc.simdShuffleDown(mx, 3));
+                                    }
+                                }
+                            }
+                            if (sweep == 0) {
+                                kc.localBarrier();   // S^T complete in the scratch
+                                // Recompute (attempt 1) only: one thread per row folds this tile's max over visible scores
+                                // into rowMax, the exact max.
+                                if (t < bq) {
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
+                                    float tileMax = Float.NEGATIVE_INFINITY;
+                                    for (int jl = 0; jl < bkv; jl++) {
+                                        if (j0 + jl <= limit) {
+                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
+                                        }
+                                    }
+                                    rowMax[t] = Math.max(rowMax[t], tileMax);
+                                }
+                                kc.localBarrier();
+                            }
+
+                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
+                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
+                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
+                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
+                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
+                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            int g = lane >>> 2;
+                            for (int nb = 0; nb < 2; nb++) {
+                                for (int e = 0; e < 2; e++) {
+                                    int rw = nb * 8 + ((lane & 3) << 1) + e;
+                                    int r = warp * 16 + rw;
+                                    float mLog2 = rowMax[r] * LOG2E;
+                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
+                                    for (int kb = 0; kb < 2; kb++) {
+                                        int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
+                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
+                                                (below >>> 31) * -2.0e30f + 1.0e30f);
+                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
+                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                        excess = Math.max(excess, Math.max(z0, z1));
+                                        pT[(warp * 2 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                    }
+                                }
+                            }
+                            // V into local memory (layout as in attentionD64); the barrier below publishes it with P.
+                            vT[vAt] = (int) v0;
+                            vT[vAt + 1] = (int) (v0 >>> 32);
+                            vT[vAt + 256] = (int) v1;
+                            vT[vAt + 257] = (int) (v1 >>> 32);
+                            vT[vAt + 512] = (int) v2;
+                            vT[vAt + 513] = (int) (v2 >>> 32);
+                            vT[vAt + 768] = (int) v3;
+                            vT[vAt + 769] = (int) (v3 >>> 32);
+                            vT[vAt + 1024] = (int) v4;
+                            vT[vAt + 1025] = (int) (v4 >>> 32);
+                            vT[vAt + 1280] = (int) v5;
+                            vT[vAt + 1281] = (int) (v5 >>> 32);
+                            vT[vAt + 1536] = (int) v6;
+                            vT[vAt + 1537] = (int) (v6 >>> 32);
+                            vT[vAt + 1792] = (int) v7;
+                            vT[vAt + 1793] = (int) (v7 >>> 32);
+                            kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
+                            // Next tile's K into registers, landing during P V.
+                            int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
+                            k0 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol);
+                            k1 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 32);
+                            k2 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 64);
+                            k3 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 96);
+                            k4 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol);
+                            k5 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 32);
+                            k6 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 64);
+                            k7 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 96);
+
+                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
+                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // fragment update unconditional.)
+                            for (int kbb = 0; kbb < 2; kbb++) {
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16) * 256), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 1) * 256), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 2) * 256), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 3) * 256), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 4) * 256), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 5) * 256), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 6) * 256), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 7) * 256), o7, MMAShape.M16N8K16);
+                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 8) * 256), o8, MMAShape.M16N8K16);
+                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 9) * 256), o9, MMAShape.M16N8K16);
+                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 10) * 256), o10, MMAShape.M16N8K16);
+                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 11) * 256), o11, MMAShape.M16N8K16);
+                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 12) * 256), o12, MMAShape.M16N8K16);
+                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 13) * 256), o13, MMAShape.M16N8K16);
+                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 14) * 256), o14, MMAShape.M16N8K16);
+                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 15) * 256), o15, MMAShape.M16N8K16);
+                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                            }
+                        }
+                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
+                            flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
+                        }
+                        int rows = warp * 16;
+                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
+                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
+                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
+                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
+                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
+                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
+                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
+                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
+                        kc.mmaStore(o8, scratch, rows, oStore + 64, oStride);
+                        kc.mmaStore(o9, scratch, rows, oStore + 72, oStride);
+                        kc.mmaStore(o10, scratch, rows, oStore + 80, oStride);
+                        kc.mmaStore(o11, scratch, rows, oStore + 88, oStride);
+                        kc.mmaStore(o12, scratch, rows, oStore + 96, oStride);
+                        kc.mmaStore(o13, scratch, rows, oStore + 104, oStride);
+                        kc.mmaStore(o14, scratch, rows, oStore + 112, oStride);
+                        kc.mmaStore(o15, scratch, rows, oStore + 120, oStride);
+                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
+                    }
+                    // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
+                    // overwrites them), so that the flag's barrier also publishes O for writeOutput.
+                    normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                    kc.localBarrier();   // every thread has set the flag or not, O is normalised
+                    if (flag[0] == stamp) {
+                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
+                        if (t < bq) {
+                            rowMax[t] = Float.NEGATIVE_INFINITY;
+                        }
+                    }
+                }
+                float m = t < bq ? rowMax[t] : 0.0f;
+                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                        (b * queryHeads + h) * queryLength, d, bq);
+            }
+        }
+    }
+
+    /**
      * The 64 bits (four fp16) of key {@code row} at column {@code col} (absolute, in fp16 elements, with the
      * head's base) of K or V; 0 for a key past the end (the load reads the last key). Global memory only.
      */

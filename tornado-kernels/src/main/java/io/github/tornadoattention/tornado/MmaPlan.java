@@ -21,8 +21,10 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 final class MmaPlan extends TornadoAttentionPlan {
     /**
      * System property: {@code true} (the default) runs the kernels that overlap the global K/V loads with
-     * compute ({@link MmaKernels#attentionD64Split}, {@link MmaKernels#attentionD128Split}); {@code false} the
-     * synchronous K/V staging of {@link MmaKernels#attentionD64} and {@link MmaKernels#attentionD128}.
+     * compute ({@link MmaKernels#attentionD64Split}, {@link MmaKernels#attentionD128Split}); {@code lean} the
+     * same with lower per-query-tile costs and one barrier fewer per K/V tile ({@link MmaKernels#attentionD64Lean},
+     * {@link MmaKernels#attentionD128Lean}); {@code false} the synchronous K/V staging of
+     * {@link MmaKernels#attentionD64} and {@link MmaKernels#attentionD128}.
      */
     static final String PIPELINE_PROPERTY = "tornado.attention.mma.pipeline";
     /**
@@ -33,13 +35,26 @@ final class MmaPlan extends TornadoAttentionPlan {
     static final String D64_JIT_FLAGS = "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128";
     private final LongArray o;
 
-    /** Whether {@link #PIPELINE_PROPERTY} selects the pipelined kernels. */
-    static boolean pipelined() {
+    /** The kernels {@link #PIPELINE_PROPERTY} selects. */
+    enum Variant {
+        /** {@code false}: {@link MmaKernels#attentionD64}, {@link MmaKernels#attentionD128}. */
+        SYNCHRONOUS,
+        /** {@code true}, the default: {@link MmaKernels#attentionD64Split}, {@link MmaKernels#attentionD128Split}. */
+        SPLIT,
+        /** {@code lean}: {@link MmaKernels#attentionD64Lean}, {@link MmaKernels#attentionD128Lean}. */
+        LEAN
+    }
+
+    /** The variant {@link #PIPELINE_PROPERTY} selects. */
+    static Variant variant() {
         String value = System.getProperty(PIPELINE_PROPERTY, "true").trim();
-        if (!value.equals("true") && !value.equals("false")) {
-            throw new IllegalArgumentException("-D" + PIPELINE_PROPERTY + "=" + value + ": expected true or false");
-        }
-        return value.equals("true");
+        return switch (value) {
+            case "true" -> Variant.SPLIT;
+            case "lean" -> Variant.LEAN;
+            case "false" -> Variant.SYNCHRONOUS;
+            default -> throw new IllegalArgumentException(
+                    "-D" + PIPELINE_PROPERTY + "=" + value + ": expected true, lean or false");
+        };
     }
 
     MmaPlan(AttentionShape s, TornadoDevice device) {
@@ -65,14 +80,19 @@ final class MmaPlan extends TornadoAttentionPlan {
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, scratch);   // device-only workspace
         boolean d64 = config.headDim() == 64;
-        if (pipelined()) {
-            if (d64) {
-                attend.task("flash", MmaKernels::attentionD64Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                        s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-            } else {
-                attend.task("flash", MmaKernels::attentionD128Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                        s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-            }
+        Variant variant = variant();
+        if (variant == Variant.SPLIT && d64) {
+            attend.task("flash", MmaKernels::attentionD64Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+        } else if (variant == Variant.SPLIT) {
+            attend.task("flash", MmaKernels::attentionD128Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+        } else if (variant == Variant.LEAN && d64) {
+            attend.task("flash", MmaKernels::attentionD64Lean, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+        } else if (variant == Variant.LEAN) {
+            attend.task("flash", MmaKernels::attentionD128Lean, kc, q, k, v, o, lseArray, scratch, s.batch(),
+                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         } else if (d64) {
             attend.task("flash", MmaKernels::attentionD64, kc, q, k, v, o, lseArray, scratch, s.batch(),
                     s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);

@@ -26,6 +26,8 @@ import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
  *       row-major with 16-byte rows; lane gets b0..b3 = (k = 2t..2t+1, n = g), (k = 2t+8.., n = g).</li>
  *   <li>{@code mma}: D = A B + C for m16n8k16, fp32 accumulation; C/D element i of lane (g, t) is
  *       (row g + 8 (i / 2), column 2t + i % 2).</li>
+ *   <li>{@code simdShuffleDown(v, delta)}, {@code simdBroadcastFirst(v)}: {@code shfl.sync.down} /
+ *       {@code shfl.sync.idx} with clamp 31 and a full mask.</li>
  *   <li>{@code mmaStore(d, c, row, col, n)}: element (r, k) of the fragment to index (row + r) n + col + k,
  *       counted from 16 bytes into the array's memory (the Java heap float[] header that TornadoVM's lowering
  *       adds), so it is {@code c.get((row + r) n + col + k)} only with TornadoVM's default 16-byte array
@@ -41,6 +43,7 @@ final class KernelEmulator {
     }
 
     private static volatile int lastLocalBytes;
+    private static volatile List<Object> lastLocalArrays = List.of();
 
     /**
      * Where TornadoVM's {@code mmaStore} puts element {@code index}: past the Java heap's float[] header
@@ -57,6 +60,11 @@ final class KernelEmulator {
     /** Bytes of local memory one workgroup of the last {@link #launch} allocated (its static shared memory). */
     static int localBytesOfLastLaunch() {
         return lastLocalBytes;
+    }
+
+    /** Local array {@code index} (in allocation order) of the last workgroup of the last {@link #launch}, as it ended. */
+    static Object localArrayOfLastLaunch(int index) {
+        return lastLocalArrays.get(index);
     }
 
     /** Runs {@code groups} workgroups of {@code threads} threads, one workgroup after the other. */
@@ -89,6 +97,7 @@ final class KernelEmulator {
                 throw new IllegalStateException("workgroup " + group + " failed", failure.get());
             }
             lastLocalBytes = workgroup.localBytes();
+            lastLocalArrays = List.copyOf(workgroup.localArrays);
         }
     }
 
@@ -132,11 +141,14 @@ final class KernelEmulator {
     /** The 32 lanes' operands of one warp-wide mma. */
     private static final class Warp {
         final CyclicBarrier barrier;
+        final int lanes;
         final HalfFloat[][] a = new HalfFloat[32][];
         final HalfFloat[][] b = new HalfFloat[32][];
+        final float[] shuffled = new float[32];
 
         Warp(int lanes) {
             this.barrier = new CyclicBarrier(lanes);
+            this.lanes = lanes;
         }
     }
 
@@ -188,6 +200,35 @@ final class KernelEmulator {
             } catch (InterruptedException | BrokenBarrierException e) {
                 throw new IllegalStateException("barrier broken: another thread failed", e);
             }
+        }
+
+        /**
+         * {@code shfl.sync.down.b32 d, val, delta, 31, 0xFFFFFFFF} (TornadoVM's lowering): the value of lane
+         * lane + (delta & 31), or this lane's own where that is past lane 31.
+         */
+        @Override
+        public float simdShuffleDown(float val, int delta) {
+            warp.shuffled[lane] = val;
+            await(warp.barrier);
+            int from = lane + (delta & 31);
+            float result = from < warp.lanes ? warp.shuffled[from] : val;
+            await(warp.barrier);   // nobody overwrites the values before every lane has read them
+            return result;
+        }
+
+        /** {@code shfl.sync.idx.b32 d, val, 0, 31, 0xFFFFFFFF}: lane 0's value. */
+        @Override
+        public float simdBroadcastFirst(float val) {
+            warp.shuffled[lane] = val;
+            await(warp.barrier);
+            float result = warp.shuffled[0];
+            await(warp.barrier);
+            return result;
+        }
+
+        @Override
+        public float simdSum(float val) {
+            throw new UnsupportedOperationException("simdSum is not emulated");
         }
 
         @Override

@@ -76,6 +76,38 @@ class MmaKernelsTest {
         }
     }
 
+    /** The split kernels with lower per-query-tile costs ({@code -Dtornado.attention.mma.pipeline=lean}). */
+    @ParameterizedTest
+    @MethodSource("shapes")
+    void leanKernelsMatchTheReference(AttentionShape shape) {
+        try (RandomInputs in = RandomInputs.generate(shape, 45)) {
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, MmaPlan.Variant.LEAN);
+            assertTrue(errors.passes(), shape + ": " + errors);
+        }
+    }
+
+    /**
+     * The lean kernels' reference row max (from shuffles) is the split kernels' (one thread per row over the
+     * scratch): rowMax of the last query tile of the last workgroup, rows that see no key -1e30 instead of
+     * -infinity. (The recompute path would hide a wrong one from the output comparison.)
+     */
+    @ParameterizedTest
+    @MethodSource("shapes")
+    void leanReferenceMaxIsTheFirstTilesMax(AttentionShape shape) {
+        try (RandomInputs in = RandomInputs.generate(shape, 46)) {
+            int grid = shape.batch() == 8 ? 16 : 3;
+            run(shape, in, grid, MmaPlan.Variant.SPLIT);
+            float[] split = ((float[]) KernelEmulator.localArrayOfLastLaunch(5)).clone();
+            run(shape, in, grid, MmaPlan.Variant.LEAN);
+            float[] lean = (float[]) KernelEmulator.localArrayOfLastLaunch(5);
+            assertEquals(64, lean.length, "rowMax is local array 5");
+            for (int r = 0; r < 64; r++) {
+                float expected = split[r] == Float.NEGATIVE_INFINITY ? -1.0e30f : split[r];
+                assertEquals(expected, lean[r], "row " + r);
+            }
+        }
+    }
+
     /** fp16Pow2 against Java's float-to-fp16 conversion of 2^z: normal, subnormal, underflow, masked. */
     @Test
     void fp16Pow2IsTheRoundedPowerOfTwo() {
@@ -107,6 +139,8 @@ class MmaKernelsTest {
             assertTrue(errors.passes(), errors.toString());
             ErrorStats pipelined = run(shape, in, 1, true);
             assertTrue(pipelined.passes(), "pipelined: " + pipelined);
+            ErrorStats lean = run(shape, in, 1, MmaPlan.Variant.LEAN);
+            assertTrue(lean.passes(), "lean: " + lean);
         }
     }
 
@@ -114,8 +148,13 @@ class MmaKernelsTest {
         return run(s, in, maxGrid, false);
     }
 
-    /** {@code pipelined}: the kernel variant, as {@link MmaPlan#PIPELINE_PROPERTY} selects it. */
+    /** {@code pipelined}: the split kernels, else the synchronous ones. */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean pipelined) {
+        return run(s, in, maxGrid, pipelined ? MmaPlan.Variant.SPLIT : MmaPlan.Variant.SYNCHRONOUS);
+    }
+
+    /** {@code variant}: the kernels, as {@link MmaPlan#PIPELINE_PROPERTY} selects them. */
+    static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, MmaPlan.Variant variant) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -128,10 +167,16 @@ class MmaKernelsTest {
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         KernelEmulator.launch(grid, config.threads(), kc -> {
-            if (pipelined && s.headDim() == 64) {
+            if (variant == MmaPlan.Variant.LEAN && s.headDim() == 64) {
+                MmaKernels.attentionD64Lean(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            } else if (variant == MmaPlan.Variant.LEAN) {
+                MmaKernels.attentionD128Lean(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
+            } else if (variant == MmaPlan.Variant.SPLIT && s.headDim() == 64) {
                 MmaKernels.attentionD64Split(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (pipelined) {
+            } else if (variant == MmaPlan.Variant.SPLIT) {
                 MmaKernels.attentionD128Split(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
             } else if (s.headDim() == 64) {
@@ -183,7 +228,7 @@ class MmaKernelsTest {
         assertTrue(process.waitFor(120, TimeUnit.SECONDS), "child JVM did not finish");
         assertEquals(0, process.exitValue(), output);
         assertTrue(output.contains("header 128 skew 28"), output);
-        assertEquals(4, output.lines().filter(l -> l.startsWith("ok ")).count(), output);   // 2 shapes x 2 kernels
+        assertEquals(6, output.lines().filter(l -> l.startsWith("ok ")).count(), output);   // 2 shapes x 3 kernels
     }
 
     @Test
@@ -226,6 +271,23 @@ class MmaKernelsTest {
         });
         for (int i = 0; i < 128; i++) {
             assertEquals(expected[i], out.get(i), 1e-3, "D[" + i / 8 + "][" + i % 8 + "]");
+        }
+    }
+
+    /** The emulated shuffles: shfl.sync.down keeps a lane's own value past lane 31; idx 0 broadcasts lane 0. */
+    @Test
+    void emulatedShufflesMoveValuesDownTheWarp() {
+        FloatArray out = new FloatArray(96);
+        KernelEmulator.launch(1, 32, kc -> {
+            int lane = kc.localIdx;
+            out.set(lane, kc.simdShuffleDown(lane, 4));
+            out.set(32 + lane, kc.simdShuffleDown(lane, lane & 3));
+            out.set(64 + lane, kc.simdBroadcastFirst(lane + 100.0f));
+        });
+        for (int lane = 0; lane < 32; lane++) {
+            assertEquals(lane < 28 ? lane + 4 : lane, out.get(lane), "down 4, lane " + lane);
+            assertEquals(lane + (lane & 3) <= 31 ? lane + (lane & 3) : lane, out.get(32 + lane), "down lane % 4, lane " + lane);
+            assertEquals(100.0f, out.get(64 + lane));
         }
     }
 
