@@ -80,7 +80,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * (TornadoVM's PTX backend has no cp.async): the next K tile is loaded into registers during P V, this V
  * tile during S^T and the softmax. {@code -Dtornado.attention.mma.pipeline=false} selects the synchronous
  * ones, kept as the baseline of that change. (Prefetching the whole next K/V tile at once measured no
- * faster and needs twice the registers.)
+ * faster and needs twice the registers.) {@link #attentionD64Lean} and {@link #attentionD128Lean}
+ * ({@code -Dtornado.attention.mma.pipeline=lean}, pending a GPU A/B) are the split kernels with fewer fixed
+ * costs per query tile (the first tile's row max by warp shuffles) and 2 barriers per K/V tile instead of 3.
  */
 public final class MmaKernels {
     /** Largest excess of a score over its row's reference max that P may carry (natural log units). */
