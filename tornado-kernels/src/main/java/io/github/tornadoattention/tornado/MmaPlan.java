@@ -20,41 +20,28 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  */
 final class MmaPlan extends TornadoAttentionPlan {
     /**
-     * System property: {@code true} (the default) runs the kernels that overlap the global K/V loads with
-     * compute ({@link MmaKernels#attentionD64Split}, {@link MmaKernels#attentionD128Split}); {@code lean} the
-     * same with lower per-query-tile costs and one barrier fewer per K/V tile ({@link MmaKernels#attentionD64Lean},
-     * {@link MmaKernels#attentionD128Lean}); {@code false} the synchronous K/V staging of
-     * {@link MmaKernels#attentionD64} and {@link MmaKernels#attentionD128}.
+     * System property: {@code true} (the default) runs {@link MmaKernels#attentionD64Pipelined} and
+     * {@link MmaKernels#attentionD128Pipelined} (K/V loads overlapped with compute, row max by warp shuffles,
+     * 2 barriers per K/V tile); {@code false} the synchronous {@link MmaKernels#attentionD64} and
+     * {@link MmaKernels#attentionD128}, the baseline of those changes.
      */
     static final String PIPELINE_PROPERTY = "tornado.attention.mma.pipeline";
     /**
      * CUDA JIT options for the D=64 kernels: at most 128 registers, so 4 CTAs of 128 threads fit an SM instead
-     * of 3 (measured on an H200: 0.232 ms instead of 0.277 at (16,8,512,64), 0.157 instead of 0.183 causal;
-     * the few spills this causes cost less than the occupancy gains). D=128 needs its ~250 registers.
+     * of 3 (measured on an H200 with the pipelined kernel before its row max moved to shuffles: 0.232 ms
+     * instead of 0.277 at (16,8,512,64), 0.157 instead of 0.183 causal; the few spills this causes cost less
+     * than the occupancy gains). D=128 needs its ~250 registers.
      */
     static final String D64_JIT_FLAGS = "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128";
     private final LongArray o;
 
-    /** The kernels {@link #PIPELINE_PROPERTY} selects. */
-    enum Variant {
-        /** {@code false}: {@link MmaKernels#attentionD64}, {@link MmaKernels#attentionD128}. */
-        SYNCHRONOUS,
-        /** {@code true}, the default: {@link MmaKernels#attentionD64Split}, {@link MmaKernels#attentionD128Split}. */
-        SPLIT,
-        /** {@code lean}: {@link MmaKernels#attentionD64Lean}, {@link MmaKernels#attentionD128Lean}. */
-        LEAN
-    }
-
-    /** The variant {@link #PIPELINE_PROPERTY} selects. */
-    static Variant variant() {
+    /** Whether {@link #PIPELINE_PROPERTY} selects the pipelined kernels. */
+    static boolean pipelined() {
         String value = System.getProperty(PIPELINE_PROPERTY, "true").trim();
-        return switch (value) {
-            case "true" -> Variant.SPLIT;
-            case "lean" -> Variant.LEAN;
-            case "false" -> Variant.SYNCHRONOUS;
-            default -> throw new IllegalArgumentException(
-                    "-D" + PIPELINE_PROPERTY + "=" + value + ": expected true, lean or false");
-        };
+        if (!value.equals("true") && !value.equals("false")) {
+            throw new IllegalArgumentException("-D" + PIPELINE_PROPERTY + "=" + value + ": expected true or false");
+        }
+        return value.equals("true");
     }
 
     MmaPlan(AttentionShape s, TornadoDevice device) {
@@ -80,18 +67,12 @@ final class MmaPlan extends TornadoAttentionPlan {
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, scratch);   // device-only workspace
         boolean d64 = config.headDim() == 64;
-        Variant variant = variant();
-        if (variant == Variant.SPLIT && d64) {
-            attend.task("flash", MmaKernels::attentionD64Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
+        boolean pipelined = pipelined();
+        if (pipelined && d64) {
+            attend.task("flash", MmaKernels::attentionD64Pipelined, kc, q, k, v, o, lseArray, scratch, s.batch(),
                     s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (variant == Variant.SPLIT) {
-            attend.task("flash", MmaKernels::attentionD128Split, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (variant == Variant.LEAN && d64) {
-            attend.task("flash", MmaKernels::attentionD64Lean, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (variant == Variant.LEAN) {
-            attend.task("flash", MmaKernels::attentionD128Lean, kc, q, k, v, o, lseArray, scratch, s.batch(),
+        } else if (pipelined) {
+            attend.task("flash", MmaKernels::attentionD128Pipelined, kc, q, k, v, o, lseArray, scratch, s.batch(),
                     s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         } else if (d64) {
             attend.task("flash", MmaKernels::attentionD64, kc, q, k, v, o, lseArray, scratch, s.batch(),

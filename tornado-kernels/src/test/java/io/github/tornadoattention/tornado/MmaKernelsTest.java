@@ -76,29 +76,20 @@ class MmaKernelsTest {
         }
     }
 
-    /** The split kernels with lower per-query-tile costs ({@code -Dtornado.attention.mma.pipeline=lean}). */
-    @ParameterizedTest
-    @MethodSource("shapes")
-    void leanKernelsMatchTheReference(AttentionShape shape) {
-        try (RandomInputs in = RandomInputs.generate(shape, 45)) {
-            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, MmaPlan.Variant.LEAN);
-            assertTrue(errors.passes(), shape + ": " + errors);
-        }
-    }
 
     /**
-     * The lean kernels' reference row max (from shuffles) is the split kernels' (one thread per row over the
-     * scratch): rowMax of the last query tile of the last workgroup, rows that see no key -1e30 instead of
+     * The pipelined kernels' reference row max (from shuffles) is the synchronous kernels' (one thread per row
+     * over the scratch): rowMax of the last query tile of the last workgroup, rows that see no key -1e30 instead of
      * -infinity. (The recompute path would hide a wrong one from the output comparison.)
      */
     @ParameterizedTest
     @MethodSource("shapes")
-    void leanReferenceMaxIsTheFirstTilesMax(AttentionShape shape) {
+    void shuffledReferenceMaxIsTheFirstTilesMax(AttentionShape shape) {
         try (RandomInputs in = RandomInputs.generate(shape, 46)) {
             int grid = shape.batch() == 8 ? 16 : 3;
-            run(shape, in, grid, MmaPlan.Variant.SPLIT);
+            run(shape, in, grid, false);
             float[] split = ((float[]) KernelEmulator.localArrayOfLastLaunch(5)).clone();
-            run(shape, in, grid, MmaPlan.Variant.LEAN);
+            run(shape, in, grid, true);
             float[] lean = (float[]) KernelEmulator.localArrayOfLastLaunch(5);
             assertEquals(64, lean.length, "rowMax is local array 5");
             for (int r = 0; r < 64; r++) {
@@ -139,8 +130,6 @@ class MmaKernelsTest {
             assertTrue(errors.passes(), errors.toString());
             ErrorStats pipelined = run(shape, in, 1, true);
             assertTrue(pipelined.passes(), "pipelined: " + pipelined);
-            ErrorStats lean = run(shape, in, 1, MmaPlan.Variant.LEAN);
-            assertTrue(lean.passes(), "lean: " + lean);
         }
     }
 
@@ -148,13 +137,8 @@ class MmaKernelsTest {
         return run(s, in, maxGrid, false);
     }
 
-    /** {@code pipelined}: the split kernels, else the synchronous ones. */
+    /** {@code pipelined}: the default kernels, else the synchronous ones ({@link MmaPlan#PIPELINE_PROPERTY}). */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean pipelined) {
-        return run(s, in, maxGrid, pipelined ? MmaPlan.Variant.SPLIT : MmaPlan.Variant.SYNCHRONOUS);
-    }
-
-    /** {@code variant}: the kernels, as {@link MmaPlan#PIPELINE_PROPERTY} selects them. */
-    static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, MmaPlan.Variant variant) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -167,17 +151,11 @@ class MmaKernelsTest {
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         KernelEmulator.launch(grid, config.threads(), kc -> {
-            if (variant == MmaPlan.Variant.LEAN && s.headDim() == 64) {
-                MmaKernels.attentionD64Lean(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+            if (pipelined && s.headDim() == 64) {
+                MmaKernels.attentionD64Pipelined(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (variant == MmaPlan.Variant.LEAN) {
-                MmaKernels.attentionD128Lean(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (variant == MmaPlan.Variant.SPLIT && s.headDim() == 64) {
-                MmaKernels.attentionD64Split(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (variant == MmaPlan.Variant.SPLIT) {
-                MmaKernels.attentionD128Split(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
+            } else if (pipelined) {
+                MmaKernels.attentionD128Pipelined(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
             } else if (s.headDim() == 64) {
                 MmaKernels.attentionD64(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
@@ -228,7 +206,7 @@ class MmaKernelsTest {
         assertTrue(process.waitFor(120, TimeUnit.SECONDS), "child JVM did not finish");
         assertEquals(0, process.exitValue(), output);
         assertTrue(output.contains("header 128 skew 28"), output);
-        assertEquals(6, output.lines().filter(l -> l.startsWith("ok ")).count(), output);   // 2 shapes x 3 kernels
+        assertEquals(4, output.lines().filter(l -> l.startsWith("ok ")).count(), output);   // 2 shapes x 2 kernels
     }
 
     @Test
