@@ -30,8 +30,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * {@link TornadoAttentionPlan}.
  *
  * <p>TornadoVM's prebuilt ABI, which the {@code _tornado} entries of ptx-overrides/ follow: the first
- * kernel parameter is TornadoVM's kernel context, every array arrives as a pointer to its header (data 16
- * bytes in), the kernel is looked up by a mangled name, TornadoVM prepends its own
+ * kernel parameter is TornadoVM's kernel context, every array arrives as a pointer to its header (data
+ * {@link TornadoNativeArray#ARRAY_HEADER} bytes in, see {@link #entrySuffix}), the kernel is looked up by a mangled name, TornadoVM prepends its own
  * {@code .version/.target} lines and launches with static shared memory only. The PTX each task loads is
  * written to a temporary file, deleted once the plan is built, by {@link TornadoPrebuiltPtx}.
  */
@@ -82,6 +82,7 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         }
     }
 
+    /** The plan's one prebuilt task: the fused decode kernel (with its workspace) or the prefill kernel. */
     private void addAttentionTask(TaskGraph graph, GridScheduler scheduler, String graphName, String task) {
         if (decode) {
             addTask(graph, scheduler, graphName, task, launch,
