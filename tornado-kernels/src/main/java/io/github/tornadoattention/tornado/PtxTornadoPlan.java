@@ -36,63 +36,48 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * written to a temporary file, deleted once the plan is built, by {@link TornadoPrebuiltPtx}.
  */
 final class PtxTornadoPlan extends TornadoAttentionPlan {
-    private final HalfFloatArray q;
-    private final HalfFloatArray k;
-    private final HalfFloatArray v;
     private final HalfFloatArray o;
-    private final IntArray params;
-    /** Fused split-KV decode instead of the prefill kernel. */
-    private final boolean decode;
-    private final LaunchTable.Launch launch;
-    private final FloatArray partialO;
-    private final FloatArray partialLse;
-    private final IntArray tickets;
     private final List<Path> ptxFiles = new ArrayList<>();
 
     PtxTornadoPlan(AttentionShape s, TornadoDevice device) {
         super(Backends.PTX_TORNADO, s);
-        this.q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
-        this.k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
-        this.v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        HalfFloatArray q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
+        HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
+        HalfFloatArray v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
         this.o = new HalfFloatArray(Math.toIntExact(s.outputElements()));
         // Decode shapes (Sq <= 16) run split-KV decode as one fused launch: as two prebuilt tasks (split, then
         // combine) TornadoVM 5.2.0 crashes the JVM (SIGSEGV in cuEventQuery when the next execution copies
         // its inputs; measured on an H200).
         int splits = LaunchTable.isDecode(s) ? LaunchTable.decodeSplits(s, device.getPhysicalDevice().getDeviceMaxComputeUnits()) : 0;
-        this.decode = splits > 0;
-        this.params = IntArray.fromArray(KernelParams.of(s, splits));
-        this.launch = decode ? LaunchTable.decodeFusedLaunch(s, splits, entrySuffix()) : LaunchTable.prefillLaunch(s, entrySuffix());
-        // The decode workspace, device-only (token sizes for prefill, where the kernel ignores it).
-        long partialRows = decode ? LaunchTable.decodeWorkspaceFloats(s, splits) / (s.headDim() + 1) : 1;
-        this.partialO = new FloatArray(Math.toIntExact(partialRows * s.headDim()));
-        this.partialLse = new FloatArray(Math.toIntExact(partialRows));
-        this.tickets = new IntArray(decode ? LaunchTable.decodeTickets(s) : 1);   // zeros; the kernel leaves them so
-
+        IntArray params = IntArray.fromArray(KernelParams.of(s, splits));
         String graph = prefix + "attend";
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
-                .transferToDevice(DataTransferMode.FIRST_EXECUTION, params, partialO, partialLse, tickets);
+                .transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+        List<Object> arguments = new ArrayList<>(List.of(q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
+                o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY));
+        LaunchTable.Launch launch;
+        if (splits > 0) {
+            launch = LaunchTable.decodeFusedLaunch(s, splits, entrySuffix());
+            // The decode workspace, device-only: partial O and logsumexp per split, and the tickets (zeros; the
+            // kernel leaves them so).
+            long partialRows = LaunchTable.decodeWorkspaceFloats(s, splits) / (s.headDim() + 1);
+            FloatArray partialO = new FloatArray(Math.toIntExact(partialRows * s.headDim()));
+            FloatArray partialLse = new FloatArray(Math.toIntExact(partialRows));
+            IntArray tickets = new IntArray(LaunchTable.decodeTickets(s));
+            attend.transferToDevice(DataTransferMode.FIRST_EXECUTION, partialO, partialLse, tickets);
+            arguments.addAll(List.of(partialO, Access.READ_WRITE, partialLse, Access.READ_WRITE, tickets, Access.READ_WRITE));
+        } else {
+            launch = LaunchTable.prefillLaunch(s, entrySuffix());
+        }
+        arguments.addAll(List.of(params, Access.READ_ONLY));
         GridScheduler scheduler = new GridScheduler();
         try {
-            addAttentionTask(attend, scheduler, graph, "flash");
+            addTask(attend, scheduler, graph, "flash", launch, arguments.toArray());
             attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
             build(device, q, k, v, attend, scheduler);
         } finally {
             // build() has compiled every task (TornadoVM caches the module per execution plan).
             deletePtxFiles();
-        }
-    }
-
-    /** The plan's one prebuilt task: the fused decode kernel (with its workspace) or the prefill kernel. */
-    private void addAttentionTask(TaskGraph graph, GridScheduler scheduler, String graphName, String task) {
-        if (decode) {
-            addTask(graph, scheduler, graphName, task, launch,
-                    q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
-                    o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY, partialO, Access.READ_WRITE,
-                    partialLse, Access.READ_WRITE, tickets, Access.READ_WRITE, params, Access.READ_ONLY);
-        } else {
-            addTask(graph, scheduler, graphName, task, launch,
-                    q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
-                    o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY, params, Access.READ_ONLY);
         }
     }
 
