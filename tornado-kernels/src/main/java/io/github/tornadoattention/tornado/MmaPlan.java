@@ -8,6 +8,7 @@ import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.TaskGraph;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task16;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
@@ -44,6 +45,19 @@ final class MmaPlan extends TornadoAttentionPlan {
         return value.equals("true");
     }
 
+    /** The signature every tornado-mma kernel shares (see {@link MmaKernels#attentionD64}). */
+    interface Kernel extends Task16<KernelContext, LongArray, LongArray, LongArray, LongArray, FloatArray, FloatArray,
+            Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, Integer> {
+    }
+
+    /** The kernel for a head dim (64 or 128), pipelined or synchronous. */
+    static Kernel kernel(int headDim, boolean pipelined) {
+        if (headDim == 64) {
+            return pipelined ? MmaKernels::attentionD64Pipelined : MmaKernels::attentionD64;
+        }
+        return pipelined ? MmaKernels::attentionD128Pipelined : MmaKernels::attentionD128;
+    }
+
     MmaPlan(AttentionShape s, TornadoDevice device) {
         super(Backends.TORNADO_MMA, s);
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
@@ -66,23 +80,10 @@ final class MmaPlan extends TornadoAttentionPlan {
         KernelContext kc = new KernelContext();
         TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, scratch);   // device-only workspace
-        boolean d64 = config.headDim() == 64;
-        boolean pipelined = pipelined();
-        if (pipelined && d64) {
-            attend.task("flash", MmaKernels::attentionD64Pipelined, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (pipelined) {
-            attend.task("flash", MmaKernels::attentionD128Pipelined, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else if (d64) {
-            attend.task("flash", MmaKernels::attentionD64, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        } else {
-            attend.task("flash", MmaKernels::attentionD128, kc, q, k, v, o, lseArray, scratch, s.batch(),
-                    s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
-        }
+        attend.task("flash", kernel(config.headDim(), pipelined()), kc, q, k, v, o, lseArray, scratch, s.batch(),
+                s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
-        build(device, q, k, v, attend, scheduler, d64 ? D64_JIT_FLAGS : null);
+        build(device, q, k, v, attend, scheduler, config.headDim() == 64 ? D64_JIT_FLAGS : null);
     }
 
     @Override

@@ -150,21 +150,9 @@ class MmaKernelsTest {
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
-        KernelEmulator.launch(grid, config.threads(), kc -> {
-            if (pipelined && s.headDim() == 64) {
-                MmaKernels.attentionD64Pipelined(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (pipelined) {
-                MmaKernels.attentionD128Pipelined(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else if (s.headDim() == 64) {
-                MmaKernels.attentionD64(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            } else {
-                MmaKernels.attentionD128(kc, q, k, v, o, lse, scratch, s.batch(), s.queryHeads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid);
-            }
-        });
+        MmaPlan.Kernel kernel = MmaPlan.kernel(s.headDim(), pipelined);
+        KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
+                s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid));
         assertEquals(config.sharedMemoryBytes(), KernelEmulator.localBytesOfLastLaunch(),
                 "MmaTileConfig and the kernel's local arrays disagree");
         return EmulatedInputs.compare("tornado-mma", s, in, o.getSegment(), lse);
