@@ -140,14 +140,7 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
         if (SINGLE_GRAPH) {
             TornadoExecutionPlan single = new TornadoExecutionPlan(attend.snapshot());
             try {
-                single.withDevice(device).withGridScheduler(scheduler);
-                if (ptxJitFlags != null) {
-                    single.withCompilerFlags(TornadoVMBackendType.PTX, ptxJitFlags);
-                }
-                if (profile) {
-                    single.withProfiler(ProfilerMode.SILENT);
-                }
-                single.withPreCompilation();
+                configure(single, device, scheduler, ptxJitFlags);
                 single.execute();
             } catch (RuntimeException | Error e) {
                 closeQuietly(single);
@@ -172,17 +165,7 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
         };
         TornadoExecutionPlan plan = new TornadoExecutionPlan(graphs);
         try {
-            plan.withDevice(device).withGridScheduler(scheduler);
-            if (ptxJitFlags != null) {
-                plan.withCompilerFlags(TornadoVMBackendType.PTX, ptxJitFlags);
-            }
-            if (Boolean.getBoolean(CUDA_GRAPH_PROPERTY)) {
-                plan.withCUDAGraph();
-            }
-            if (profile) {
-                plan.withProfiler(ProfilerMode.SILENT);
-            }
-            plan.withPreCompilation();
+            configure(plan, device, scheduler, ptxJitFlags);
             // Allocate every device buffer and finish compiling now, on the zero-filled arrays, in every
             // order a call uses.
             for (int graph : new int[] {SEND_ALL, ATTEND, SEND_Q, ATTEND, SEND_KV, ATTEND}) {
@@ -193,6 +176,21 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
             throw e;
         }
         this.executionPlan = plan;
+    }
+
+    /** The settings every execution plan of this class gets, in one place, before it is compiled. */
+    private void configure(TornadoExecutionPlan plan, TornadoDevice device, GridScheduler scheduler, String ptxJitFlags) {
+        plan.withDevice(device).withGridScheduler(scheduler);
+        if (ptxJitFlags != null) {
+            plan.withCompilerFlags(TornadoVMBackendType.PTX, ptxJitFlags);
+        }
+        if (Boolean.getBoolean(CUDA_GRAPH_PROPERTY)) {
+            plan.withCUDAGraph();
+        }
+        if (profile) {
+            plan.withProfiler(ProfilerMode.SILENT);
+        }
+        plan.withPreCompilation();
     }
 
     /** Adds the no-op task (a graph needs a task) and keeps all three inputs on the device. */
