@@ -539,6 +539,15 @@ def correctness(runner, entries, quick, seed, cases=None):
     return results, len(cases)
 
 
+def print_correctness(corr, where):
+    """The summary lines of a correctness result: runs passed and every failing entry."""
+    bad = {n: v for n, v in corr.items() if v["passed"] != v["n"]}
+    print(f"correctness: {sum(v['passed'] for v in corr.values())}/{sum(v['n'] for v in corr.values())} runs passed"
+          f"{where}; entries failing: {len(bad)}")
+    for n, v in bad.items():
+        print(f"  FAIL {n}: {v['n'] - v['passed']} of {v['n']}; {v['fails'][:2]}")
+
+
 # --------------------------------------------------------------------------- timing
 def time_fn(fn, reps, warmup=3):
     for _ in range(warmup):
@@ -805,11 +814,7 @@ def run_tuning(drv, props, meta, args):
               open(os.path.join(OUT, "tuning.json"), "w"), indent=1)
     print("\n==== tuning summary ====")
     if corr is not None:
-        bad = {n: v for n, v in corr.items() if v["passed"] != v["n"]}
-        print(f"correctness: {sum(v['passed'] for v in corr.values())}/{sum(v['n'] for v in corr.values())} runs "
-              f"passed; entries failing: {len(bad)}")
-        for n, v in bad.items():
-            print(f"  FAIL {n}: {v['n'] - v['passed']} of {v['n']}; {v['fails'][:2]}")
+        print_correctness(corr, "")
     print(table)
     return corr is None or all(v["passed"] == v["n"] for v in corr.values())
 
@@ -914,11 +919,7 @@ def main():
     # short table last
     print("\n==== summary ====")
     if corr is not None:
-        bad = {n: v for n, v in corr.items() if v["passed"] != v["n"]}
-        print(f"correctness: {sum(v['passed'] for v in corr.values())}/{sum(v['n'] for v in corr.values())} runs passed "
-              f"over {ncases} problems; entries failing: {len(bad)}")
-        for n, v in bad.items():
-            print(f"  FAIL {n}: {v['n'] - v['passed']} of {v['n']}; {v['fails'][:2]}")
+        print_correctness(corr, f" over {ncases} problems")
         print(f"  worst max abs {max(v['max_abs'] for v in corr.values()):.2e}, worst rel "
               f"{max(v['max_rel'] for v in corr.values()):.2e}, worst lse {max(v['max_lse'] for v in corr.values()):.2e}")
     for res in rows + dec:
