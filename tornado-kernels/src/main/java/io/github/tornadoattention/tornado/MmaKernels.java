@@ -693,14 +693,15 @@ public final class MmaKernels {
                 int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
-                // Thread t loads words i = 0..7 of the K and V tiles, as the staging loop of attentionD64 numbers
-                // them (word t + 128 i): key kvJ + 16 (2 i / (D / 16)), columns kvCol + 16 (2 i % (D / 16)) ..+ 3,
-                // stored at kAt + 256 i and vAt + (its sub-tile offset). Written out per word so that only these
-                // four per-thread values stay live, not one address per word.
-                int kvJ = (t >>> 2) & 15;
-                int kvCol = kvBase + 16 * (t >>> 6) + 4 * (t & 3);
-                int kAt = kAtOf(t, d);
-                int vAt = vAtOf(t, d);
+                // Thread t loads words i = 0..7 (64 bits, four fp16) of the K and V tiles: key kvJ + 16 (i / (D / 32)),
+                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 256 i and vAt + 256 i (kvLoadKey says why
+                // this mapping). Written out per word so that only these four per-thread values stay live, not one
+                // address per word.
+                int kvJ = kvLoadKey(t);
+                int kvCol = kvLoadColumn(t);
+                int kAt = kTileAt(kvJ, kvCol);
+                int vAt = vTileAt(kvJ, kvCol);
+                kvCol += kvBase;
                 // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
                 // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
                 long k0 = kvWord(k, kvRow, kvLength, kvJ, kvCol);
@@ -812,7 +813,7 @@ public final class MmaKernels {
                                     s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
+                                    kc.mmaStore(s, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn * 8, bq), 8);
                                 }
                             }
 
@@ -832,9 +833,9 @@ public final class MmaKernels {
                                         float mx = -1.0e30f;     // a row that sees no key (in any tile) keeps -1e30: P = 0
                                         for (int kb = 0; kb < 4; kb++) {
                                             int below = limit - j0 - kb * 16 - gm;
-                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm) * bq + rm) * scale,
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + scoreAt(kb * 16 + gm, rm, bq)) * scale,
                                                     (below >>> 31) * -2.0e30f + 1.0e30f));
-                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm + 8) * bq + rm) * scale,
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + scoreAt(kb * 16 + gm + 8, rm, bq)) * scale,
                                                     ((below - 8) >>> 31) * -2.0e30f + 1.0e30f));
                                         }
                                         mx = Math.max(mx, kc.simdShuffleDown(mx, 16));
@@ -857,7 +858,7 @@ public final class MmaKernels {
                                     float tileMax = Float.NEGATIVE_INFINITY;
                                     for (int jl = 0; jl < bkv; jl++) {
                                         if (j0 + jl <= limit) {
-                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
+                                            tileMax = Math.max(tileMax, scratch.get(sTile + scoreAt(jl, t, bq)) * scale);
                                         }
                                     }
                                     rowMax[t] = Math.max(rowMax[t], tileMax);
@@ -870,20 +871,22 @@ public final class MmaKernels {
                             // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
                             // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
                             // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check. Lanes with
+                            // c >= 4 take their two query rows in the other order (e ^ 1), so that the four rows one store
+                            // instruction writes (32-byte rows) fall in distinct banks.
                             int g = lane >>> 2;
                             int kbEnd = 4 + (j0 >>> 31);   // 4, but not a constant to Graal: the kb loop stays a loop (8 scores per trip)
                             for (int kb = 0; kb < kbEnd; kb++) {
                                 for (int nb = 0; nb < 2; nb++) {
                                     for (int e = 0; e < 2; e++) {
-                                        int rw = nb * 8 + ((lane & 3) << 1) + e;
+                                        int rw = nb * 8 + ((lane & 3) << 1) + (e ^ ((lane >>> 1) & 1));
                                         int r = warp * 16 + rw;
                                         float mLog2 = rowMax[r] * LOG2E;
                                         int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
+                                        float z0 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scaleLog2 - mLog2,
                                                 (below >>> 31) * -2.0e30f + 1.0e30f);
-                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
+                                        float z1 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scaleLog2 - mLog2,
                                                 ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
                                         excess = Math.max(excess, Math.max(z0, z1));
                                         pT[(warp * 4 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
@@ -1022,14 +1025,15 @@ public final class MmaKernels {
                 int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
-                // Thread t loads words i = 0..7 of the K and V tiles, as the staging loop of attentionD64 numbers
-                // them (word t + 128 i): key kvJ + 16 (2 i / (D / 16)), columns kvCol + 16 (2 i % (D / 16)) ..+ 3,
-                // stored at kAt + 256 i and vAt + (its sub-tile offset). Written out per word so that only these
-                // four per-thread values stay live, not one address per word.
-                int kvJ = (t >>> 2) & 15;
-                int kvCol = kvBase + 16 * (t >>> 6) + 4 * (t & 3);
-                int kAt = kAtOf(t, d);
-                int vAt = vAtOf(t, d);
+                // Thread t loads words i = 0..7 (64 bits, four fp16) of the K and V tiles: key kvJ + 16 (i / (D / 32)),
+                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 256 i and vAt + 256 i (kvLoadKey says why
+                // this mapping). Written out per word so that only these four per-thread values stay live, not one
+                // address per word.
+                int kvJ = kvLoadKey(t);
+                int kvCol = kvLoadColumn(t);
+                int kAt = kTileAt(kvJ, kvCol);
+                int vAt = vTileAt(kvJ, kvCol);
+                kvCol += kvBase;
                 // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
                 // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
                 long k0 = kvWord(k, kvRow, kvLength, kvJ, kvCol);
@@ -1156,7 +1160,7 @@ public final class MmaKernels {
                                     s = kc.mma(a5, kc.mmaLoadB(qT, 16, (40 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a6, kc.mmaLoadB(qT, 16, (48 + qn) * 256), s, MMAShape.M16N8K16);
                                     s = kc.mma(a7, kc.mmaLoadB(qT, 16, (56 + qn) * 256), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
+                                    kc.mmaStore(s, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn * 8, bq), 8);
                                 }
                             }
 
@@ -1176,9 +1180,9 @@ public final class MmaKernels {
                                         float mx = -1.0e30f;     // a row that sees no key (in any tile) keeps -1e30: P = 0
                                         for (int kb = 0; kb < 2; kb++) {
                                             int below = limit - j0 - kb * 16 - gm;
-                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm) * bq + rm) * scale,
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + scoreAt(kb * 16 + gm, rm, bq)) * scale,
                                                     (below >>> 31) * -2.0e30f + 1.0e30f));
-                                            mx = Math.max(mx, Math.min(scratch.get(sTile + (kb * 16 + gm + 8) * bq + rm) * scale,
+                                            mx = Math.max(mx, Math.min(scratch.get(sTile + scoreAt(kb * 16 + gm + 8, rm, bq)) * scale,
                                                     ((below - 8) >>> 31) * -2.0e30f + 1.0e30f));
                                         }
                                         mx = Math.max(mx, kc.simdShuffleDown(mx, 16));
@@ -1201,7 +1205,7 @@ public final class MmaKernels {
                                     float tileMax = Float.NEGATIVE_INFINITY;
                                     for (int jl = 0; jl < bkv; jl++) {
                                         if (j0 + jl <= limit) {
-                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
+                                            tileMax = Math.max(tileMax, scratch.get(sTile + scoreAt(jl, t, bq)) * scale);
                                         }
                                     }
                                     rowMax[t] = Math.max(rowMax[t], tileMax);
@@ -1214,19 +1218,21 @@ public final class MmaKernels {
                             // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
                             // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
                             // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check. Lanes with
+                            // c >= 4 take their two query rows in the other order (e ^ 1), so that the four rows one store
+                            // instruction writes (32-byte rows) fall in distinct banks.
                             int g = lane >>> 2;
                             for (int nb = 0; nb < 2; nb++) {
                                 for (int e = 0; e < 2; e++) {
-                                    int rw = nb * 8 + ((lane & 3) << 1) + e;
+                                    int rw = nb * 8 + ((lane & 3) << 1) + (e ^ ((lane >>> 1) & 1));
                                     int r = warp * 16 + rw;
                                     float mLog2 = rowMax[r] * LOG2E;
                                     int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                     for (int kb = 0; kb < 2; kb++) {
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
+                                        float z0 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scaleLog2 - mLog2,
                                                 (below >>> 31) * -2.0e30f + 1.0e30f);
-                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
+                                        float z1 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scaleLog2 - mLog2,
                                                 ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
                                         excess = Math.max(excess, Math.max(z0, z1));
                                         pT[(warp * 2 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
@@ -1332,6 +1338,45 @@ public final class MmaKernels {
      */
     static long kvWord(LongArray a, int kvRow, int kvLength, int row, int col) {
         return a.get((Math.min(row, kvLength - 1) * kvRow + col) >>> 2) * ((row - kvLength) >>> 31);
+    }
+
+    /**
+     * The key (0..15) whose words thread {@code t} loads in the pipelined kernels' K/V staging. A warp
+     * instruction reads four keys x 32 columns (64 bytes each, four cache lines; the first mapping, 8 keys x 16
+     * columns, took eight). Within it each half-warp takes one 16-column block of the four keys, which its stores
+     * into K's A-operand sub-tiles (32-byte rows) spread over all 32 banks; V's B-operand sub-tiles (16-byte rows,
+     * rows permuted) get them 2-way conflicted.
+     */
+    static int kvLoadKey(int t) {
+        return 4 * (t >>> 5) + ((t >>> 2) & 3);
+    }
+
+    /** The first of the four fp16 columns (0..28) of a 32-column block that thread {@code t} loads: see {@link #kvLoadKey}. */
+    static int kvLoadColumn(int t) {
+        return 16 * ((t >>> 4) & 1) + 4 * (t & 3);
+    }
+
+    /** Int index in the K tile (A-operand 16x16 sub-tiles, 32-byte rows) of key {@code key} < 16, columns {@code col}, + 1. */
+    static int kTileAt(int key, int col) {
+        return (col >>> 4) * 128 + key * 8 + ((col & 15) >>> 1);
+    }
+
+    /**
+     * Int index in the V tile (B-operand 16x8 sub-tiles, [key][d], 16-byte rows) of key {@code key} < 16, columns
+     * {@code col}, + 1; rows permuted within each 16 keys as P's columns are (key g + 8 e at row 2 g + e).
+     */
+    static int vTileAt(int key, int col) {
+        return (col >>> 3) * 64 + (((key & 7) << 1) | (key >>> 3)) * 4 + ((col & 7) >>> 1);
+    }
+
+    /**
+     * Index within a scratch S^T buffer of the score of key {@code key} and query {@code query} (both within
+     * the tile). S^T is stored fragment by fragment, each 16 keys x 8 queries dense (512 bytes, mmaStore with
+     * row stride 8): a warp's store or read of one fragment element then touches 2 cache lines, not the 8 that
+     * a Bc x Br row-major layout gave (row stride Br), which made the scratch round trip most of the L1 traffic.
+     */
+    static int scoreAt(int key, int query, int bq) {
+        return ((key >>> 4) * (bq / 8) + (query >>> 3)) * 128 + (key & 15) * 8 + (query & 7);
     }
 
     /** Where word {@code it} of the K tile goes in the A-operand sub-tiles (int index of its low half). */
