@@ -758,7 +758,7 @@ public final class MmaKernels {
                         float[] o6 = kc.mmaFragment(0.0f);
                         float[] o7 = kc.mmaFragment(0.0f);
                         float[] rowSum = kc.mmaFragment(0.0f);
-                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
+                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
                             // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
@@ -866,30 +866,33 @@ public final class MmaKernels {
                                 kc.localBarrier();
                             }
 
-                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
+                            // P = e^z, z = scale s - m, as fp16 bits into the warp's A-operand sub-tiles (16 queries
                             // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
                             // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
                             // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
                             // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check. Lanes with
+                            // keys get z = -1e30 (P = 0) branch-free (fp16Exp: P from z); excess tracks the largest z for the recompute check. Lanes with
                             // c >= 4 take their two query rows in the other order (e ^ 1), so that the four rows one store
                             // instruction writes (32-byte rows) fall in distinct banks.
                             int g = lane >>> 2;
+                            // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
+                            // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
+                            boolean masked = causal == 1 || kvLength % bkv != 0;
                             int kbEnd = 4 + (j0 >>> 31);   // 4, but not a constant to Graal: the kb loop stays a loop (8 scores per trip)
                             for (int kb = 0; kb < kbEnd; kb++) {
                                 for (int nb = 0; nb < 2; nb++) {
                                     for (int e = 0; e < 2; e++) {
                                         int rw = nb * 8 + ((lane & 3) << 1) + (e ^ ((lane >>> 1) & 1));
                                         int r = warp * 16 + rw;
-                                        float mLog2 = rowMax[r] * LOG2E;
+                                        float mNeg = 0.0f - rowMax[r];   // not -rowMax[r]: s scale + mNeg then compiles to one fma
                                         int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float z0 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scaleLog2 - mLog2,
-                                                (below >>> 31) * -2.0e30f + 1.0e30f);
-                                        float z1 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scaleLog2 - mLog2,
-                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                        float s0 = scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scale + mNeg;
+                                        float s1 = scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scale + mNeg;
+                                        float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
+                                        float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 4 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                        pT[(warp * 4 + kb) * 128 + rw * 8 + g] = fp16Exp(z0) | (fp16Exp(z1) << 16);
                                     }
                                 }
                             }
@@ -939,7 +942,7 @@ public final class MmaKernels {
                                 rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
                             }
                         }
-                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
+                        if (sweep == 1 && excess > MAX_EXCESS) {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
@@ -1098,7 +1101,7 @@ public final class MmaKernels {
                         float[] o14 = kc.mmaFragment(0.0f);
                         float[] o15 = kc.mmaFragment(0.0f);
                         float[] rowSum = kc.mmaFragment(0.0f);
-                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
+                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
                             // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
@@ -1213,29 +1216,32 @@ public final class MmaKernels {
                                 kc.localBarrier();
                             }
 
-                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
+                            // P = e^z, z = scale s - m, as fp16 bits into the warp's A-operand sub-tiles (16 queries
                             // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
                             // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
                             // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
                             // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check. Lanes with
+                            // keys get z = -1e30 (P = 0) branch-free (fp16Exp: P from z); excess tracks the largest z for the recompute check. Lanes with
                             // c >= 4 take their two query rows in the other order (e ^ 1), so that the four rows one store
                             // instruction writes (32-byte rows) fall in distinct banks.
                             int g = lane >>> 2;
+                            // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
+                            // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
+                            boolean masked = causal == 1 || kvLength % bkv != 0;
                             for (int nb = 0; nb < 2; nb++) {
                                 for (int e = 0; e < 2; e++) {
                                     int rw = nb * 8 + ((lane & 3) << 1) + (e ^ ((lane >>> 1) & 1));
                                     int r = warp * 16 + rw;
-                                    float mLog2 = rowMax[r] * LOG2E;
+                                    float mNeg = 0.0f - rowMax[r];   // not -rowMax[r]: s scale + mNeg then compiles to one fma
                                     int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                     for (int kb = 0; kb < 2; kb++) {
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float z0 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scaleLog2 - mLog2,
-                                                (below >>> 31) * -2.0e30f + 1.0e30f);
-                                        float z1 = Math.min(scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scaleLog2 - mLog2,
-                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                        float s0 = scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scale + mNeg;
+                                        float s1 = scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scale + mNeg;
+                                        float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
+                                        float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 2 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                        pT[(warp * 2 + kb) * 128 + rw * 8 + g] = fp16Exp(z0) | (fp16Exp(z1) << 16);
                                     }
                                 }
                             }
@@ -1292,7 +1298,7 @@ public final class MmaKernels {
                                 rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
                             }
                         }
-                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
+                        if (sweep == 1 && excess > MAX_EXCESS) {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
@@ -1341,19 +1347,19 @@ public final class MmaKernels {
     }
 
     /**
-     * The key (0..15) whose words thread {@code t} loads in the pipelined kernels' K/V staging. A warp
-     * instruction reads four keys x 32 columns (64 bytes each, four cache lines; the first mapping, 8 keys x 16
-     * columns, took eight). Within it each half-warp takes one 16-column block of the four keys, which its stores
-     * into K's A-operand sub-tiles (32-byte rows) spread over all 32 banks; V's B-operand sub-tiles (16-byte rows,
-     * rows permuted) get them 2-way conflicted.
+     * The key (0..15) whose words thread {@code t} loads in the pipelined kernels' K/V staging: each warp
+     * instruction reads four keys, eight lanes each, and the lanes of a key read eight consecutive 64-bit words
+     * (64 bytes; {@link #kvLoadColumn}): four cache lines per instruction (a mapping of 16 bytes per key took
+     * eight). The stores into K's A-operand sub-tiles are 2-way bank conflicted; a lane order that makes them
+     * conflict-free (each half-warp one 16-column block of the four keys) measured 2-8% slower on the H100.
      */
     static int kvLoadKey(int t) {
-        return 4 * (t >>> 5) + ((t >>> 2) & 3);
+        return 4 * (t >>> 5) + ((t >>> 3) & 3);
     }
 
     /** The first of the four fp16 columns (0..28) of a 32-column block that thread {@code t} loads: see {@link #kvLoadKey}. */
     static int kvLoadColumn(int t) {
-        return 16 * ((t >>> 4) & 1) + 4 * (t & 3);
+        return 4 * (t & 7);
     }
 
     /** Int index in the K tile (A-operand 16x16 sub-tiles, 32-byte rows) of key {@code key} < 16, columns {@code col}, + 1. */
@@ -1416,6 +1422,23 @@ public final class MmaKernels {
     static int fp16Pow2(float z) {
         float n = Math.max(TornadoMath.floor(z), -14.0f);
         return (int) (((n + 14.0f) + TornadoMath.exp((z - n) * LN2)) * 1024.0f + 0.5f);
+    }
+
+    /**
+     * The fp16 bits of e^z for z < 11 ln 2 (P <= e^5 here; larger z only occur in a tile that is recomputed), in
+     * float and int arithmetic (TornadoVM converts to fp16 only a value just read from a FloatArray, and has no
+     * float-to-int bit cast): with n = max(floor(z log2 e), -14), e^z = 2^n e^(z - n ln 2) and the bits are
+     * 1024 (n + 14) + round(1024 e^(z - n ln 2)): e^(z - n ln 2) in [1, 2) is the mantissa with its hidden bit
+     * (which carries into the exponent field; an n off by one at a power of two gives the same bits), below
+     * 2^-14 (n clamped) the subnormal's mantissa; z <= -17.4 (and the -1e30 of masked keys) gives 0. Written as
+     * two fma and one truncation (TornadoVM emits testp + cvt + mov for it); the sum carries 2^-9 of
+     * resolution at 2^15, so rounding is to nearest except within 2^-9 of a tie (then 1 ulp of fp16 off).
+     * {@link #fp16Pow2} is the same in log2 units, for the synchronous kernels.
+     */
+    static int fp16Exp(float z) {
+        float n = Math.max(TornadoMath.floor(z * LOG2E), -14.0f);
+        float mantissa = TornadoMath.exp(n * -LN2 + z);
+        return (int) (mantissa * 1024.0f + (n * 1024.0f + 14336.5f));
     }
 
     // ---------------------------------------------------------------------------------------------
