@@ -136,7 +136,6 @@ public final class MmaKernels {
         int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
-        int oStride = d + 8;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         float scaleLog2 = scale * LOG2E;
         int stamp = 0;
@@ -319,15 +318,15 @@ public final class MmaKernels {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
-                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
-                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
-                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
-                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
-                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
-                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
-                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
-                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
+                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
+                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
+                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
+                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
+                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
+                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
+                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
+                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
+                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
                     }
                     kc.localBarrier();   // every thread has set the flag or not
                     if (flag[0] == stamp) {
@@ -337,7 +336,7 @@ public final class MmaKernels {
                         }
                     }
                 }
-                normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                normaliseOwnRows(scratch, oBase, warp, lane, d);
                 kc.localBarrier();
                 float m = t < bq ? rowMax[t] : 0.0f;
                 writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
@@ -377,7 +376,6 @@ public final class MmaKernels {
         int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
-        int oStride = d + 8;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         float scaleLog2 = scale * LOG2E;
         int stamp = 0;
@@ -583,23 +581,23 @@ public final class MmaKernels {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
-                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
-                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
-                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
-                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
-                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
-                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
-                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
-                        kc.mmaStore(o8, scratch, rows, oStore + 64, oStride);
-                        kc.mmaStore(o9, scratch, rows, oStore + 72, oStride);
-                        kc.mmaStore(o10, scratch, rows, oStore + 80, oStride);
-                        kc.mmaStore(o11, scratch, rows, oStore + 88, oStride);
-                        kc.mmaStore(o12, scratch, rows, oStore + 96, oStride);
-                        kc.mmaStore(o13, scratch, rows, oStore + 104, oStride);
-                        kc.mmaStore(o14, scratch, rows, oStore + 112, oStride);
-                        kc.mmaStore(o15, scratch, rows, oStore + 120, oStride);
-                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
+                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
+                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
+                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
+                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
+                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
+                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
+                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
+                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
+                        kc.mmaStore(o8, scratch, 0, oStore + outputAt(rows, 64, d), 8);
+                        kc.mmaStore(o9, scratch, 0, oStore + outputAt(rows, 72, d), 8);
+                        kc.mmaStore(o10, scratch, 0, oStore + outputAt(rows, 80, d), 8);
+                        kc.mmaStore(o11, scratch, 0, oStore + outputAt(rows, 88, d), 8);
+                        kc.mmaStore(o12, scratch, 0, oStore + outputAt(rows, 96, d), 8);
+                        kc.mmaStore(o13, scratch, 0, oStore + outputAt(rows, 104, d), 8);
+                        kc.mmaStore(o14, scratch, 0, oStore + outputAt(rows, 112, d), 8);
+                        kc.mmaStore(o15, scratch, 0, oStore + outputAt(rows, 120, d), 8);
+                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
                     }
                     kc.localBarrier();   // every thread has set the flag or not
                     if (flag[0] == stamp) {
@@ -609,7 +607,7 @@ public final class MmaKernels {
                         }
                     }
                 }
-                normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                normaliseOwnRows(scratch, oBase, warp, lane, d);
                 kc.localBarrier();
                 float m = t < bq ? rowMax[t] : 0.0f;
                 writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
@@ -670,7 +668,6 @@ public final class MmaKernels {
         int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
-        int oStride = d + 8;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         float scaleLog2 = scale * LOG2E;
         int stamp = 0;
@@ -878,17 +875,21 @@ public final class MmaKernels {
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
                             // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
                             boolean masked = causal == 1 || kvLength % bkv != 0;
+                            // This lane's S^T values: sLane + scoreAt's offset of key block kb, query block nb, row g (+ 8).
+                            int sLane = sTile + scoreAt(g, warp * 16 + ((lane & 3) << 1), bq);
+                            int eSwap = (lane >>> 1) & 1;
                             int kbEnd = 4 + (j0 >>> 31);   // 4, but not a constant to Graal: the kb loop stays a loop (8 scores per trip)
                             for (int kb = 0; kb < kbEnd; kb++) {
                                 for (int nb = 0; nb < 2; nb++) {
                                     for (int e = 0; e < 2; e++) {
-                                        int rw = nb * 8 + ((lane & 3) << 1) + (e ^ ((lane >>> 1) & 1));
+                                        int rw = nb * 8 + ((lane & 3) << 1) + (e ^ eSwap);
                                         int r = warp * 16 + rw;
                                         float mNeg = 0.0f - rowMax[r];   // not -rowMax[r]: s scale + mNeg then compiles to one fma
                                         int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float s0 = scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scale + mNeg;
-                                        float s1 = scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scale + mNeg;
+                                        int at = sLane + kb * (bq / 8) * 128 + nb * 128 + (e ^ eSwap);   // = sTile + scoreAt(kb * 16 + g, r, bq)
+                                        float s0 = scratch.get(at) * scale + mNeg;
+                                        float s1 = scratch.get(at + 64) * scale + mNeg;
                                         float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
                                         float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
@@ -946,19 +947,19 @@ public final class MmaKernels {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
-                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
-                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
-                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
-                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
-                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
-                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
-                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
-                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
+                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
+                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
+                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
+                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
+                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
+                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
+                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
+                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
+                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
                     }
                     // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
                     // overwrites them), so that the flag's barrier also publishes O for writeOutput.
-                    normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                    normaliseOwnRows(scratch, oBase, warp, lane, d);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
                     if (flag[0] == stamp) {
                         attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
@@ -1005,7 +1006,6 @@ public final class MmaKernels {
         int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
-        int oStride = d + 8;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         float scaleLog2 = scale * LOG2E;
         int stamp = 0;
@@ -1228,16 +1228,20 @@ public final class MmaKernels {
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
                             // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
                             boolean masked = causal == 1 || kvLength % bkv != 0;
+                            // This lane's S^T values: sLane + scoreAt's offset of key block kb, query block nb, row g (+ 8).
+                            int sLane = sTile + scoreAt(g, warp * 16 + ((lane & 3) << 1), bq);
+                            int eSwap = (lane >>> 1) & 1;
                             for (int nb = 0; nb < 2; nb++) {
                                 for (int e = 0; e < 2; e++) {
-                                    int rw = nb * 8 + ((lane & 3) << 1) + (e ^ ((lane >>> 1) & 1));
+                                    int rw = nb * 8 + ((lane & 3) << 1) + (e ^ eSwap);
                                     int r = warp * 16 + rw;
                                     float mNeg = 0.0f - rowMax[r];   // not -rowMax[r]: s scale + mNeg then compiles to one fma
                                     int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                     for (int kb = 0; kb < 2; kb++) {
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float s0 = scratch.get(sTile + scoreAt(kb * 16 + g, r, bq)) * scale + mNeg;
-                                        float s1 = scratch.get(sTile + scoreAt(kb * 16 + g + 8, r, bq)) * scale + mNeg;
+                                        int at = sLane + kb * (bq / 8) * 128 + nb * 128 + (e ^ eSwap);   // = sTile + scoreAt(kb * 16 + g, r, bq)
+                                        float s0 = scratch.get(at) * scale + mNeg;
+                                        float s1 = scratch.get(at + 64) * scale + mNeg;
                                         float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
                                         float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
@@ -1302,27 +1306,27 @@ public final class MmaKernels {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
                         int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, rows, oStore + 0, oStride);
-                        kc.mmaStore(o1, scratch, rows, oStore + 8, oStride);
-                        kc.mmaStore(o2, scratch, rows, oStore + 16, oStride);
-                        kc.mmaStore(o3, scratch, rows, oStore + 24, oStride);
-                        kc.mmaStore(o4, scratch, rows, oStore + 32, oStride);
-                        kc.mmaStore(o5, scratch, rows, oStore + 40, oStride);
-                        kc.mmaStore(o6, scratch, rows, oStore + 48, oStride);
-                        kc.mmaStore(o7, scratch, rows, oStore + 56, oStride);
-                        kc.mmaStore(o8, scratch, rows, oStore + 64, oStride);
-                        kc.mmaStore(o9, scratch, rows, oStore + 72, oStride);
-                        kc.mmaStore(o10, scratch, rows, oStore + 80, oStride);
-                        kc.mmaStore(o11, scratch, rows, oStore + 88, oStride);
-                        kc.mmaStore(o12, scratch, rows, oStore + 96, oStride);
-                        kc.mmaStore(o13, scratch, rows, oStore + 104, oStride);
-                        kc.mmaStore(o14, scratch, rows, oStore + 112, oStride);
-                        kc.mmaStore(o15, scratch, rows, oStore + 120, oStride);
-                        kc.mmaStore(rowSum, scratch, rows, oStore + d, oStride);
+                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
+                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
+                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
+                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
+                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
+                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
+                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
+                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
+                        kc.mmaStore(o8, scratch, 0, oStore + outputAt(rows, 64, d), 8);
+                        kc.mmaStore(o9, scratch, 0, oStore + outputAt(rows, 72, d), 8);
+                        kc.mmaStore(o10, scratch, 0, oStore + outputAt(rows, 80, d), 8);
+                        kc.mmaStore(o11, scratch, 0, oStore + outputAt(rows, 88, d), 8);
+                        kc.mmaStore(o12, scratch, 0, oStore + outputAt(rows, 96, d), 8);
+                        kc.mmaStore(o13, scratch, 0, oStore + outputAt(rows, 104, d), 8);
+                        kc.mmaStore(o14, scratch, 0, oStore + outputAt(rows, 112, d), 8);
+                        kc.mmaStore(o15, scratch, 0, oStore + outputAt(rows, 120, d), 8);
+                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
                     }
                     // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
                     // overwrites them), so that the flag's barrier also publishes O for writeOutput.
-                    normaliseOwnRows(scratch, oBase, oStride, warp, lane, d);
+                    normaliseOwnRows(scratch, oBase, warp, lane, d);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
                     if (flag[0] == stamp) {
                         attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
@@ -1449,23 +1453,34 @@ public final class MmaKernels {
     // memory.
 
     /**
+     * Index within a CTA's O scratch of query row {@code row} (0..Br-1), column {@code col} (0..D-1, and D for the
+     * row sum l): O is stored fragment by fragment (16 rows x 8 columns dense, mmaStore with row stride 8; the
+     * row sums are fragment D / 8 of each warp's 16 rows), so that a warp's store or read of one fragment
+     * element touches 2 cache lines rather than 8.
+     */
+    static int outputAt(int row, int col, int d) {
+        return ((row >>> 4) * (d / 8 + 1) + (col >>> 3)) * 128 + (row & 15) * 8 + (col & 7);
+    }
+
+    /**
      * Each lane divides the O elements it stored (rows g, g + 8 of its warp's 16, columns 2 (lane % 4), + 1
      * of every 8) by the row sum l it stored next to them, in place, so that {@link #writeOutput} can
      * convert values read straight from the scratch to fp16.
      */
-    static void normaliseOwnRows(FloatArray scratch, int oBase, int oStride, int warp, int lane, int d) {
+    static void normaliseOwnRows(FloatArray scratch, int oBase, int warp, int lane, int d) {
         int tc = (lane & 3) << 1;
-        int at0 = oBase + (warp * 16 + (lane >>> 2)) * oStride;
-        int at1 = at0 + 8 * oStride;
-        float sum0 = scratch.get(at0 + d + tc);
-        float sum1 = scratch.get(at1 + d + tc);
+        int row = warp * 16 + (lane >>> 2);
+        float sum0 = scratch.get(oBase + outputAt(row, d + tc, d));       // the copy of l this lane stored itself
+        float sum1 = scratch.get(oBase + outputAt(row + 8, d + tc, d));
         float inverse0 = sum0 > 0.0f ? 1.0f / sum0 : 0.0f;    // a row that sees no key gives O = 0
         float inverse1 = sum1 > 0.0f ? 1.0f / sum1 : 0.0f;
-        for (int c = tc; c < d; c += 8) {
-            scratch.set(at0 + c, scratch.get(at0 + c) * inverse0);
-            scratch.set(at0 + c + 1, scratch.get(at0 + c + 1) * inverse0);
-            scratch.set(at1 + c, scratch.get(at1 + c) * inverse1);
-            scratch.set(at1 + c + 1, scratch.get(at1 + c + 1) * inverse1);
+        for (int c = tc; c < d; c += 8) {    // a loop (tc is the lane's): unrolled, its loads cost the kernel registers
+            int at0 = oBase + outputAt(row, c, d);
+            int at1 = at0 + 64;                // row + 8
+            scratch.set(at0, scratch.get(at0) * inverse0);
+            scratch.set(at0 + 1, scratch.get(at0 + 1) * inverse0);
+            scratch.set(at1, scratch.get(at1) * inverse1);
+            scratch.set(at1 + 1, scratch.get(at1 + 1) * inverse1);
         }
     }
 
@@ -1476,12 +1491,11 @@ public final class MmaKernels {
     static void writeOutput(FloatArray scratch, LongArray o, FloatArray lse, float rowMax, int t, int oBase,
                             int qBase, int qRow, int q0, int queryLength, int lseBase, int d, int bq) {
         int quads = d / 4;
-        int oStride = d + 8;
         for (int it = t; it < bq * quads; it += 128) {
             int r = it / quads;
             int dq = it % quads;
             if (q0 + r < queryLength) {
-                int at = oBase + r * oStride + 4 * dq;
+                int at = oBase + outputAt(r, 4 * dq, d);
                 long h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
                 long h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
                 long h2 = new HalfFloat(scratch.get(at + 2)).getHalfFloatValue() & 0xFFFF;
@@ -1490,7 +1504,7 @@ public final class MmaKernels {
             }
         }
         if (t < bq && q0 + t < queryLength) {
-            float sum = scratch.get(oBase + t * oStride + d);
+            float sum = scratch.get(oBase + outputAt(t, d, d));
             lse.set(lseBase + q0 + t, sum > 0.0f ? rowMax + TornadoMath.log(sum) : Float.NEGATIVE_INFINITY);
         }
     }

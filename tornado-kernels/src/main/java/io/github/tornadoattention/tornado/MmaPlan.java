@@ -34,6 +34,12 @@ final class MmaPlan extends TornadoAttentionPlan {
      * than the occupancy gains). D=128 needs its ~250 registers.
      */
     static final String D64_JIT_FLAGS = "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128";
+    /**
+     * System property: CUDA JIT options for the tornado-mma kernels, replacing the defaults ({@link #D64_JIT_FLAGS}
+     * at D=64, none at D=128), separated by spaces or commas (a JAVA_OPTS word), e.g.
+     * {@code -Dtornado.attention.mma.jitFlags=CU_JIT_OPTIMIZATION_LEVEL,4,CU_JIT_MAX_REGISTERS,168}; for tuning.
+     */
+    static final String JIT_FLAGS_PROPERTY = "tornado.attention.mma.jitFlags";
     private final LongArray o;
 
     /** Whether {@link #PIPELINE_PROPERTY} selects the pipelined kernels. */
@@ -83,7 +89,9 @@ final class MmaPlan extends TornadoAttentionPlan {
         attend.task("flash", kernel(config.headDim(), pipelined()), kc, q, k, v, o, lseArray, scratch, s.batch(),
                 s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
-        build(device, q, k, v, attend, scheduler, config.headDim() == 64 ? D64_JIT_FLAGS : null);
+        String jitFlags = System.getProperty(JIT_FLAGS_PROPERTY, config.headDim() == 64 ? D64_JIT_FLAGS : "")
+                .replace(',', ' ').trim();
+        build(device, q, k, v, attend, scheduler, jitFlags.isEmpty() ? null : jitFlags);
     }
 
     @Override
