@@ -687,6 +687,7 @@ public final class MmaKernels {
                 int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
                 int kvRow = bshd == 1 ? kvHeads * d : d;
                 int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                boolean kvTail = kvLength % bkv != 0;   // a K/V tile runs past the last key (a constant: see kvWord)
                 int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
@@ -701,14 +702,14 @@ public final class MmaKernels {
                 kvCol += kvBase;
                 // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
                 // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
-                long k0 = kvWord(k, kvRow, kvLength, kvJ, kvCol);
-                long k1 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 32);
-                long k2 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol);
-                long k3 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 32);
-                long k4 = kvWord(k, kvRow, kvLength, kvJ + 32, kvCol);
-                long k5 = kvWord(k, kvRow, kvLength, kvJ + 32, kvCol + 32);
-                long k6 = kvWord(k, kvRow, kvLength, kvJ + 48, kvCol);
-                long k7 = kvWord(k, kvRow, kvLength, kvJ + 48, kvCol + 32);
+                long k0 = kvWord(k, kvRow, kvLength, kvTail, kvJ, kvCol);
+                long k1 = kvWord(k, kvRow, kvLength, kvTail, kvJ, kvCol + 32);
+                long k2 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 16, kvCol);
+                long k3 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 16, kvCol + 32);
+                long k4 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 32, kvCol);
+                long k5 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 32, kvCol + 32);
+                long k6 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 48, kvCol);
+                long k7 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 48, kvCol + 32);
 
                 kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
 
@@ -785,14 +786,14 @@ public final class MmaKernels {
                             kT[kS + 1537] = (int) (k6 >>> 32);
                             kT[kS + 1792] = (int) k7;
                             kT[kS + 1793] = (int) (k7 >>> 32);
-                            long v0 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol);
-                            long v1 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 32);
-                            long v2 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol);
-                            long v3 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 32);
-                            long v4 = kvWord(v, kvRow, kvLength, j0 + kvJ + 32, kvCol);
-                            long v5 = kvWord(v, kvRow, kvLength, j0 + kvJ + 32, kvCol + 32);
-                            long v6 = kvWord(v, kvRow, kvLength, j0 + kvJ + 48, kvCol);
-                            long v7 = kvWord(v, kvRow, kvLength, j0 + kvJ + 48, kvCol + 32);
+                            long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
+                            long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
+                            long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol);
+                            long v3 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 32);
+                            long v4 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol);
+                            long v5 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol + 32);
+                            long v6 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol);
+                            long v7 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol + 32);
                             kc.localBarrier();
 
                             // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
@@ -874,7 +875,7 @@ public final class MmaKernels {
                             int g = lane >>> 2;
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
                             // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
-                            boolean masked = causal == 1 || kvLength % bkv != 0;
+                            boolean masked = causal == 1 || kvTail;
                             // This lane's S^T values: sLane + scoreAt's offset of key block kb, query block nb, row g (+ 8).
                             int sLane = sTile + scoreAt(g, warp * 16 + ((lane & 3) << 1), bq);
                             int eSwap = (lane >>> 1) & 1;
@@ -918,14 +919,14 @@ public final class MmaKernels {
                             kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
                             // Next tile's K into registers, landing during P V.
                             int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
-                            k0 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol);
-                            k1 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 32);
-                            k2 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol);
-                            k3 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 32);
-                            k4 = kvWord(k, kvRow, kvLength, jn + kvJ + 32, kvCol);
-                            k5 = kvWord(k, kvRow, kvLength, jn + kvJ + 32, kvCol + 32);
-                            k6 = kvWord(k, kvRow, kvLength, jn + kvJ + 48, kvCol);
-                            k7 = kvWord(k, kvRow, kvLength, jn + kvJ + 48, kvCol + 32);
+                            k0 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol);
+                            k1 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol + 32);
+                            k2 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol);
+                            k3 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol + 32);
+                            k4 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 32, kvCol);
+                            k5 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 32, kvCol + 32);
+                            k6 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 48, kvCol);
+                            k7 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 48, kvCol + 32);
 
                             // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
                             // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
@@ -1025,6 +1026,7 @@ public final class MmaKernels {
                 int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
                 int kvRow = bshd == 1 ? kvHeads * d : d;
                 int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
+                boolean kvTail = kvLength % bkv != 0;   // a K/V tile runs past the last key (a constant: see kvWord)
                 int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
@@ -1039,14 +1041,14 @@ public final class MmaKernels {
                 kvCol += kvBase;
                 // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
                 // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
-                long k0 = kvWord(k, kvRow, kvLength, kvJ, kvCol);
-                long k1 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 32);
-                long k2 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 64);
-                long k3 = kvWord(k, kvRow, kvLength, kvJ, kvCol + 96);
-                long k4 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol);
-                long k5 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 32);
-                long k6 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 64);
-                long k7 = kvWord(k, kvRow, kvLength, kvJ + 16, kvCol + 96);
+                long k0 = kvWord(k, kvRow, kvLength, kvTail, kvJ, kvCol);
+                long k1 = kvWord(k, kvRow, kvLength, kvTail, kvJ, kvCol + 32);
+                long k2 = kvWord(k, kvRow, kvLength, kvTail, kvJ, kvCol + 64);
+                long k3 = kvWord(k, kvRow, kvLength, kvTail, kvJ, kvCol + 96);
+                long k4 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 16, kvCol);
+                long k5 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 16, kvCol + 32);
+                long k6 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 16, kvCol + 64);
+                long k7 = kvWord(k, kvRow, kvLength, kvTail, kvJ + 16, kvCol + 96);
 
                 kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
 
@@ -1130,14 +1132,14 @@ public final class MmaKernels {
                             kT[kAt + 1537] = (int) (k6 >>> 32);
                             kT[kAt + 1792] = (int) k7;
                             kT[kAt + 1793] = (int) (k7 >>> 32);
-                            long v0 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol);
-                            long v1 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 32);
-                            long v2 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 64);
-                            long v3 = kvWord(v, kvRow, kvLength, j0 + kvJ, kvCol + 96);
-                            long v4 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol);
-                            long v5 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 32);
-                            long v6 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 64);
-                            long v7 = kvWord(v, kvRow, kvLength, j0 + kvJ + 16, kvCol + 96);
+                            long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
+                            long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
+                            long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 64);
+                            long v3 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 96);
+                            long v4 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol);
+                            long v5 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 32);
+                            long v6 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 64);
+                            long v7 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 96);
                             kc.localBarrier();
 
                             // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
@@ -1227,7 +1229,7 @@ public final class MmaKernels {
                             int g = lane >>> 2;
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
                             // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
-                            boolean masked = causal == 1 || kvLength % bkv != 0;
+                            boolean masked = causal == 1 || kvTail;
                             // This lane's S^T values: sLane + scoreAt's offset of key block kb, query block nb, row g (+ 8).
                             int sLane = sTile + scoreAt(g, warp * 16 + ((lane & 3) << 1), bq);
                             int eSwap = (lane >>> 1) & 1;
@@ -1269,14 +1271,14 @@ public final class MmaKernels {
                             kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
                             // Next tile's K into registers, landing during P V.
                             int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
-                            k0 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol);
-                            k1 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 32);
-                            k2 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 64);
-                            k3 = kvWord(k, kvRow, kvLength, jn + kvJ, kvCol + 96);
-                            k4 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol);
-                            k5 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 32);
-                            k6 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 64);
-                            k7 = kvWord(k, kvRow, kvLength, jn + kvJ + 16, kvCol + 96);
+                            k0 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol);
+                            k1 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol + 32);
+                            k2 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol + 64);
+                            k3 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol + 96);
+                            k4 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol);
+                            k5 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol + 32);
+                            k6 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol + 64);
+                            k7 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol + 96);
 
                             // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
                             // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
@@ -1346,8 +1348,11 @@ public final class MmaKernels {
      * The 64 bits (four fp16) of key {@code row} at column {@code col} (absolute, in fp16 elements, with the
      * head's base) of K or V; 0 for a key past the end (the load reads the last key). Global memory only.
      */
-    static long kvWord(LongArray a, int kvRow, int kvLength, int row, int col) {
-        return a.get((Math.min(row, kvLength - 1) * kvRow + col) >>> 2) * ((row - kvLength) >>> 31);
+    static long kvWord(LongArray a, int kvRow, int kvLength, boolean kvTail, int row, int col) {
+        // kvTail (a constant of the compiled kernel): whether some K/V tile runs past the last key. If none does,
+        // the clamp and the 64-bit multiply by 0 or 1 compile away.
+        return kvTail ? a.get((Math.min(row, kvLength - 1) * kvRow + col) >>> 2) * ((row - kvLength) >>> 31)
+                : a.get((row * kvRow + col) >>> 2);
     }
 
     /**
