@@ -41,9 +41,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *       order, which leaves P V unchanged.</li>
  *   <li>fp32 to fp16: TornadoVM's PTX backend emits {@code cvt.rn.f16.f32} only for
  *       {@code new HalfFloat(floatArray.get(i))}, a value just read from a FloatArray, and has no
- *       float-to-int bit cast. P = 2^z is therefore encoded by hand ({@link #fp16Pow2}: exponent from
- *       floor(z), mantissa from 2^(z - floor z), one {@code ex2} as before); O is written in fp32 and
- *       converted with {@code new HalfFloat(scratch.get(i))} at the end.</li>
+ *       float-to-int bit cast. P is therefore encoded by hand ({@link #fp16Exp} in the pipelined kernels,
+ *       {@link #fp16Pow2} in the synchronous ones: exponent from a floor, mantissa from one {@code ex2}); O is
+ *       written in fp32 and converted with {@code new HalfFloat(scratch.get(i))} at the end.</li>
  *   <li>No rescaling of O: FlashAttention-2 multiplies the O accumulator row-wise by exp(m_old - m_new)
  *       whenever a row's running max grows, which needs the fragment's elements. Moreover TornadoVM
  *       types a fragment that flows through an {@code if}/{@code else} merge as a 64-bit scalar (wrong
