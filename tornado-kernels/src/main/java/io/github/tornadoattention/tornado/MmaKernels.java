@@ -1132,6 +1132,46 @@ public final class MmaKernels {
                             kT[kAt + 1537] = (int) (k6 >>> 32);
                             kT[kAt + 1792] = (int) k7;
                             kT[kAt + 1793] = (int) (k7 >>> 32);
+                            kc.localBarrier();
+
+                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
+                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
+                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
+                            for (int kb = 0; kb < 2; kb++) {
+                                // The warp's two 8-query blocks side by side, one K fragment at a time: two independent mma chains and
+                                // one A fragment live instead of eight (28 registers fewer at the peak of the tile).
+                                int qn0 = warp * 2;
+                                float[] st0 = kc.mmaFragment(0.0f);
+                                float[] st1 = kc.mmaFragment(0.0f);
+                                HalfFloat[] a = kc.mmaLoadA(kT, 16, (kb * 8) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 1) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 2) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 3) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 4) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 5) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0) * 256), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                kc.mmaStore(st0, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8, bq), 8);
+                                kc.mmaStore(st1, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8 + 8, bq), 8);
+                            }
+
+                            // V of this tile into registers now, after S^T (fewer registers live during it), landing during the softmax.
                             long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
                             long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
                             long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 64);
@@ -1140,34 +1180,6 @@ public final class MmaKernels {
                             long v5 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 32);
                             long v6 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 64);
                             long v7 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 96);
-                            kc.localBarrier();
-
-                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
-                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
-                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
-                            for (int kb = 0; kb < 2; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 8) * 512);
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 8 + 1) * 512);
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 8 + 2) * 512);
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 8 + 3) * 512);
-                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, (kb * 8 + 4) * 512);
-                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, (kb * 8 + 5) * 512);
-                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
-                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
-                                for (int nb = 0; nb < 2; nb++) {
-                                    int qn = warp * 2 + nb;
-                                    float[] s = kc.mmaFragment(0.0f);
-                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a4, kc.mmaLoadB(qT, 16, (32 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a5, kc.mmaLoadB(qT, 16, (40 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a6, kc.mmaLoadB(qT, 16, (48 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a7, kc.mmaLoadB(qT, 16, (56 + qn) * 256), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn * 8, bq), 8);
-                                }
-                            }
 
                             if (kvt == 0 && attempt == 0) {
                                 // The reference max (the first tile's) without a pass over the scratch or a barrier: each
