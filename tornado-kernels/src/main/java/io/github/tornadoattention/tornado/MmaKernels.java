@@ -78,7 +78,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * through a helper. Keep the two in step. {@link #attentionD64Pipelined} and {@link #attentionD128Pipelined},
  * the kernels that run by default, are the same again with the global K/V loads overlapped with compute
  * (TornadoVM's PTX backend has no cp.async: the next K tile is loaded into registers during P V, this V tile
- * during S^T and the softmax), the first tile's row max by warp shuffles and 2 barriers per K/V tile instead
+ * during S^T and the softmax at D = 64, during the softmax at D = 128), the first tile's row max by warp shuffles and 2 barriers per K/V tile instead
  * of 3. {@code -Dtornado.attention.mma.pipeline=false} selects the synchronous ones, kept as the baseline
  * of those changes and as the reference of the shuffled row max in the tests.
  */
@@ -1114,8 +1114,8 @@ public final class MmaKernels {
                             // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
 
                             // K of this tile, loaded into registers during the previous tile's P V, goes to local memory;
-                            // V of this tile is loaded into registers now and stored after the softmax (its previous readers,
-                            // the last P V, finished before the barrier above), so its loads land while S^T and P compute.
+                            // V of this tile is loaded into registers after S^T (fewer registers live during it) and stored after the
+                            // softmax (its previous readers, the last P V, finished before the barrier above).
                             kT[kAt] = (int) k0;
                             kT[kAt + 1] = (int) (k0 >>> 32);
                             kT[kAt + 256] = (int) k1;
