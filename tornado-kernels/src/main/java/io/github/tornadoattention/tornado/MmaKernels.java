@@ -669,7 +669,6 @@ public final class MmaKernels {
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
-        float scaleLog2 = scale * LOG2E;
         int stamp = 0;
 
         for (int round = 0; round * gridSize < tiles; round++) {
@@ -1008,7 +1007,6 @@ public final class MmaKernels {
         int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
         int oBase = sBase + 2 * bkv * bq;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
-        float scaleLog2 = scale * LOG2E;
         int stamp = 0;
 
         for (int round = 0; round * gridSize < tiles; round++) {
@@ -1404,24 +1402,6 @@ public final class MmaKernels {
      */
     static int scoreAt(int key, int query, int bq) {
         return ((key >>> 4) * (bq / 8) + (query >>> 3)) * 128 + (key & 15) * 8 + (query & 7);
-    }
-
-    /** Where word {@code it} of the K tile goes in the A-operand sub-tiles (int index of its low half). */
-    static int kAtOf(int it, int d) {
-        int dqL = it & 3;
-        int jj = (it >>> 2) & 15;
-        int dqH = (it >>> 6) % (d / 16);
-        int kb = (it >>> 6) / (d / 16);
-        return (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
-    }
-
-    /** Where word {@code it} of the V tile goes in the B-operand sub-tiles (rows permuted as P's columns). */
-    static int vAtOf(int it, int d) {
-        int dqL = it & 3;
-        int jj = (it >>> 2) & 15;
-        int dqH = (it >>> 6) % (d / 16);
-        int kb = (it >>> 6) / (d / 16);
-        return (kb * (d / 8) + 2 * dqH + (dqL >>> 1)) * 64 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);
     }
 
     /** {@link #MMA_STORE_SKEW} for an array header of {@code arrayHeaderBytes}. */
