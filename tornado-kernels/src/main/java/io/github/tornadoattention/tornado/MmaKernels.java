@@ -113,8 +113,8 @@ public final class MmaKernels {
         final int bq = 64;
         final int bkv = 64;
         int[] qT = kc.allocateIntLocalArray(2048);      // D x Br / 2: Q^T, B operand
-        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
-        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
+        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
         int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
         float[] rowMax = kc.allocateFloatLocalArray(64);
@@ -226,10 +226,10 @@ public final class MmaKernels {
                                 long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
-                                int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
+                                int kAt = kSubTile(kb, dqH, d) / 4 + jj * 8 + 2 * dqL;
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >>> 1)) * 64 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
+                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
                                 vT[vAt] = (int) lv;
                                 vT[vAt + 1] = (int) (lv >>> 32);
                             }
@@ -239,10 +239,10 @@ public final class MmaKernels {
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 4; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 4 + 0) * 512);
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 4 + 1) * 512);
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 4 + 2) * 512);
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 4 + 3) * 512);
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
@@ -303,14 +303,14 @@ public final class MmaKernels {
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 4; kbb++) {
                                 HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 0) * 256), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 1) * 256), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 2) * 256), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 3) * 256), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 4) * 256), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 5) * 256), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 6) * 256), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 7) * 256), o7, MMAShape.M16N8K16);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
                                 rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
                             }
                         }
@@ -353,8 +353,8 @@ public final class MmaKernels {
         final int bq = 64;
         final int bkv = 32;
         int[] qT = kc.allocateIntLocalArray(4096);      // D x Br / 2: Q^T, B operand
-        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
-        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
+        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
         int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
         float[] rowMax = kc.allocateFloatLocalArray(64);
@@ -474,10 +474,10 @@ public final class MmaKernels {
                                 long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
-                                int kAt = (kb * (d / 16) + dqH) * 128 + jj * 8 + 2 * dqL;
+                                int kAt = kSubTile(kb, dqH, d) / 4 + jj * 8 + 2 * dqL;
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = (kb * (d / 8) + 2 * dqH + (dqL >>> 1)) * 64 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
+                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
                                 vT[vAt] = (int) lv;
                                 vT[vAt + 1] = (int) (lv >>> 32);
                             }
@@ -487,14 +487,14 @@ public final class MmaKernels {
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 2; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 8 + 0) * 512);
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 8 + 1) * 512);
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 8 + 2) * 512);
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 8 + 3) * 512);
-                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, (kb * 8 + 4) * 512);
-                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, (kb * 8 + 5) * 512);
-                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
-                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
+                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d));
+                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d));
+                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d));
+                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d));
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
@@ -558,22 +558,22 @@ public final class MmaKernels {
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 2; kbb++) {
                                 HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 0) * 256), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 1) * 256), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 2) * 256), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 3) * 256), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 4) * 256), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 5) * 256), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 6) * 256), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 7) * 256), o7, MMAShape.M16N8K16);
-                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 8) * 256), o8, MMAShape.M16N8K16);
-                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 9) * 256), o9, MMAShape.M16N8K16);
-                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 10) * 256), o10, MMAShape.M16N8K16);
-                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 11) * 256), o11, MMAShape.M16N8K16);
-                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 12) * 256), o12, MMAShape.M16N8K16);
-                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 13) * 256), o13, MMAShape.M16N8K16);
-                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 14) * 256), o14, MMAShape.M16N8K16);
-                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 15) * 256), o15, MMAShape.M16N8K16);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
+                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 8, d)), o8, MMAShape.M16N8K16);
+                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 9, d)), o9, MMAShape.M16N8K16);
+                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 10, d)), o10, MMAShape.M16N8K16);
+                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 11, d)), o11, MMAShape.M16N8K16);
+                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 12, d)), o12, MMAShape.M16N8K16);
+                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 13, d)), o13, MMAShape.M16N8K16);
+                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 14, d)), o14, MMAShape.M16N8K16);
+                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 15, d)), o15, MMAShape.M16N8K16);
                                 rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
                             }
                         }
@@ -645,8 +645,8 @@ public final class MmaKernels {
         final int bq = 64;
         final int bkv = 64;
         int[] qT = kc.allocateIntLocalArray(2048);      // D x Br / 2: Q^T, B operand
-        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
-        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
+        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
         int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
         float[] rowMax = kc.allocateFloatLocalArray(64);
@@ -691,7 +691,7 @@ public final class MmaKernels {
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
                 // Thread t loads words i = 0..7 (64 bits, four fp16) of the K and V tiles: key kvJ + 16 (i / (D / 32)),
-                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 256 i and vAt + 256 i (kvLoadKey says why
+                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 288 i and vAt + 288 i (kvLoadKey says why
                 // this mapping). Written out per word so that only these four per-thread values stay live, not one
                 // address per word.
                 int kvJ = kvLoadKey(t);
@@ -758,33 +758,33 @@ public final class MmaKernels {
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
-                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
-                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
-                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
-                            int sTile = sBase + (kvt & 1) * (bkv * bq);
+                            // S^T in the scratch's first Bc x Br region every tile (each lane reads back only what it
+                            // stored itself, so one buffer suffices, and the smaller footprint stays in L1). The zero
+                            // (j0 >>> 31) makes the addresses depend on kvt, so Graal does not hoist all 2 Bc / 8 of this
+                            // lane's 64-bit read addresses out of the loop (which kept them live in registers).
+                            int sTile = sBase + (j0 >>> 31);
                             // No barrier here: K's last readers (the previous S^T) finished before the previous tile's
                             // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
 
                             // K of this tile, loaded into registers during the previous tile's P V, goes to local memory;
                             // V of this tile is loaded into registers now and stored after the softmax (its previous readers,
                             // the last P V, finished before the barrier above), so its loads land while S^T and P compute.
-                            int kS = kAt + (j0 >>> 31);   // = kAt (j0 >= 0), but not loop-invariant: see the class comment
-                            kT[kS] = (int) k0;
-                            kT[kS + 1] = (int) (k0 >>> 32);
-                            kT[kS + 256] = (int) k1;
-                            kT[kS + 257] = (int) (k1 >>> 32);
-                            kT[kS + 512] = (int) k2;
-                            kT[kS + 513] = (int) (k2 >>> 32);
-                            kT[kS + 768] = (int) k3;
-                            kT[kS + 769] = (int) (k3 >>> 32);
-                            kT[kS + 1024] = (int) k4;
-                            kT[kS + 1025] = (int) (k4 >>> 32);
-                            kT[kS + 1280] = (int) k5;
-                            kT[kS + 1281] = (int) (k5 >>> 32);
-                            kT[kS + 1536] = (int) k6;
-                            kT[kS + 1537] = (int) (k6 >>> 32);
-                            kT[kS + 1792] = (int) k7;
-                            kT[kS + 1793] = (int) (k7 >>> 32);
+                            kT[kAt] = (int) k0;
+                            kT[kAt + 1] = (int) (k0 >>> 32);
+                            kT[kAt + 288] = (int) k1;
+                            kT[kAt + 289] = (int) (k1 >>> 32);
+                            kT[kAt + 576] = (int) k2;
+                            kT[kAt + 577] = (int) (k2 >>> 32);
+                            kT[kAt + 864] = (int) k3;
+                            kT[kAt + 865] = (int) (k3 >>> 32);
+                            kT[kAt + 1152] = (int) k4;
+                            kT[kAt + 1153] = (int) (k4 >>> 32);
+                            kT[kAt + 1440] = (int) k5;
+                            kT[kAt + 1441] = (int) (k5 >>> 32);
+                            kT[kAt + 1728] = (int) k6;
+                            kT[kAt + 1729] = (int) (k6 >>> 32);
+                            kT[kAt + 2016] = (int) k7;
+                            kT[kAt + 2017] = (int) (k7 >>> 32);
                             long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
                             long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
                             long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol);
@@ -799,10 +799,10 @@ public final class MmaKernels {
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 4; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, (kb * 4) * 512);
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, (kb * 4 + 1) * 512);
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, (kb * 4 + 2) * 512);
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, (kb * 4 + 3) * 512);
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
@@ -878,13 +878,20 @@ public final class MmaKernels {
                             // This lane's S^T values: sLane + scoreAt's offset of key block kb, query block nb, row g (+ 8).
                             int sLane = sTile + scoreAt(g, warp * 16 + ((lane & 3) << 1), bq);
                             int eSwap = (lane >>> 1) & 1;
+                            // -m of the lane's four query rows (nb, e), read once per tile: 0 - m, not -m, so that s scale + mNeg
+                            // compiles to one fma. (The selection below folds away: the nb and e loops are unrolled.)
+                            int rowLane = warp * 16 + ((lane & 3) << 1);
+                            float mNeg00 = 0.0f - rowMax[rowLane + eSwap];
+                            float mNeg01 = 0.0f - rowMax[rowLane + (1 ^ eSwap)];
+                            float mNeg10 = 0.0f - rowMax[rowLane + 8 + eSwap];
+                            float mNeg11 = 0.0f - rowMax[rowLane + 8 + (1 ^ eSwap)];
                             int kbEnd = 4 + (j0 >>> 31);   // 4, but not a constant to Graal: the kb loop stays a loop (8 scores per trip)
                             for (int kb = 0; kb < kbEnd; kb++) {
                                 for (int nb = 0; nb < 2; nb++) {
                                     for (int e = 0; e < 2; e++) {
                                         int rw = nb * 8 + ((lane & 3) << 1) + (e ^ eSwap);
                                         int r = warp * 16 + rw;
-                                        float mNeg = 0.0f - rowMax[r];   // not -rowMax[r]: s scale + mNeg then compiles to one fma
+                                        float mNeg = nb == 0 ? (e == 0 ? mNeg00 : mNeg01) : (e == 0 ? mNeg10 : mNeg11);
                                         int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
                                         int at = sLane + kb * (bq / 8) * 128 + nb * 128 + (e ^ eSwap);   // = sTile + scoreAt(kb * 16 + g, r, bq)
@@ -898,23 +905,22 @@ public final class MmaKernels {
                                 }
                             }
                             // V into local memory (layout as in attentionD64); the barrier below publishes it with P.
-                            int vS = vAt + (j0 >>> 31);
-                            vT[vS] = (int) v0;
-                            vT[vS + 1] = (int) (v0 >>> 32);
-                            vT[vS + 256] = (int) v1;
-                            vT[vS + 257] = (int) (v1 >>> 32);
-                            vT[vS + 512] = (int) v2;
-                            vT[vS + 513] = (int) (v2 >>> 32);
-                            vT[vS + 768] = (int) v3;
-                            vT[vS + 769] = (int) (v3 >>> 32);
-                            vT[vS + 1024] = (int) v4;
-                            vT[vS + 1025] = (int) (v4 >>> 32);
-                            vT[vS + 1280] = (int) v5;
-                            vT[vS + 1281] = (int) (v5 >>> 32);
-                            vT[vS + 1536] = (int) v6;
-                            vT[vS + 1537] = (int) (v6 >>> 32);
-                            vT[vS + 1792] = (int) v7;
-                            vT[vS + 1793] = (int) (v7 >>> 32);
+                            vT[vAt] = (int) v0;
+                            vT[vAt + 1] = (int) (v0 >>> 32);
+                            vT[vAt + 288] = (int) v1;
+                            vT[vAt + 289] = (int) (v1 >>> 32);
+                            vT[vAt + 576] = (int) v2;
+                            vT[vAt + 577] = (int) (v2 >>> 32);
+                            vT[vAt + 864] = (int) v3;
+                            vT[vAt + 865] = (int) (v3 >>> 32);
+                            vT[vAt + 1152] = (int) v4;
+                            vT[vAt + 1153] = (int) (v4 >>> 32);
+                            vT[vAt + 1440] = (int) v5;
+                            vT[vAt + 1441] = (int) (v5 >>> 32);
+                            vT[vAt + 1728] = (int) v6;
+                            vT[vAt + 1729] = (int) (v6 >>> 32);
+                            vT[vAt + 2016] = (int) v7;
+                            vT[vAt + 2017] = (int) (v7 >>> 32);
                             kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
                             // Next tile's K into registers, landing during P V.
                             int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
@@ -932,14 +938,14 @@ public final class MmaKernels {
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 4; kbb++) {
                                 HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8) * 256), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 1) * 256), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 2) * 256), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 3) * 256), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 4) * 256), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 5) * 256), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 6) * 256), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 8 + 7) * 256), o7, MMAShape.M16N8K16);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
                                 rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
                             }
                         }
@@ -983,8 +989,8 @@ public final class MmaKernels {
         final int bq = 64;
         final int bkv = 32;
         int[] qT = kc.allocateIntLocalArray(4096);      // D x Br / 2: Q^T, B operand
-        int[] kT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: K, A operand
-        int[] vT = kc.allocateIntLocalArray(2048);      // Bc x D / 2: V, B operand
+        int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
+        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
         int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
         float[] rowMax = kc.allocateFloatLocalArray(64);
@@ -1029,7 +1035,7 @@ public final class MmaKernels {
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
                 // Thread t loads words i = 0..7 (64 bits, four fp16) of the K and V tiles: key kvJ + 16 (i / (D / 32)),
-                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 256 i and vAt + 256 i (kvLoadKey says why
+                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 288 i and vAt + 288 i (kvLoadKey says why
                 // this mapping). Written out per word so that only these four per-thread values stay live, not one
                 // address per word.
                 int kvJ = kvLoadKey(t);
@@ -1104,10 +1110,11 @@ public final class MmaKernels {
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
-                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
-                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
-                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
-                            int sTile = sBase + (kvt & 1) * (bkv * bq);
+                            // S^T in the scratch's first Bc x Br region every tile (each lane reads back only what it
+                            // stored itself, so one buffer suffices, and the smaller footprint stays in L1). The zero
+                            // (j0 >>> 31) makes the addresses depend on kvt, so Graal does not hoist all 2 Bc / 8 of this
+                            // lane's 64-bit read addresses out of the loop (which kept them live in registers).
+                            int sTile = sBase + (j0 >>> 31);
                             // No barrier here: K's last readers (the previous S^T) finished before the previous tile's
                             // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
 
@@ -1116,20 +1123,20 @@ public final class MmaKernels {
                             // softmax (its previous readers, the last P V, finished before the barrier above).
                             kT[kAt] = (int) k0;
                             kT[kAt + 1] = (int) (k0 >>> 32);
-                            kT[kAt + 256] = (int) k1;
-                            kT[kAt + 257] = (int) (k1 >>> 32);
-                            kT[kAt + 512] = (int) k2;
-                            kT[kAt + 513] = (int) (k2 >>> 32);
-                            kT[kAt + 768] = (int) k3;
-                            kT[kAt + 769] = (int) (k3 >>> 32);
-                            kT[kAt + 1024] = (int) k4;
-                            kT[kAt + 1025] = (int) (k4 >>> 32);
-                            kT[kAt + 1280] = (int) k5;
-                            kT[kAt + 1281] = (int) (k5 >>> 32);
-                            kT[kAt + 1536] = (int) k6;
-                            kT[kAt + 1537] = (int) (k6 >>> 32);
-                            kT[kAt + 1792] = (int) k7;
-                            kT[kAt + 1793] = (int) (k7 >>> 32);
+                            kT[kAt + 288] = (int) k1;
+                            kT[kAt + 289] = (int) (k1 >>> 32);
+                            kT[kAt + 576] = (int) k2;
+                            kT[kAt + 577] = (int) (k2 >>> 32);
+                            kT[kAt + 864] = (int) k3;
+                            kT[kAt + 865] = (int) (k3 >>> 32);
+                            kT[kAt + 1152] = (int) k4;
+                            kT[kAt + 1153] = (int) (k4 >>> 32);
+                            kT[kAt + 1440] = (int) k5;
+                            kT[kAt + 1441] = (int) (k5 >>> 32);
+                            kT[kAt + 1728] = (int) k6;
+                            kT[kAt + 1729] = (int) (k6 >>> 32);
+                            kT[kAt + 2016] = (int) k7;
+                            kT[kAt + 2017] = (int) (k7 >>> 32);
                             kc.localBarrier();
 
                             // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
@@ -1141,28 +1148,28 @@ public final class MmaKernels {
                                 int qn0 = warp * 2;
                                 float[] st0 = kc.mmaFragment(0.0f);
                                 float[] st1 = kc.mmaFragment(0.0f);
-                                HalfFloat[] a = kc.mmaLoadA(kT, 16, (kb * 8) * 512);
+                                HalfFloat[] a = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 1) * 512);
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 2) * 512);
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 3) * 512);
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 4) * 512);
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 5) * 512);
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 6) * 512);
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, (kb * 8 + 7) * 512);
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d));
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
                                 kc.mmaStore(st0, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8, bq), 8);
@@ -1264,20 +1271,20 @@ public final class MmaKernels {
                             // V into local memory (layout as in attentionD64); the barrier below publishes it with P.
                             vT[vAt] = (int) v0;
                             vT[vAt + 1] = (int) (v0 >>> 32);
-                            vT[vAt + 256] = (int) v1;
-                            vT[vAt + 257] = (int) (v1 >>> 32);
-                            vT[vAt + 512] = (int) v2;
-                            vT[vAt + 513] = (int) (v2 >>> 32);
-                            vT[vAt + 768] = (int) v3;
-                            vT[vAt + 769] = (int) (v3 >>> 32);
-                            vT[vAt + 1024] = (int) v4;
-                            vT[vAt + 1025] = (int) (v4 >>> 32);
-                            vT[vAt + 1280] = (int) v5;
-                            vT[vAt + 1281] = (int) (v5 >>> 32);
-                            vT[vAt + 1536] = (int) v6;
-                            vT[vAt + 1537] = (int) (v6 >>> 32);
-                            vT[vAt + 1792] = (int) v7;
-                            vT[vAt + 1793] = (int) (v7 >>> 32);
+                            vT[vAt + 288] = (int) v1;
+                            vT[vAt + 289] = (int) (v1 >>> 32);
+                            vT[vAt + 576] = (int) v2;
+                            vT[vAt + 577] = (int) (v2 >>> 32);
+                            vT[vAt + 864] = (int) v3;
+                            vT[vAt + 865] = (int) (v3 >>> 32);
+                            vT[vAt + 1152] = (int) v4;
+                            vT[vAt + 1153] = (int) (v4 >>> 32);
+                            vT[vAt + 1440] = (int) v5;
+                            vT[vAt + 1441] = (int) (v5 >>> 32);
+                            vT[vAt + 1728] = (int) v6;
+                            vT[vAt + 1729] = (int) (v6 >>> 32);
+                            vT[vAt + 2016] = (int) v7;
+                            vT[vAt + 2017] = (int) (v7 >>> 32);
                             kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
                             // Next tile's K into registers, landing during P V.
                             int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
@@ -1295,22 +1302,22 @@ public final class MmaKernels {
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 2; kbb++) {
                                 HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16) * 256), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 1) * 256), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 2) * 256), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 3) * 256), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 4) * 256), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 5) * 256), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 6) * 256), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 7) * 256), o7, MMAShape.M16N8K16);
-                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 8) * 256), o8, MMAShape.M16N8K16);
-                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 9) * 256), o9, MMAShape.M16N8K16);
-                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 10) * 256), o10, MMAShape.M16N8K16);
-                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 11) * 256), o11, MMAShape.M16N8K16);
-                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 12) * 256), o12, MMAShape.M16N8K16);
-                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 13) * 256), o13, MMAShape.M16N8K16);
-                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 14) * 256), o14, MMAShape.M16N8K16);
-                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, (kbb * 16 + 15) * 256), o15, MMAShape.M16N8K16);
+                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
+                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
+                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
+                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
+                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
+                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
+                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
+                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
+                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 8, d)), o8, MMAShape.M16N8K16);
+                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 9, d)), o9, MMAShape.M16N8K16);
+                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 10, d)), o10, MMAShape.M16N8K16);
+                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 11, d)), o11, MMAShape.M16N8K16);
+                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 12, d)), o12, MMAShape.M16N8K16);
+                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 13, d)), o13, MMAShape.M16N8K16);
+                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 14, d)), o14, MMAShape.M16N8K16);
+                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 15, d)), o15, MMAShape.M16N8K16);
                                 rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
                             }
                         }
@@ -1381,17 +1388,42 @@ public final class MmaKernels {
         return 4 * (t & 7);
     }
 
-    /** Int index in the K tile (A-operand 16x16 sub-tiles, 32-byte rows) of key {@code key} < 16, columns {@code col}, + 1. */
-    static int kTileAt(int key, int col) {
-        return (col >>> 4) * 128 + key * 8 + ((col & 15) >>> 1);
+    /**
+     * Byte offset in the K tile of A-operand sub-tile (key block {@code keyBlock}, d block {@code dBlock}): 16 keys x 16
+     * columns, 512 bytes with 32-byte rows ({@code mmaLoadA}'s fixed layout), followed by 64 bytes of padding. The padding
+     * puts odd d blocks half a bank cycle (64 bytes) off even ones, so that a half-warp's 64-bit staging stores (two keys,
+     * 32 columns: two sub-tiles) reach 16 distinct 8-byte bank pairs, not 8 twice.
+     */
+    static int kSubTile(int keyBlock, int dBlock, int d) {
+        return (keyBlock * (d / 16) + dBlock) * 576;
     }
 
     /**
-     * Int index in the V tile (B-operand 16x8 sub-tiles, [key][d], 16-byte rows) of key {@code key} < 16, columns
-     * {@code col}, + 1; rows permuted within each 16 keys as P's columns are (key g + 8 e at row 2 g + e).
+     * Byte offset in the V tile of B-operand sub-tile (key block {@code keyBlock}, d block {@code n} of 8): 16 keys x 8
+     * columns, 256 bytes with 16-byte rows ({@code mmaLoadB}). Four consecutive d blocks form a 1152-byte group, at 0,
+     * 272, 576 and 848 bytes in it: shifted 0, 16, 64 and 80 bytes within a bank cycle, so that a half-warp's 64-bit
+     * staging stores (two keys, four d blocks) reach 16 distinct 8-byte bank pairs; unpadded (all four at 0 mod 128)
+     * they reached 4.
+     */
+    static int vSubTile(int keyBlock, int n, int d) {
+        return (keyBlock * (d / 32) + (n >>> 2)) * 1152 + (n & 1) * 272 + ((n >>> 1) & 1) * 576;
+    }
+
+    /**
+     * Int index in the K tile of key {@code key} < 16, columns {@code col} < 32 and + 1 ({@link #kSubTile}); key + 16
+     * and col + 32 are 288 (d / 32) and 288 ints further.
+     */
+    static int kTileAt(int key, int col) {
+        return kSubTile(0, col >>> 4, 32) / 4 + key * 8 + ((col & 15) >>> 1);
+    }
+
+    /**
+     * Int index in the V tile ({@link #vSubTile}, [key][d] rows) of key {@code key} < 16, columns {@code col} < 32 and
+     * + 1; rows permuted within each 16 keys as P's columns are (key g + 8 e at row 2 g + e). Key + 16 and col + 32 are
+     * 288 (d / 32) and 288 ints further.
      */
     static int vTileAt(int key, int col) {
-        return (col >>> 3) * 64 + (((key & 7) << 1) | (key >>> 3)) * 4 + ((col & 7) >>> 1);
+        return vSubTile(0, col >>> 3, 32) / 4 + (((key & 7) << 1) | (key >>> 3)) * 4 + ((col & 7) >>> 1);
     }
 
     /**

@@ -11,9 +11,11 @@ import io.github.tornadoattention.InvalidArgumentException;
  * read), in the layouts the intrinsics expect:
  * <ul>
  *   <li>A operand (K tile for S^T = K Q^T, P tile for O = P V): 16x16 sub-tiles, row-major, 32-byte rows,
- *       512 bytes each ({@code mmaLoadA} issues {@code ldmatrix.x4} with a fixed 32-byte row stride).</li>
+ *       512 bytes each ({@code mmaLoadA} issues {@code ldmatrix.x4} with a fixed 32-byte row stride); K's
+ *       sub-tiles are padded to 576 bytes so that its staging stores are free of bank conflicts.</li>
  *   <li>B operand (Q^T tile, V tile, constant tiles): 16x8 sub-tiles, [k][n] row-major, 16-byte rows,
- *       256 bytes each ({@code mmaLoadB} issues {@code ldmatrix.x2.trans}).</li>
+ *       256 bytes each ({@code mmaLoadB} issues {@code ldmatrix.x2.trans}); V's sub-tiles are spread over
+ *       1152-byte groups of four for the same reason.</li>
  * </ul>
  *
  * @param headDim   D, 64 or 128
@@ -48,14 +50,14 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps) {
         return headDim * blockQ / 2;
     }
 
-    /** K as A operand: Bc x D fp16. */
+    /** K as A operand: Bc x D fp16, each 512-byte sub-tile followed by 64 bytes of padding (MmaKernels.kSubTile). */
     public int keyTileInts() {
-        return blockKv * headDim / 2;
+        return (blockKv / 16) * (headDim / 16) * 576 / 4;
     }
 
-    /** V as B operand: Bc x D fp16. */
+    /** V as B operand: Bc x D fp16, four 256-byte sub-tiles per 1152-byte group (MmaKernels.vSubTile). */
     public int valueTileInts() {
-        return blockKv * headDim / 2;
+        return (blockKv / 16) * (headDim / 32) * 1152 / 4;
     }
 
     /** P as A operand: Br x Bc fp16. */

@@ -42,10 +42,10 @@ class TileConfigTest {
             assertEquals(0, c.sharedMemoryBytes() % 16, "shared arrays must keep 16-byte alignment");
             assertEquals(128, c.threads());
         }
-        // Q^T 8 KB + K 8 KB + V 8 KB + P 8 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(33_296, MmaTileConfig.D64.sharedMemoryBytes());
-        // Q^T 16 KB + K 8 KB + V 8 KB + P 4 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(37_392, MmaTileConfig.D128.sharedMemoryBytes());
+        // Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
+        assertEquals(35_344, MmaTileConfig.D64.sharedMemoryBytes());
+        // Q^T 16 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 4 KB + ones 256 B + flag 16 B + row max 256 B
+        assertEquals(39_440, MmaTileConfig.D128.sharedMemoryBytes());
     }
 
     @Test
