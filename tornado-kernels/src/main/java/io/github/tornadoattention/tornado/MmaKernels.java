@@ -123,6 +123,7 @@ public final class MmaKernels {
         int t = kc.localIdx;
         int warp = t >>> 5;
         int lane = t & 31;
+        int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
         if (t < 64) {
             ones[t] = HALF_ONE_PAIR;
         }
@@ -206,6 +207,8 @@ public final class MmaKernels {
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
+                            // aSwizzle, but not loop-invariant to Graal (j0 >>> 31 is 0): hoisted, each mmaLoadA's offset would hold a register.
+                            int aRow = aSwizzle + (j0 >>> 31);
                             // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
                             // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
                             // loop (which kept them live in registers: 255 registers and spills at D = 64).
@@ -226,7 +229,7 @@ public final class MmaKernels {
                                 long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
-                                int kAt = kSubTile(kb, dqH, d) / 4 + jj * 8 + 2 * dqL;
+                                int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
                                 int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
@@ -239,10 +242,10 @@ public final class MmaKernels {
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 4; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
@@ -292,7 +295,7 @@ public final class MmaKernels {
                                         float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
                                                 ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 4 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                        pT[(warp * 4 + kb) * 128 + aTileAt(rw, g)] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
                                     }
                                 }
                             }
@@ -302,7 +305,7 @@ public final class MmaKernels {
                             // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 4; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512);
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512 + aRow);
                                 o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
                                 o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
                                 o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
@@ -363,6 +366,7 @@ public final class MmaKernels {
         int t = kc.localIdx;
         int warp = t >>> 5;
         int lane = t & 31;
+        int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
         if (t < 64) {
             ones[t] = HALF_ONE_PAIR;
         }
@@ -454,6 +458,8 @@ public final class MmaKernels {
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
+                            // aSwizzle, but not loop-invariant to Graal (j0 >>> 31 is 0): hoisted, each mmaLoadA's offset would hold a register.
+                            int aRow = aSwizzle + (j0 >>> 31);
                             // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
                             // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
                             // loop (which kept them live in registers: 255 registers and spills at D = 64).
@@ -474,7 +480,7 @@ public final class MmaKernels {
                                 long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
-                                int kAt = kSubTile(kb, dqH, d) / 4 + jj * 8 + 2 * dqL;
+                                int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
                                 int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
@@ -487,14 +493,14 @@ public final class MmaKernels {
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 2; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
-                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d));
-                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d));
-                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d));
-                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d));
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
+                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d) + aRow);
+                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d) + aRow);
+                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d) + aRow);
+                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d) + aRow);
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
@@ -547,7 +553,7 @@ public final class MmaKernels {
                                         float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
                                                 ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 2 + kb) * 128 + rw * 8 + g] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
+                                        pT[(warp * 2 + kb) * 128 + aTileAt(rw, g)] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
                                     }
                                 }
                             }
@@ -557,7 +563,7 @@ public final class MmaKernels {
                             // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 2; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512);
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512 + aRow);
                                 o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
                                 o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
                                 o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
@@ -655,6 +661,7 @@ public final class MmaKernels {
         int t = kc.localIdx;
         int warp = t >>> 5;
         int lane = t & 31;
+        int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
         if (t < 64) {
             ones[t] = HALF_ONE_PAIR;
         }
@@ -758,6 +765,8 @@ public final class MmaKernels {
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
+                            // aSwizzle, but not loop-invariant to Graal (j0 >>> 31 is 0): hoisted, each mmaLoadA's offset would hold a register.
+                            int aRow = aSwizzle + (j0 >>> 31);
                             // S^T in the scratch's first Bc x Br region every tile (each lane reads back only what it
                             // stored itself, so one buffer suffices, and the smaller footprint stays in L1). The zero
                             // (j0 >>> 31) makes the addresses depend on kvt, so Graal does not hoist all 2 Bc / 8 of this
@@ -799,10 +808,10 @@ public final class MmaKernels {
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 4; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
+                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
+                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
+                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
+                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
@@ -900,7 +909,7 @@ public final class MmaKernels {
                                         float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
                                         float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 4 + kb) * 128 + rw * 8 + g] = fp16Exp(z0) | (fp16Exp(z1) << 16);
+                                        pT[(warp * 4 + kb) * 128 + aTileAt(rw, g)] = fp16Exp(z0) | (fp16Exp(z1) << 16);
                                     }
                                 }
                             }
@@ -937,7 +946,7 @@ public final class MmaKernels {
                             // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 4; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512);
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512 + aRow);
                                 o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
                                 o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
                                 o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
@@ -999,6 +1008,7 @@ public final class MmaKernels {
         int t = kc.localIdx;
         int warp = t >>> 5;
         int lane = t & 31;
+        int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
         if (t < 64) {
             ones[t] = HALF_ONE_PAIR;
         }
@@ -1110,6 +1120,8 @@ public final class MmaKernels {
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
+                            // aSwizzle, but not loop-invariant to Graal (j0 >>> 31 is 0): hoisted, each mmaLoadA's offset would hold a register.
+                            int aRow = aSwizzle + (j0 >>> 31);
                             // S^T in the scratch's first Bc x Br region every tile (each lane reads back only what it
                             // stored itself, so one buffer suffices, and the smaller footprint stays in L1). The zero
                             // (j0 >>> 31) makes the addresses depend on kvt, so Graal does not hoist all 2 Bc / 8 of this
@@ -1148,28 +1160,28 @@ public final class MmaKernels {
                                 int qn0 = warp * 2;
                                 float[] st0 = kc.mmaFragment(0.0f);
                                 float[] st1 = kc.mmaFragment(0.0f);
-                                HalfFloat[] a = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d));
+                                HalfFloat[] a = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d));
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d));
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d));
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d));
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d));
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d));
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
-                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d));
+                                a = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d) + aRow);
                                 st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0) * 256), st0, MMAShape.M16N8K16);
                                 st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
                                 kc.mmaStore(st0, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8, bq), 8);
@@ -1264,7 +1276,7 @@ public final class MmaKernels {
                                         float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
                                         float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 2 + kb) * 128 + rw * 8 + g] = fp16Exp(z0) | (fp16Exp(z1) << 16);
+                                        pT[(warp * 2 + kb) * 128 + aTileAt(rw, g)] = fp16Exp(z0) | (fp16Exp(z1) << 16);
                                     }
                                 }
                             }
@@ -1301,7 +1313,7 @@ public final class MmaKernels {
                             // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 2; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512);
+                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512 + aRow);
                                 o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
                                 o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
                                 o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
@@ -1399,6 +1411,27 @@ public final class MmaKernels {
     }
 
     /**
+     * Int index within an A-operand sub-tile (16 rows of 32 bytes, 8 ints each) of row {@code row}, int {@code word}
+     * (columns 2 word, 2 word + 1), swizzled: rows 4-7 and 12-15 keep their two 16-byte halves swapped. {@code ldmatrix}
+     * reads each 8x8 matrix as 8 rows of 16 bytes, one address per lane; with 32-byte rows, rows r and r + 4 of a
+     * matrix fall in the same banks (2 wavefronts per matrix). Swapped halves put them in the other 16 bytes of the
+     * bank cycle, and {@link #aSwizzle} moves each lane's row address to match.
+     */
+    static int aTileAt(int row, int word) {
+        return row * 8 + (word ^ (((row >>> 2) & 1) << 2));
+    }
+
+    /**
+     * The byte offset, added to every {@code mmaLoadA}, that makes lane {@code lane}'s row address follow
+     * {@link #aTileAt}'s swizzle. TornadoVM's {@code ldmatrix.x4} has lane l supply row 8 ((l / 8) % 2) + l % 8 at byte
+     * 16 (l / 16) of the row; rows with bit 2 set have their halves swapped, so those lanes move +16 bytes (first half)
+     * or -16 (second half). (The byte offset is a register operand of the intrinsic, added to each lane's address.)
+     */
+    static int aSwizzle(int lane) {
+        return ((lane >>> 2) & 1) * (16 - ((lane >>> 4) << 5));
+    }
+
+    /**
      * Byte offset in the V tile of B-operand sub-tile (key block {@code keyBlock}, d block {@code n} of 8): 16 keys x 8
      * columns, 256 bytes with 16-byte rows ({@code mmaLoadB}). Four consecutive d blocks form a 1152-byte group, at 0,
      * 272, 576 and 848 bytes in it: shifted 0, 16, 64 and 80 bytes within a bank cycle, so that a half-warp's 64-bit
@@ -1414,7 +1447,7 @@ public final class MmaKernels {
      * and col + 32 are 288 (d / 32) and 288 ints further.
      */
     static int kTileAt(int key, int col) {
-        return kSubTile(0, col >>> 4, 32) / 4 + key * 8 + ((col & 15) >>> 1);
+        return kSubTile(0, col >>> 4, 32) / 4 + aTileAt(key, (col & 15) >>> 1);
     }
 
     /**

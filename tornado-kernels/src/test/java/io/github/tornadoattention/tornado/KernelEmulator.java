@@ -21,9 +21,11 @@ import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
  * <ul>
  *   <li>{@code mmaLoadA(tile, 16, byteOffset)}: {@code ldmatrix.x4} over a 16x16 fp16 tile, row-major with
  *       32-byte rows, at {@code byteOffset}; lane (g = lane / 4, t = lane % 4) gets a0..a7 =
- *       (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..).</li>
+ *       (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..). Each lane supplies one row address (with its
+ *       own {@code byteOffset}, which may differ between lanes) and the rows are read from those addresses.</li>
  *   <li>{@code mmaLoadB(tile, 16, byteOffset)}: {@code ldmatrix.x2.trans} over a 16x8 fp16 tile [k][n],
- *       row-major with 16-byte rows; lane gets b0..b3 = (k = 2t..2t+1, n = g), (k = 2t+8.., n = g).</li>
+ *       row-major with 16-byte rows; lane gets b0..b3 = (k = 2t..2t+1, n = g), (k = 2t+8.., n = g); lanes
+ *       0..15 supply the row addresses.</li>
  *   <li>{@code mma}: D = A B + C for m16n8k16, fp32 accumulation; C/D element i of lane (g, t) is
  *       (row g + 8 (i / 2), column 2t + i % 2).</li>
  *   <li>{@code simdShuffleDown(v, delta)}, {@code simdBroadcastFirst(v)}: {@code shfl.sync.down} /
@@ -145,6 +147,7 @@ final class KernelEmulator {
         final HalfFloat[][] a = new HalfFloat[32][];
         final HalfFloat[][] b = new HalfFloat[32][];
         final float[] shuffled = new float[32];
+        final int[] rowAddress = new int[32];
 
         Warp(int lanes) {
             this.barrier = new CyclicBarrier(lanes);
@@ -249,16 +252,27 @@ final class KernelEmulator {
 
         @Override
         public HalfFloat[] mmaLoadA(int[] tile, int wmmaK, int byteOffset) {
+            // ldmatrix.x4 as TornadoVM lowers it: lane l supplies the address of row 8 ((l / 8) % 2) + l % 8, byte
+            // 16 (l / 16) of that row; matrix j (register j) is read from the rows lanes 8 j .. 8 j + 7 supplied.
+            int group = lane >> 3;
+            int[] rows = exchangeRowAddresses(byteOffset + ((group & 1) * 8 + (lane & 7)) * 32 + (group >> 1) * 16);
             int g = lane >> 2;
             int t = lane & 3;
             HalfFloat[] fragment = new HalfFloat[8];
             for (int i = 0; i < 8; i++) {
-                int reg = i >> 1;
-                int row = g + 8 * (reg & 1);
-                int col = 2 * t + (i & 1) + 8 * (reg >> 1);
-                fragment[i] = new HalfFloat(half(tile, byteOffset + row * 32 + col * 2));
+                int matrix = i >> 1;
+                fragment[i] = new HalfFloat(half(tile, rows[matrix * 8 + g] + (2 * t + (i & 1)) * 2));
             }
             return fragment;
+        }
+
+        /** Every lane's ldmatrix row address of this warp-wide load (each lane passes its own). */
+        private int[] exchangeRowAddresses(int address) {
+            warp.rowAddress[lane] = address;
+            await(warp.barrier);
+            int[] rows = warp.rowAddress.clone();
+            await(warp.barrier);   // nobody overwrites the addresses before every lane has read them
+            return rows;
         }
 
         @Override
@@ -268,12 +282,16 @@ final class KernelEmulator {
 
         @Override
         public HalfFloat[] mmaLoadB(int[] tile, int wmmaK, int byteOffset) {
+            // ldmatrix.x2.trans: lanes 0..15 supply rows k = lane % 16 (16-byte rows; matrix 1 = lanes 8..15, 128 bytes
+            // on); lane (g, t) gets column g of rows 2 t, 2 t + 1 of each matrix.
+            int group = lane >> 3;
+            int[] rows = exchangeRowAddresses(byteOffset + (lane & 7) * 16 + (group & 1) * 128);
             int g = lane >> 2;
             int t = lane & 3;
             HalfFloat[] fragment = new HalfFloat[4];
             for (int i = 0; i < 4; i++) {
                 int k = 2 * t + (i & 1) + 8 * (i >> 1);
-                fragment[i] = new HalfFloat(half(tile, byteOffset + k * 16 + g * 2));
+                fragment[i] = new HalfFloat(half(tile, rows[k] + g * 2));
             }
             return fragment;
         }
