@@ -775,9 +775,10 @@ public final class MmaKernels {
                             // No barrier here: K's last readers (the previous S^T) finished before the previous tile's
                             // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
 
-                            // K of this tile, loaded into registers during the previous tile's P V, goes to local memory;
-                            // V of this tile is loaded into registers now and stored after the softmax (its previous readers,
-                            // the last P V, finished before the barrier above), so its loads land while S^T and P compute.
+                            // K of this tile, loaded into registers during the previous tile's P V, goes to local memory.
+                            // V is loaded only after the softmax, right before it is stored: held in registers through S^T
+                            // and the softmax (as at D = 128) it pushed the kernel past its 128-register cap into spills,
+                            // which cost more than the overlap gained (measured: 7% slower).
                             kT[kAt] = (int) k0;
                             kT[kAt + 1] = (int) (k0 >>> 32);
                             kT[kAt + 288] = (int) k1;
@@ -794,14 +795,6 @@ public final class MmaKernels {
                             kT[kAt + 1729] = (int) (k6 >>> 32);
                             kT[kAt + 2016] = (int) k7;
                             kT[kAt + 2017] = (int) (k7 >>> 32);
-                            long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
-                            long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
-                            long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol);
-                            long v3 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 32);
-                            long v4 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol);
-                            long v5 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol + 32);
-                            long v6 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol);
-                            long v7 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol + 32);
                             kc.localBarrier();
 
                             // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
@@ -822,6 +815,7 @@ public final class MmaKernels {
                                     kc.mmaStore(s, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn * 8, bq), 8);
                                 }
                             }
+
 
                             if (kvt == 0 && attempt == 0) {
                                 // The reference max (the first tile's) without a pass over the scratch or a barrier: each
@@ -913,6 +907,14 @@ public final class MmaKernels {
                                     }
                                 }
                             }
+                            long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
+                            long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
+                            long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol);
+                            long v3 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 32);
+                            long v4 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol);
+                            long v5 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol + 32);
+                            long v6 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol);
+                            long v7 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol + 32);
                             // V into local memory (layout as in attentionD64); the barrier below publishes it with P.
                             vT[vAt] = (int) v0;
                             vT[vAt + 1] = (int) (v0 >>> 32);
