@@ -112,7 +112,7 @@ public final class MmaKernels {
         final int d = 64;
         final int bq = 64;
         final int bkv = 64;
-        int[] qT = kc.allocateIntLocalArray(2048);      // D x Br / 2: Q^T, B operand
+        int[] qT = kc.allocateIntLocalArray(2064);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
         int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
         int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
@@ -163,9 +163,10 @@ public final class MmaKernels {
 
                 // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
                 // the values of two queries for one d share an int. Rows past the end are zeros.
-                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
-                    int qa = 2 * (it / (d / 4));       // even query of the pair
-                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                for (int i = 0; i < (bq / 2) * (d / 4) / 128; i++) {
+                    int it = t + 128 * i;
+                    int qa = qStageQuery(it);          // even query of the pair
+                    int dq = qStageChunk(it);          // d = 4 dq .. 4 dq + 3
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
@@ -176,7 +177,7 @@ public final class MmaKernels {
                     int ra = q0 + qa;
                     long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
                     long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
                     qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
@@ -249,10 +250,10 @@ public final class MmaKernels {
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
-                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, qSubTile(0, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, qSubTile(1, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, qSubTile(2, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, qSubTile(3, qn, bq)), s, MMAShape.M16N8K16);
                                     kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
                                 }
                             }
@@ -355,7 +356,7 @@ public final class MmaKernels {
         final int d = 128;
         final int bq = 64;
         final int bkv = 32;
-        int[] qT = kc.allocateIntLocalArray(4096);      // D x Br / 2: Q^T, B operand
+        int[] qT = kc.allocateIntLocalArray(4128);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
         int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
         int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
@@ -406,9 +407,10 @@ public final class MmaKernels {
 
                 // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
                 // the values of two queries for one d share an int. Rows past the end are zeros.
-                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
-                    int qa = 2 * (it / (d / 4));       // even query of the pair
-                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                for (int i = 0; i < (bq / 2) * (d / 4) / 128; i++) {
+                    int it = t + 128 * i;
+                    int qa = qStageQuery(it);          // even query of the pair
+                    int dq = qStageChunk(it);          // d = 4 dq .. 4 dq + 3
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
@@ -419,7 +421,7 @@ public final class MmaKernels {
                     int ra = q0 + qa;
                     long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
                     long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
                     qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
@@ -504,14 +506,14 @@ public final class MmaKernels {
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
-                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a4, kc.mmaLoadB(qT, 16, (32 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a5, kc.mmaLoadB(qT, 16, (40 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a6, kc.mmaLoadB(qT, 16, (48 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a7, kc.mmaLoadB(qT, 16, (56 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, qSubTile(0, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, qSubTile(1, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, qSubTile(2, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, qSubTile(3, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a4, kc.mmaLoadB(qT, 16, qSubTile(4, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a5, kc.mmaLoadB(qT, 16, qSubTile(5, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a6, kc.mmaLoadB(qT, 16, qSubTile(6, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a7, kc.mmaLoadB(qT, 16, qSubTile(7, qn, bq)), s, MMAShape.M16N8K16);
                                     kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
                                 }
                             }
@@ -650,7 +652,7 @@ public final class MmaKernels {
         final int d = 64;
         final int bq = 64;
         final int bkv = 64;
-        int[] qT = kc.allocateIntLocalArray(2048);      // D x Br / 2: Q^T, B operand
+        int[] qT = kc.allocateIntLocalArray(2064);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
         int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
         int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
@@ -721,9 +723,10 @@ public final class MmaKernels {
 
                 // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
                 // the values of two queries for one d share an int. Rows past the end are zeros.
-                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
-                    int qa = 2 * (it / (d / 4));       // even query of the pair
-                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                for (int i = 0; i < (bq / 2) * (d / 4) / 128; i++) {
+                    int it = t + 128 * i;
+                    int qa = qStageQuery(it);          // even query of the pair
+                    int dq = qStageChunk(it);          // d = 4 dq .. 4 dq + 3
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
@@ -734,7 +737,7 @@ public final class MmaKernels {
                     int ra = q0 + qa;
                     long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
                     long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
                     qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
@@ -808,10 +811,10 @@ public final class MmaKernels {
                                 for (int nb = 0; nb < 2; nb++) {
                                     int qn = warp * 2 + nb;
                                     float[] s = kc.mmaFragment(0.0f);
-                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, (qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, (8 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, (16 + qn) * 256), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, (24 + qn) * 256), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, qSubTile(0, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, qSubTile(1, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, qSubTile(2, qn, bq)), s, MMAShape.M16N8K16);
+                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, qSubTile(3, qn, bq)), s, MMAShape.M16N8K16);
                                     kc.mmaStore(s, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn * 8, bq), 8);
                                 }
                             }
@@ -999,7 +1002,7 @@ public final class MmaKernels {
         final int d = 128;
         final int bq = 64;
         final int bkv = 32;
-        int[] qT = kc.allocateIntLocalArray(4096);      // D x Br / 2: Q^T, B operand
+        int[] qT = kc.allocateIntLocalArray(4128);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
         int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
         int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
         int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
@@ -1070,9 +1073,10 @@ public final class MmaKernels {
 
                 // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
                 // the values of two queries for one d share an int. Rows past the end are zeros.
-                for (int it = t; it < (bq / 2) * (d / 4); it += 128) {
-                    int qa = 2 * (it / (d / 4));       // even query of the pair
-                    int dq = it % (d / 4);             // d = 4 dq .. 4 dq + 3
+                for (int i = 0; i < (bq / 2) * (d / 4) / 128; i++) {
+                    int it = t + 128 * i;
+                    int qa = qStageQuery(it);          // even query of the pair
+                    int dq = qStageChunk(it);          // d = 4 dq .. 4 dq + 3
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
@@ -1083,7 +1087,7 @@ public final class MmaKernels {
                     int ra = q0 + qa;
                     long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
                     long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = ((dq >>> 2) * (bq / 8) + (qa >>> 3)) * 64 + 16 * (dq & 3) + ((qa & 7) >>> 1);
+                    int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
                     qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
@@ -1163,29 +1167,29 @@ public final class MmaKernels {
                                 float[] st0 = kc.mmaFragment(0.0f);
                                 float[] st1 = kc.mmaFragment(0.0f);
                                 HalfFloat[] a = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(0, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(0, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 a = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (8 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(1, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(1, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 a = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (16 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(2, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(2, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 a = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (24 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(3, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(3, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 a = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (32 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(4, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(4, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 a = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (40 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(5, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(5, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 a = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (48 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(6, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(6, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 a = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d) + aRow);
-                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0) * 256), st0, MMAShape.M16N8K16);
-                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, (56 + qn0 + 1) * 256), st1, MMAShape.M16N8K16);
+                                st0 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(7, qn0, bq)), st0, MMAShape.M16N8K16);
+                                st1 = kc.mma(a, kc.mmaLoadB(qT, 16, qSubTile(7, qn0 + 1, bq)), st1, MMAShape.M16N8K16);
                                 kc.mmaStore(st0, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8, bq), 8);
                                 kc.mmaStore(st1, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8 + 8, bq), 8);
                             }
@@ -1400,6 +1404,31 @@ public final class MmaKernels {
     /** The first of the four fp16 columns (0..28) of a 32-column block that thread {@code t} loads: see {@link #kvLoadKey}. */
     static int kvLoadColumn(int t) {
         return 4 * (t & 7);
+    }
+
+    /**
+     * Byte offset in the Q^T tile of B-operand sub-tile (d block {@code dBlock} of 16, query block {@code queryBlock} of 8):
+     * 16 d-rows x 8 queries, 256 bytes with 16-byte rows ({@code mmaLoadB}), each d block's sub-tiles 16 bytes further on
+     * than the last's. With that shift a warp's staging stores ({@link #qStageQuery}, {@link #qStageChunk}: four d blocks,
+     * two 4-row groups, four query pairs) reach all 32 banks; unshifted, every sub-tile starts in bank 0 and they reached
+     * 4 (8-way conflicts).
+     */
+    static int qSubTile(int dBlock, int queryBlock, int bq) {
+        return (dBlock * (bq / 8) + queryBlock) * 256 + 16 * dBlock;
+    }
+
+    /** The even query of the pair that Q^T staging item {@code it} loads (bits: 1..0 pair in the block, 7..5 block). */
+    static int qStageQuery(int it) {
+        return 8 * ((it >>> 5) & 7) + 2 * (it & 3);
+    }
+
+    /**
+     * The 4-column chunk of d (d = 4 chunk .. + 3) that Q^T staging item {@code it} loads: bits 4..3 and 9.. the d block,
+     * bits 8 and 2 the chunk within it, so that one warp covers four d blocks ({@link #qSubTile}).
+     */
+    static int qStageChunk(int it) {
+        int dBlock = 4 * (it >>> 9) + ((it >>> 3) & 3);
+        return 4 * dBlock + 2 * ((it >>> 8) & 1) + ((it >>> 2) & 1);
     }
 
     /**

@@ -45,9 +45,9 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps) {
         return 32 * warps;
     }
 
-    /** Q^T as B operand: D x Br fp16. */
+    /** Q^T as B operand: D x Br fp16, each d block's sub-tiles 16 bytes on from the last's (MmaKernels.qSubTile). */
     public int queryTileInts() {
-        return headDim * blockQ / 2;
+        return (headDim * blockQ * 2 + 16 * (headDim / 16)) / 4;
     }
 
     /** K as A operand: Bc x D fp16, each 512-byte sub-tile followed by 64 bytes of padding (MmaKernels.kSubTile). */

@@ -43,9 +43,9 @@ class TileConfigTest {
             assertEquals(128, c.threads());
         }
         // Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(35_344, MmaTileConfig.D64.sharedMemoryBytes());
+        assertEquals(35_408, MmaTileConfig.D64.sharedMemoryBytes());
         // Q^T 16 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 4 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(39_440, MmaTileConfig.D128.sharedMemoryBytes());
+        assertEquals(39_568, MmaTileConfig.D128.sharedMemoryBytes());
     }
 
     @Test
