@@ -34,7 +34,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *   <li>No access to the elements of an accumulator fragment: {@code mmaStore} to a global FloatArray is
  *       the only way out, {@code mmaFragment(v)} and {@code mma} the only ways in. FlashAttention-2 keeps
  *       S in registers and turns it into the fp16 A fragment of P V in registers; here S^T goes through an
- *       fp32 scratch in global memory (per CTA, L1/L2 resident, two buffers alternating by K/V tile), is read
+ *       fp32 scratch in global memory (per CTA, L1/L2 resident; MmaTileConfig#scratchFloatsPerCta), is read
  *       back by the lane that stored it, and P goes to local memory for {@code ldmatrix}. A lane holds S^T
  *       rows g and g + 8 (keys) of a query, so it packs those two keys into one int of P: P's columns are
  *       permuted within each 16-key block (column 2 g + e is key g + 8 e) and V is staged in the same row
@@ -78,8 +78,16 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * through a helper. Keep the two in step. {@link #attentionD64Pipelined} and {@link #attentionD128Pipelined},
  * the kernels that run by default, are the same again with the global K/V loads overlapped with compute
  * (TornadoVM's PTX backend has no cp.async: the next K tile is loaded into registers during P V, this V tile
- * during S^T and the softmax at D = 64, during the softmax at D = 128), the first tile's row max by warp shuffles and 2 barriers per K/V tile instead
- * of 3. {@code -Dtornado.attention.mma.pipeline=false} selects the synchronous ones, kept as the baseline
+ * during the softmax at D = 128; at D = 64 V is loaded right before it is stored, because held through the softmax it
+ * pushed the kernel past its register cap), the first tile's row max by warp shuffles and 2 barriers per K/V tile
+ * instead of 3.
+ *
+ * <p><b>Shared-memory layouts without bank conflicts.</b> The tiles keep the layouts the intrinsics read, but where
+ * they sit is ours: K's and V's sub-tiles are padded ({@link #kSubTile}, {@link #vSubTile}) and Q^T's shifted
+ * ({@link #qSubTile}) so that the staging stores reach every bank, and the A-operand tiles (K, P) are swizzled
+ * ({@link #aTileAt}) with each lane's {@code ldmatrix} row address moved to match ({@link #aSwizzle}: the byte
+ * offset of {@code mmaLoadA} is a per-lane register operand), so that {@code ldmatrix.x4} reads each 8x8 matrix in
+ * one wavefront instead of two. SharedLayoutTest checks both properties. {@code -Dtornado.attention.mma.pipeline=false} selects the synchronous ones, kept as the baseline
  * of those changes and as the reference of the shuffled row max in the tests.
  */
 public final class MmaKernels {
@@ -675,7 +683,7 @@ public final class MmaKernels {
         int queryTiles = (queryLength + bq - 1) / bq;
         int tiles = queryTiles * heads;
         int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
-        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers, the first used), O | l
         int oBase = sBase + 2 * bkv * bq;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         int stamp = 0;
@@ -1025,7 +1033,7 @@ public final class MmaKernels {
         int queryTiles = (queryLength + bq - 1) / bq;
         int tiles = queryTiles * heads;
         int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
-        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
+        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers, the first used), O | l
         int oBase = sBase + 2 * bkv * bq;
         int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
         int stamp = 0;
@@ -1394,8 +1402,8 @@ public final class MmaKernels {
      * The key (0..15) whose words thread {@code t} loads in the pipelined kernels' K/V staging: each warp
      * instruction reads four keys, eight lanes each, and the lanes of a key read eight consecutive 64-bit words
      * (64 bytes; {@link #kvLoadColumn}): four cache lines per instruction (a mapping of 16 bytes per key took
-     * eight). The stores into K's A-operand sub-tiles are 2-way bank conflicted; a lane order that makes them
-     * conflict-free (each half-warp one 16-column block of the four keys) measured 2-8% slower on the H100.
+     * eight). The padded tile layouts ({@link #kSubTile}, {@link #vSubTile}) make the stores of this mapping free of
+     * bank conflicts (a lane order chosen for the unpadded layouts instead measured 2-8% slower on the H100).
      */
     static int kvLoadKey(int t) {
         return 4 * (t >>> 5) + ((t >>> 3) & 3);

@@ -79,8 +79,8 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps) {
     }
 
     /**
-     * fp32 scratch per CTA in global memory: S^T twice (Bc x Br each; consecutive K/V tiles alternate
-     * between the two) and O with its row sums (Br x (D + 8), stored fragment by fragment: MmaKernels.outputAt). The KernelContext API offers no access to
+     * fp32 scratch per CTA in global memory: S^T twice (Bc x Br each; the synchronous kernels alternate between
+     * the two by K/V tile, the pipelined ones use the first only, which keeps it in L1) and O with its row sums (Br x (D + 8), stored fragment by fragment: MmaKernels.outputAt). The KernelContext API offers no access to
      * accumulator fragment elements, so S and O leave the tensor cores only through {@code mmaStore}
      * (st.global.f32).
      */

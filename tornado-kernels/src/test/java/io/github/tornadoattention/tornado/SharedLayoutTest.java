@@ -1,0 +1,126 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.HashSet;
+import java.util.Set;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * The shared-memory layouts of tornado-mma's pipelined kernels (MmaKernels' aTileAt/aSwizzle, kSubTile/kTileAt,
+ * vSubTile/vTileAt, qSubTile/qStageQuery/qStageChunk): every element has its own place inside the tile that
+ * MmaTileConfig sizes, and the accesses they were designed for are free of bank conflicts. Shared memory has 32
+ * banks of 4 bytes; a warp's 32-bit access is conflict-free when its lanes hit distinct banks, a 64-bit access when
+ * each half-warp's lanes hit distinct 8-byte bank pairs, and {@code ldmatrix} reads each 8x8 matrix in one
+ * wavefront when its 8 row addresses (16 bytes each) fall in distinct 16-byte bank groups. (That the kernels read
+ * what they wrote is checked end to end by MmaKernelsTest.)
+ */
+class SharedLayoutTest {
+
+    /** TornadoVM's ldmatrix.x4 lowering: lane l supplies row 8 ((l / 8) % 2) + l % 8, byte 16 (l / 16) of it. */
+    private static int ldmatrixRowAddress(int lane, int byteOffset) {
+        int group = lane >>> 3;
+        return byteOffset + ((group & 1) * 8 + (lane & 7)) * 32 + (group >>> 1) * 16;
+    }
+
+    @Test
+    void swizzledRowAddressesPointAtTheRowsATileAtWrote() {
+        for (int lane = 0; lane < 32; lane++) {
+            int group = lane >>> 3;
+            int row = (group & 1) * 8 + (lane & 7);
+            int firstWord = 4 * (group >>> 1);        // the 16-byte half this lane's matrix reads: words 0-3 or 4-7
+            assertEquals(4 * MmaKernels.aTileAt(row, firstWord), ldmatrixRowAddress(lane, MmaKernels.aSwizzle(lane)),
+                    "lane " + lane);
+            for (int word = firstWord; word < firstWord + 4; word++) {   // the half stays contiguous
+                assertEquals(MmaKernels.aTileAt(row, firstWord) + word - firstWord, MmaKernels.aTileAt(row, word));
+            }
+        }
+    }
+
+    @Test
+    void swizzledLdmatrixReadsEachMatrixInOneWavefront() {
+        for (int matrix = 0; matrix < 4; matrix++) {
+            Set<Integer> swizzled = new HashSet<>();
+            Set<Integer> plain = new HashSet<>();
+            for (int lane = 8 * matrix; lane < 8 * matrix + 8; lane++) {
+                swizzled.add(Math.floorMod(ldmatrixRowAddress(lane, MmaKernels.aSwizzle(lane)) / 16, 8));
+                plain.add(Math.floorMod(ldmatrixRowAddress(lane, 0) / 16, 8));
+            }
+            assertEquals(8, swizzled.size(), "matrix " + matrix);
+            assertEquals(4, plain.size(), "the unswizzled tile reads rows r and r + 4 from the same banks");
+        }
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {64, 128})
+    void keyAndValueTilesGiveEveryElementItsOwnPlace(int headDim) {
+        MmaTileConfig config = MmaTileConfig.forHeadDim(headDim);
+        Set<Integer> keys = new HashSet<>();
+        Set<Integer> values = new HashSet<>();
+        for (int key = 0; key < config.blockKv(); key++) {
+            for (int pair = 0; pair < headDim / 2; pair++) {   // the int holding columns 2 pair, 2 pair + 1
+                int k = MmaKernels.kSubTile(key / 16, pair / 8, headDim) / 4 + MmaKernels.aTileAt(key % 16, pair % 8);
+                int row = ((key & 7) << 1) | ((key >>> 3) & 1);    // P's column order within 16 keys
+                int v = MmaKernels.vSubTile(key / 16, pair / 4, headDim) / 4 + row * 4 + pair % 4;
+                assertTrue(keys.add(k) && k < config.keyTileInts(), "K " + key + ", " + pair);
+                assertTrue(values.add(v) && v < config.valueTileInts(), "V " + key + ", " + pair);
+                if (key < 16 && pair < 16) {   // the staging helpers' range: 16 keys, 32 columns
+                    assertEquals(k, MmaKernels.kTileAt(key, 2 * pair));
+                    assertEquals(v, MmaKernels.vTileAt(key, 2 * pair));
+                }
+            }
+        }
+    }
+
+    /** The pipelined kernels' K/V staging: thread t stores 64-bit word i at kTileAt/vTileAt + 288 i. */
+    @ParameterizedTest
+    @ValueSource(ints = {64, 128})
+    void keyAndValueStagingStoresAreFreeOfBankConflicts(int headDim) {
+        int words = MmaTileConfig.forHeadDim(headDim).blockKv() * headDim / 4 / 128;
+        for (int word = 0; word < words; word++) {
+            for (int halfWarp = 0; halfWarp < 8; halfWarp++) {
+                Set<Integer> keySlots = new HashSet<>();
+                Set<Integer> valueSlots = new HashSet<>();
+                for (int t = 16 * halfWarp; t < 16 * halfWarp + 16; t++) {
+                    int key = MmaKernels.kvLoadKey(t);
+                    int column = MmaKernels.kvLoadColumn(t);
+                    keySlots.add(((MmaKernels.kTileAt(key, column) + 288 * word) / 2) % 16);
+                    valueSlots.add(((MmaKernels.vTileAt(key, column) + 288 * word) / 2) % 16);
+                }
+                assertEquals(16, keySlots.size(), "K word " + word + ", half-warp " + halfWarp);
+                assertEquals(16, valueSlots.size(), "V word " + word + ", half-warp " + halfWarp);
+            }
+        }
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {64, 128})
+    void queryStagingCoversTheTileOnceWithoutBankConflicts(int headDim) {
+        MmaTileConfig config = MmaTileConfig.forHeadDim(headDim);
+        int items = (config.blockQ() / 2) * (headDim / 4);
+        Set<Integer> covered = new HashSet<>();
+        Set<Integer> ints = new HashSet<>();
+        for (int warpStart = 0; warpStart < items; warpStart += 32) {
+            for (int row = 0; row < 4; row++) {            // the four stores of one item: d = 4 chunk + row
+                Set<Integer> banks = new HashSet<>();
+                for (int it = warpStart; it < warpStart + 32; it++) {
+                    int query = MmaKernels.qStageQuery(it);
+                    int chunk = MmaKernels.qStageChunk(it);
+                    int at = MmaKernels.qSubTile(chunk >>> 2, query >>> 3, config.blockQ()) / 4
+                            + 16 * (chunk & 3) + 4 * row + ((query & 7) >>> 1);
+                    banks.add(at % 32);
+                    assertTrue(ints.add(at) && at < config.queryTileInts(), "item " + it + ", row " + row);
+                    if (row == 0) {
+                        assertTrue(query % 2 == 0 && query < config.blockQ() && chunk < headDim / 4);
+                        assertTrue(covered.add(query * 1000 + chunk), "item " + it + " repeats another");
+                    }
+                }
+                assertEquals(32, banks.size(), "warp at item " + warpStart + ", row " + row);
+            }
+        }
+        assertEquals(items, covered.size());
+    }
+}
