@@ -808,7 +808,7 @@ public final class MmaKernels {
                             kT[kAt + 2017] = (int) (k7 >>> 32);
                             kc.localBarrier();
 
-                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
+                            // S^T = K Q^T into the scratch (fragment by fragment: scoreAt). Warp w computes the
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 4; kb++) {
@@ -1165,7 +1165,7 @@ public final class MmaKernels {
                             kT[kAt + 2017] = (int) (k7 >>> 32);
                             kc.localBarrier();
 
-                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
+                            // S^T = K Q^T into the scratch (fragment by fragment: scoreAt). Warp w computes the
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
                             for (int kb = 0; kb < 2; kb++) {
