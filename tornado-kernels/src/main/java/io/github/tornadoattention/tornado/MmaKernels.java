@@ -87,7 +87,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * ({@link #qSubTile}) so that the staging stores reach every bank, and the A-operand tiles (K, P) are swizzled
  * ({@link #aTileAt}) with each lane's {@code ldmatrix} row address moved to match ({@link #aSwizzle}: the byte
  * offset of {@code mmaLoadA} is a per-lane register operand), so that {@code ldmatrix.x4} reads each 8x8 matrix in
- * one wavefront instead of two. SharedLayoutTest checks both properties. {@code -Dtornado.attention.mma.pipeline=false} selects the synchronous ones, kept as the baseline
+ * one wavefront instead of two. SharedLayoutTest checks both properties.
+ *
+ * <p>{@code -Dtornado.attention.mma.pipeline=false} selects the synchronous ones, kept as the baseline
  * of those changes and as the reference of the shuffled row max in the tests.
  */
 public final class MmaKernels {
@@ -241,7 +243,7 @@ public final class MmaKernels {
                                 int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
+                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + valueRow(jj) * 4 + 2 * (dqL & 1);
                                 vT[vAt] = (int) lv;
                                 vT[vAt + 1] = (int) (lv >>> 32);
                             }
@@ -493,7 +495,7 @@ public final class MmaKernels {
                                 int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
                                 kT[kAt] = (int) lk;
                                 kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + (((jj & 7) << 1) | (jj >>> 3)) * 4 + 2 * (dqL & 1);   // key row jj at P column 2 (jj % 8) + jj / 8 (see P)
+                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + valueRow(jj) * 4 + 2 * (dqL & 1);
                                 vT[vAt] = (int) lv;
                                 vT[vAt + 1] = (int) (lv >>> 32);
                             }
@@ -1495,7 +1497,12 @@ public final class MmaKernels {
      * 288 (d / 32) and 288 ints further.
      */
     static int vTileAt(int key, int col) {
-        return vSubTile(0, col >>> 3, 32) / 4 + (((key & 7) << 1) | (key >>> 3)) * 4 + ((col & 7) >>> 1);
+        return vSubTile(0, col >>> 3, 32) / 4 + valueRow(key) * 4 + ((col & 7) >>> 1);
+    }
+
+    /** The row of key {@code key} < 16 in a V sub-tile: key g + 8 e at row 2 g + e, the order of P's columns. */
+    static int valueRow(int key) {
+        return ((key & 7) << 1) | (key >>> 3);
     }
 
     /**

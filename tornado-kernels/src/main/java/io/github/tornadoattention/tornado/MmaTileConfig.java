@@ -45,19 +45,19 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps) {
         return 32 * warps;
     }
 
-    /** Q^T as B operand: D x Br fp16, each d block's sub-tiles 16 bytes on from the last's (MmaKernels.qSubTile). */
+    /** Q^T as B operand: D x Br fp16, each d block's sub-tiles 16 bytes on from the last's: where qSubTile's next d block would start. */
     public int queryTileInts() {
-        return (headDim * blockQ * 2 + 16 * (headDim / 16)) / 4;
+        return MmaKernels.qSubTile(headDim / 16, 0, blockQ) / 4;
     }
 
-    /** K as A operand: Bc x D fp16, each 512-byte sub-tile followed by 64 bytes of padding (MmaKernels.kSubTile). */
+    /** K as A operand: Bc x D fp16, each 512-byte sub-tile followed by 64 bytes of padding: where kSubTile's next key block would start. */
     public int keyTileInts() {
-        return (blockKv / 16) * (headDim / 16) * 576 / 4;
+        return MmaKernels.kSubTile(blockKv / 16, 0, headDim) / 4;
     }
 
-    /** V as B operand: Bc x D fp16, four 256-byte sub-tiles per 1152-byte group (MmaKernels.vSubTile). */
+    /** V as B operand: Bc x D fp16, four 256-byte sub-tiles per 1152-byte group: where vSubTile's next key block would start. */
     public int valueTileInts() {
-        return (blockKv / 16) * (headDim / 32) * 1152 / 4;
+        return MmaKernels.vSubTile(blockKv / 16, 0, headDim) / 4;
     }
 
     /** P as A operand: Br x Bc fp16. */

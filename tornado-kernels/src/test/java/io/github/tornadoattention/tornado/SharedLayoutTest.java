@@ -63,8 +63,7 @@ class SharedLayoutTest {
         for (int key = 0; key < config.blockKv(); key++) {
             for (int pair = 0; pair < headDim / 2; pair++) {   // the int holding columns 2 pair, 2 pair + 1
                 int k = MmaKernels.kSubTile(key / 16, pair / 8, headDim) / 4 + MmaKernels.aTileAt(key % 16, pair % 8);
-                int row = ((key & 7) << 1) | ((key >>> 3) & 1);    // P's column order within 16 keys
-                int v = MmaKernels.vSubTile(key / 16, pair / 4, headDim) / 4 + row * 4 + pair % 4;
+                int v = MmaKernels.vSubTile(key / 16, pair / 4, headDim) / 4 + MmaKernels.valueRow(key % 16) * 4 + pair % 4;
                 assertTrue(keys.add(k) && k < config.keyTileInts(), "K " + key + ", " + pair);
                 assertTrue(values.add(v) && v < config.valueTileInts(), "V " + key + ", " + pair);
                 if (key < 16 && pair < 16) {   // the staging helpers' range: 16 keys, 32 columns
