@@ -17,16 +17,20 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * grid loops over tiles when there are more than {@link MmaTileConfig#MAX_CTAS}. Q is loaded once per
  * tile, transposed, as the B operand. Per K/V tile (Bc keys):
  * <ol>
- *   <li>K and V are staged in local memory (K as A operand, V as B operand, both in their natural
- *       row-major layout, which is what the intrinsics read).</li>
+ *   <li>K and V are staged in local memory (K as A operand in its natural row-major layout; V as B operand
+ *       likewise in the synchronous kernels, transposed as the A operand V^T in the pipelined ones, see
+ *       below).</li>
  *   <li>S^T = K Q^T on tensor cores. Computing S transposed lets K be the A operand: the API's B load is
  *       {@code ldmatrix .trans} only, so S = Q K^T would need K transposed in local memory every tile,
  *       whereas Q^T is built once per query tile.</li>
  *   <li>Softmax in fp32: each lane reads back the S values that its own {@code mmaStore} wrote (same thread,
- *       no barrier; warp w computes S for its own 16 query rows) and writes P as fp16 bits, computed in
- *       float/int arithmetic ({@link #fp16Pow2}), into local memory as the A operand of P V.</li>
- *   <li>O += P V on tensor cores; the row sums of P come from the same MMAs (P times a tile of ones), so
- *       the accumulator fragments hold both numerator and denominator.</li>
+ *       no barrier; warp w computes S for its own 16 query rows) and writes P to local memory: in the pipelined
+ *       kernels P^T = e^z as fp16 values into a {@code HalfFloat[]} (the B operand of O^T = V^T P^T), in the
+ *       synchronous ones P as fp16 bits computed in float/int arithmetic ({@link #fp16Pow2}), the A operand of
+ *       O = P V.</li>
+ *   <li>O^T += V^T P^T (pipelined) or O += P V (synchronous) on tensor cores; the row sums of P come from the
+ *       same MMAs (a tile of ones times P^T, or P times one), so the accumulator fragments hold both numerator
+ *       and denominator.</li>
  * </ol>
  *
  * <p><b>What the API lacks, and the detours taken.</b>
@@ -35,15 +39,18 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *       the only way out, {@code mmaFragment(v)} and {@code mma} the only ways in. FlashAttention-2 keeps
  *       S in registers and turns it into the fp16 A fragment of P V in registers; here S^T goes through an
  *       fp32 scratch in global memory (per CTA, L1/L2 resident; MmaTileConfig#scratchFloatsPerCta), is read
- *       back by the lane that stored it, and P goes to local memory for {@code ldmatrix}. A lane holds S^T
- *       rows g and g + 8 (keys) of a query, so it packs those two keys into one int of P: P's columns are
- *       permuted within each 16-key block (column 2 g + e is key g + 8 e) and V is staged in the same row
- *       order, which leaves P V unchanged.</li>
- *   <li>fp32 to fp16: TornadoVM's PTX backend emits {@code cvt.rn.f16.f32} only for
- *       {@code new HalfFloat(floatArray.get(i))}, a value just read from a FloatArray, and has no
- *       float-to-int bit cast. P is therefore encoded by hand ({@link #fp16Exp} in the pipelined kernels,
- *       {@link #fp16Pow2} in the synchronous ones: exponent from a floor, mantissa from one {@code ex2}); O is
- *       written in fp32 and converted with {@code new HalfFloat(scratch.get(i))} at the end.</li>
+ *       back by the lane that stored it, and P goes to local memory for {@code ldmatrix}.</li>
+ *   <li>fp32 to fp16: TornadoVM's PTX backend has no float-to-int bit cast, and {@code new HalfFloat(x)} converts
+ *       only where x was just read from a FloatArray or where it is stored into a {@code HalfFloat[]} (then
+ *       {@code cvt.rn.f16.f32} and a 16-bit store). {@code mmaLoadA} reads an {@code int[]} only, whereas
+ *       {@code mmaLoadBSwizzled} reads a {@code HalfFloat[]}: so the pipelined kernels store P^T = e^z straight into
+ *       a {@code HalfFloat[]} ({@link #pTileAt}) and compute O^T = V^T P^T, with V staged transposed as the A
+ *       operand ({@link #vtAt}: each int holds two keys of one d). This replaced an fp16 encoding by hand (a floor,
+ *       an {@code ex2} and a float-to-int conversion that TornadoVM guards with {@code testp}: about 19 instructions
+ *       per score against 8), which the synchronous kernels keep ({@link #fp16Pow2}, packing keys g and g + 8 into
+ *       one int of P, so that P's columns are permuted within each 16-key block and V is staged in the same row
+ *       order, {@link #valueRow}). O is written in fp32 and converted with {@code new HalfFloat(scratch.get(i))}
+ *       at the end.</li>
  *   <li>No rescaling of O: FlashAttention-2 multiplies the O accumulator row-wise by exp(m_old - m_new)
  *       whenever a row's running max grows, which needs the fragment's elements. Moreover TornadoVM
  *       types a fragment that flows through an {@code if}/{@code else} merge as a 64-bit scalar (wrong
@@ -76,15 +83,15 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * {@link MmaTileConfig}: TornadoVM sizes local and private arrays only from compile-time constants, and
  * reaches a local array correctly only in the method that allocates it, so the body cannot be shared
  * through a helper. Keep the two in step. {@link #attentionD64Pipelined} and {@link #attentionD128Pipelined},
- * the kernels that run by default, are the same again with the global K/V loads overlapped with compute
- * (TornadoVM's PTX backend has no cp.async: the next K tile is loaded into registers during P V, this V tile
- * during the softmax at D = 128; at D = 64 V is loaded right before it is stored, because held through the softmax it
- * pushed the kernel past its register cap), the first tile's row max by warp shuffles and 2 barriers per K/V tile
- * instead of 3.
+ * the kernels that run by default, are the same again with O^T = V^T P^T (above), the global K/V loads overlapped
+ * with compute (TornadoVM's PTX backend has no cp.async: the next K tile is loaded into registers during P V, this V
+ * tile during the softmax at D = 128; at D = 64 V is loaded right before it is stored, because held through the
+ * softmax it slowed the kernel), the first tile's row max by warp shuffles and 2 barriers per K/V tile instead of 3.
  *
  * <p><b>Shared-memory layouts without bank conflicts.</b> The tiles keep the layouts the intrinsics read, but where
- * they sit is ours: K's and V's sub-tiles are padded ({@link #kSubTile}, {@link #vSubTile}) and Q^T's shifted
- * ({@link #qSubTile}) so that the staging stores reach every bank, and the A-operand tiles (K, P) are swizzled
+ * they sit is ours: K's, V's and V^T's sub-tiles are padded ({@link #kSubTile}, {@link #vSubTile}, {@link #vtSubTile})
+ * and Q^T's shifted ({@link #qSubTile}) so that the staging stores reach every bank, and the A-operand tiles (K, V^T,
+ * P) are swizzled
  * ({@link #aTileAt}) with each lane's {@code ldmatrix} row address moved to match ({@link #aSwizzle}: the byte
  * offset of {@code mmaLoadA} is a per-lane register operand), so that {@code ldmatrix.x4} reads each 8x8 matrix in
  * one wavefront instead of two. SharedLayoutTest checks both properties.
@@ -637,11 +644,16 @@ public final class MmaKernels {
     /**
      * {@link #attentionD64}, the default kernel ({@link MmaPlan#PIPELINE_PROPERTY}), with:
      * <ul>
+     *   <li>O^T = V^T P^T instead of O = P V: P^T goes to a {@code HalfFloat[]} as fp16 values that TornadoVM converts
+     *       ({@link #pTileAt}; the class comment says why), V is staged transposed ({@link #vtAt}), the row sums come
+     *       from a tile of ones times P^T, and O^T leaves through the scratch ({@link #outputTAt});</li>
      *   <li>the global K/V loads overlapped with compute: K of tile j + 1 is loaded into registers during tile
-     *       j's P V (and stored to local memory at the top of tile j + 1), V of tile j at the top of tile j
-     *       (stored after the softmax, before the barrier that publishes P); 8 words of 64 bits in flight per
+     *       j's P V (and stored to local memory at the top of tile j + 1), V of tile j after the softmax, right
+     *       before it is stored (at D = 128 after S^T, landing during the softmax); 8 words of 64 bits in flight per
      *       thread, the two sets never live together (a whole-tile prefetch measured no faster with twice the
      *       registers);</li>
+     *   <li>the warp's Q^T fragments read once per K/V tile rather than once per key block (8 {@code ldmatrix} instead
+     *       of 32; at D = 128 they would hold 32 registers);</li>
      *   <li>the first tile's reference row max comes from the S values each lane reads back anyway, combined
      *       across the warp by {@code shfl.sync} ({@link KernelContext#simdShuffleDown},
      *       {@link KernelContext#simdBroadcastFirst}), instead of a pass of one thread per row over the scratch
@@ -652,7 +664,7 @@ public final class MmaKernels {
      *   <li>the first K tile's loads are issued before the query tile's first barrier and the Q^T staging (each
      *       sweep ends by loading tile 0 again instead of a tile past the end);</li>
      *   <li>O is normalised before the barrier of the recompute flag, which then also publishes it to
-     *       {@link #writeOutput} (one barrier fewer per query tile).</li>
+     *       {@link #writeOutputTransposed} (one barrier fewer per query tile).</li>
      * </ul>
      * Per query tile with n K/V tiles: 2 n + 2 barriers instead of 3 n + 5.
      */
@@ -664,9 +676,9 @@ public final class MmaKernels {
         final int bkv = 64;
         int[] qT = kc.allocateIntLocalArray(2064);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
         int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
-        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
-        int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
-        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        int[] vT = kc.allocateIntLocalArray(2176);      // D x Bc / 2 and padding (vtSubTile): V^T, A operand
+        HalfFloat[] pT = kc.allocateHalfFloatLocalArray(4096);   // Bc x Br fp16: P^T, B operand (pTileAt)
+        int[] ones = kc.allocateIntLocalArray(128);     // a 16x16 A tile of ones: it times P^T gives the row sums
         float[] rowMax = kc.allocateFloatLocalArray(64);
         int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
 
@@ -674,9 +686,7 @@ public final class MmaKernels {
         int warp = t >>> 5;
         int lane = t & 31;
         int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
-        if (t < 64) {
-            ones[t] = HALF_ONE_PAIR;
-        }
+        ones[t] = HALF_ONE_PAIR;
         if (t == 0) {
             flag[0] = -1;
         }
@@ -716,7 +726,6 @@ public final class MmaKernels {
                 int kvJ = kvLoadKey(t);
                 int kvCol = kvLoadColumn(t);
                 int kAt = kTileAt(kvJ, kvCol);
-                int vAt = vTileAt(kvJ, kvCol);
                 kvCol += kvBase;
                 // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
                 // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
@@ -766,15 +775,17 @@ public final class MmaKernels {
                     for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
                         // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
                         // exact max first. Sweep 1 accumulates O and l.
-                        float[] o0 = kc.mmaFragment(0.0f);
-                        float[] o1 = kc.mmaFragment(0.0f);
-                        float[] o2 = kc.mmaFragment(0.0f);
-                        float[] o3 = kc.mmaFragment(0.0f);
-                        float[] o4 = kc.mmaFragment(0.0f);
-                        float[] o5 = kc.mmaFragment(0.0f);
-                        float[] o6 = kc.mmaFragment(0.0f);
-                        float[] o7 = kc.mmaFragment(0.0f);
-                        float[] rowSum = kc.mmaFragment(0.0f);
+                        // O^T = V^T P^T: o{db}{nb} holds d rows [16 db, 16 db + 16) of the warp's query block nb.
+                        float[] o00 = kc.mmaFragment(0.0f);
+                        float[] o01 = kc.mmaFragment(0.0f);
+                        float[] o10 = kc.mmaFragment(0.0f);
+                        float[] o11 = kc.mmaFragment(0.0f);
+                        float[] o20 = kc.mmaFragment(0.0f);
+                        float[] o21 = kc.mmaFragment(0.0f);
+                        float[] o30 = kc.mmaFragment(0.0f);
+                        float[] o31 = kc.mmaFragment(0.0f);
+                        float[] rowSum0 = kc.mmaFragment(0.0f);   // ones P^T: every row holds the sums of the block's queries
+                        float[] rowSum1 = kc.mmaFragment(0.0f);
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
@@ -813,20 +824,34 @@ public final class MmaKernels {
                             // S^T = K Q^T into the scratch (fragment by fragment: scoreAt). Warp w computes the
                             // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
                             // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
+                            // The warp's Q^T fragments (its two 8-query blocks x four d blocks) are read once per tile, not once per
+                            // key block: 8 ldmatrix.x2 instead of 32.
+                            int qn0 = warp * 2;
+                            HalfFloat[] q00 = kc.mmaLoadB(qT, 16, qSubTile(0, qn0, bq) + (j0 >>> 31));
+                            HalfFloat[] q10 = kc.mmaLoadB(qT, 16, qSubTile(1, qn0, bq) + (j0 >>> 31));
+                            HalfFloat[] q20 = kc.mmaLoadB(qT, 16, qSubTile(2, qn0, bq) + (j0 >>> 31));
+                            HalfFloat[] q30 = kc.mmaLoadB(qT, 16, qSubTile(3, qn0, bq) + (j0 >>> 31));
+                            HalfFloat[] q01 = kc.mmaLoadB(qT, 16, qSubTile(0, qn0 + 1, bq) + (j0 >>> 31));
+                            HalfFloat[] q11 = kc.mmaLoadB(qT, 16, qSubTile(1, qn0 + 1, bq) + (j0 >>> 31));
+                            HalfFloat[] q21 = kc.mmaLoadB(qT, 16, qSubTile(2, qn0 + 1, bq) + (j0 >>> 31));
+                            HalfFloat[] q31 = kc.mmaLoadB(qT, 16, qSubTile(3, qn0 + 1, bq) + (j0 >>> 31));
                             for (int kb = 0; kb < 4; kb++) {
                                 HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
                                 HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
                                 HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
                                 HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
-                                for (int nb = 0; nb < 2; nb++) {
-                                    int qn = warp * 2 + nb;
-                                    float[] s = kc.mmaFragment(0.0f);
-                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, qSubTile(0, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, qSubTile(1, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, qSubTile(2, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, qSubTile(3, qn, bq)), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn * 8, bq), 8);
-                                }
+                                float[] s0 = kc.mmaFragment(0.0f);
+                                s0 = kc.mma(a0, q00, s0, MMAShape.M16N8K16);
+                                s0 = kc.mma(a1, q10, s0, MMAShape.M16N8K16);
+                                s0 = kc.mma(a2, q20, s0, MMAShape.M16N8K16);
+                                s0 = kc.mma(a3, q30, s0, MMAShape.M16N8K16);
+                                kc.mmaStore(s0, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8, bq), 8);
+                                float[] s1 = kc.mmaFragment(0.0f);
+                                s1 = kc.mma(a0, q01, s1, MMAShape.M16N8K16);
+                                s1 = kc.mma(a1, q11, s1, MMAShape.M16N8K16);
+                                s1 = kc.mma(a2, q21, s1, MMAShape.M16N8K16);
+                                s1 = kc.mma(a3, q31, s1, MMAShape.M16N8K16);
+                                kc.mmaStore(s1, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8 + 8, bq), 8);
                             }
 
 
@@ -879,73 +904,63 @@ public final class MmaKernels {
                                 kc.localBarrier();
                             }
 
-                            // P = e^z, z = scale s - m, as fp16 bits into the warp's A-operand sub-tiles (16 queries
-                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
-                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
-                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
-                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free (fp16Exp: P from z); excess tracks the largest z for the recompute check. Lanes with
-                            // c >= 4 take their two query rows in the other order (e ^ 1), so that the four rows one store
-                            // instruction writes (32-byte rows) fall in distinct banks.
+                            // P^T = e^z, z = scale s - m, into the warp's B-operand sub-tiles of P^T (16 keys x 8 queries, pTileAt),
+                            // one fp16 store per value: TornadoVM converts a float stored into a HalfFloat[] with cvt.rn.f16.f32
+                            // (subnormals and rounding as the hardware does them), so no fp16 encoding by hand. Lane (g = lane / 4,
+                            // c = lane % 4) stored S^T rows (keys) g and g + 8 of every key block at query columns 2 c, 2 c + 1 of the
+                            // warp's two 8-query blocks; it reads its own values back (same thread: no barrier). Masked keys get
+                            // z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
                             int g = lane >>> 2;
+                            int c2 = (lane & 3) << 1;
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
                             // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
                             boolean masked = causal == 1 || kvTail;
                             // This lane's S^T values: sLane + scoreAt's offset of key block kb, query block nb, row g (+ 8).
-                            int sLane = sTile + scoreAt(g, warp * 16 + ((lane & 3) << 1), bq);
-                            int eSwap = (lane >>> 1) & 1;
+                            int sLane = sTile + scoreAt(g, warp * 16 + c2, bq);
                             // -m of the lane's four query rows (nb, e), read once per tile: 0 - m, not -m, so that s scale + mNeg
                             // compiles to one fma. (The selection below folds away: the nb and e loops are unrolled.)
-                            int rowLane = warp * 16 + ((lane & 3) << 1);
-                            float mNeg00 = 0.0f - rowMax[rowLane + eSwap];
-                            float mNeg01 = 0.0f - rowMax[rowLane + (1 ^ eSwap)];
-                            float mNeg10 = 0.0f - rowMax[rowLane + 8 + eSwap];
-                            float mNeg11 = 0.0f - rowMax[rowLane + 8 + (1 ^ eSwap)];
+                            int rowLane = warp * 16 + c2;
+                            float mNeg00 = 0.0f - rowMax[rowLane];
+                            float mNeg01 = 0.0f - rowMax[rowLane + 1];
+                            float mNeg10 = 0.0f - rowMax[rowLane + 8];
+                            float mNeg11 = 0.0f - rowMax[rowLane + 9];
                             int kbEnd = 4 + (j0 >>> 31);   // 4, but not a constant to Graal: the kb loop stays a loop (8 scores per trip)
+                            // Where this lane's P^T values of keys g and g + 8 go (pTileAt), in the warp's first sub-tile; the
+                            // key and query blocks add constants, which the stores take as immediate offsets.
+                            int pLane = warp * 1024 + c2 + pTileAt(g, 0);
+                            int pLane8 = warp * 1024 + c2 + pTileAt(g + 8, 0);
                             for (int kb = 0; kb < kbEnd; kb++) {
                                 for (int nb = 0; nb < 2; nb++) {
                                     for (int e = 0; e < 2; e++) {
-                                        int rw = nb * 8 + ((lane & 3) << 1) + (e ^ eSwap);
-                                        int r = warp * 16 + rw;
+                                        int r = warp * 16 + nb * 8 + c2 + e;
                                         float mNeg = nb == 0 ? (e == 0 ? mNeg00 : mNeg01) : (e == 0 ? mNeg10 : mNeg11);
                                         int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        int at = sLane + kb * (bq / 8) * 128 + nb * 128 + (e ^ eSwap);   // = sTile + scoreAt(kb * 16 + g, r, bq)
+                                        int at = sLane + kb * (bq / 8) * 128 + nb * 128 + e;   // = sTile + scoreAt(kb * 16 + g, r, bq)
                                         float s0 = scratch.get(at) * scale + mNeg;
                                         float s1 = scratch.get(at + 64) * scale + mNeg;
                                         float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
                                         float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 4 + kb) * 128 + aTileAt(rw, g)] = fp16Exp(z0) | (fp16Exp(z1) << 16);
+                                        pT[pLane + kb * 256 + nb * 128 + e] = new HalfFloat(TornadoMath.exp(z0));
+                                        pT[pLane8 + kb * 256 + nb * 128 + e] = new HalfFloat(TornadoMath.exp(z1));
                                     }
                                 }
                             }
-                            long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
-                            long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
-                            long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol);
-                            long v3 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 32);
-                            long v4 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol);
-                            long v5 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 32, kvCol + 32);
-                            long v6 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol);
-                            long v7 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 48, kvCol + 32);
-                            // V into local memory (layout as in attentionD64); the barrier below publishes it with P.
-                            vT[vAt] = (int) v0;
-                            vT[vAt + 1] = (int) (v0 >>> 32);
-                            vT[vAt + 288] = (int) v1;
-                            vT[vAt + 289] = (int) (v1 >>> 32);
-                            vT[vAt + 576] = (int) v2;
-                            vT[vAt + 577] = (int) (v2 >>> 32);
-                            vT[vAt + 864] = (int) v3;
-                            vT[vAt + 865] = (int) (v3 >>> 32);
-                            vT[vAt + 1152] = (int) v4;
-                            vT[vAt + 1153] = (int) (v4 >>> 32);
-                            vT[vAt + 1440] = (int) v5;
-                            vT[vAt + 1441] = (int) (v5 >>> 32);
-                            vT[vAt + 1728] = (int) v6;
-                            vT[vAt + 1729] = (int) (v6 >>> 32);
-                            vT[vAt + 2016] = (int) v7;
-                            vT[vAt + 2017] = (int) (v7 >>> 32);
-                            kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
+                            // V^T into local memory: item i of thread t is keys 2 kp, 2 kp + 1 at columns 4 dq .. 4 dq + 3 (vtItemPair,
+                            // vtItemQuad), two 64-bit loads that make four ints (the two keys of one d), stored at vtAt.
+                            for (int i = 0; i < 4; i++) {
+                                int kp = vtItemPair(t, i, d);
+                                int dq = vtItemQuad(t, i, d);
+                                long w0 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * kp, kvBase + 4 * dq);
+                                long w1 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * kp + 1, kvBase + 4 * dq);
+                                int at = vtAt(4 * dq, kp, d);
+                                vT[at] = (int) (w0 & 0xFFFF) | ((int) (w1 & 0xFFFF) << 16);
+                                vT[at + 8] = (int) ((w0 >>> 16) & 0xFFFF) | ((int) ((w1 >>> 16) & 0xFFFF) << 16);
+                                vT[at + 16] = (int) ((w0 >>> 32) & 0xFFFF) | ((int) ((w1 >>> 32) & 0xFFFF) << 16);
+                                vT[at + 24] = (int) ((w0 >>> 48) & 0xFFFF) | ((int) ((w1 >>> 48) & 0xFFFF) << 16);
+                            }
+                            kc.localBarrier();   // P^T complete, V^T staged (ldmatrix reads rows that other lanes of the warp wrote)
                             // Next tile's K into registers, landing during P V.
                             int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
                             k0 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol);
@@ -957,39 +972,49 @@ public final class MmaKernels {
                             k6 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 48, kvCol);
                             k7 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 48, kvCol + 32);
 
-                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
-                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // O^T += V^T P^T and l += 1 P^T; warp w owns query rows [16 w, 16 w + 16), as columns of O^T. (On the
+                            // rare sweep 0 this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
                             // fragment update unconditional.)
+                            HalfFloat[] one = kc.mmaLoadA(ones, 16, aRow);
                             for (int kbb = 0; kbb < 4; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512 + aRow);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
-                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                                HalfFloat[] p0 = kc.mmaLoadBSwizzled(pT, 16, (warp * 4 + kbb) * 512 + (j0 >>> 31));
+                                HalfFloat[] p1 = kc.mmaLoadBSwizzled(pT, 16, (warp * 4 + kbb) * 512 + 256 + (j0 >>> 31));
+                                HalfFloat[] a0 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 0, d) + aRow);
+                                o00 = kc.mma(a0, p0, o00, MMAShape.M16N8K16);
+                                o01 = kc.mma(a0, p1, o01, MMAShape.M16N8K16);
+                                HalfFloat[] a1 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 1, d) + aRow);
+                                o10 = kc.mma(a1, p0, o10, MMAShape.M16N8K16);
+                                o11 = kc.mma(a1, p1, o11, MMAShape.M16N8K16);
+                                HalfFloat[] a2 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 2, d) + aRow);
+                                o20 = kc.mma(a2, p0, o20, MMAShape.M16N8K16);
+                                o21 = kc.mma(a2, p1, o21, MMAShape.M16N8K16);
+                                HalfFloat[] a3 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 3, d) + aRow);
+                                o30 = kc.mma(a3, p0, o30, MMAShape.M16N8K16);
+                                o31 = kc.mma(a3, p1, o31, MMAShape.M16N8K16);
+                                rowSum0 = kc.mma(one, p0, rowSum0, MMAShape.M16N8K16);
+                                rowSum1 = kc.mma(one, p1, rowSum1, MMAShape.M16N8K16);
                             }
                         }
                         if (sweep == 1 && excess > MAX_EXCESS) {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
-                        int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
-                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
-                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
-                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
-                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
-                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
-                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
-                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
-                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
+                        int qb = warp * 2;   // the warp's first query block of 8
+                        kc.mmaStore(o00, scratch, 0, oStore + outputTAt(qb * 8, 0, d), 8);
+                        kc.mmaStore(o01, scratch, 0, oStore + outputTAt(qb * 8 + 8, 0, d), 8);
+                        kc.mmaStore(o10, scratch, 0, oStore + outputTAt(qb * 8, 16, d), 8);
+                        kc.mmaStore(o11, scratch, 0, oStore + outputTAt(qb * 8 + 8, 16, d), 8);
+                        kc.mmaStore(o20, scratch, 0, oStore + outputTAt(qb * 8, 32, d), 8);
+                        kc.mmaStore(o21, scratch, 0, oStore + outputTAt(qb * 8 + 8, 32, d), 8);
+                        kc.mmaStore(o30, scratch, 0, oStore + outputTAt(qb * 8, 48, d), 8);
+                        kc.mmaStore(o31, scratch, 0, oStore + outputTAt(qb * 8 + 8, 48, d), 8);
+                        // The 16 rows of a row-sum fragment are equal: row stride 0 stores each query's sum once (16 lanes
+                        // write the same value to it).
+                        kc.mmaStore(rowSum0, scratch, 0, oStore + bq * d + qb * 8, 0);
+                        kc.mmaStore(rowSum1, scratch, 0, oStore + bq * d + qb * 8 + 8, 0);
                     }
                     // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
                     // overwrites them), so that the flag's barrier also publishes O for writeOutput.
-                    normaliseOwnRows(scratch, oBase, warp, lane, d);
+                    normaliseOwnColumns(scratch, oBase, warp, lane, d, bq);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
                     if (flag[0] == stamp) {
                         attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
@@ -999,7 +1024,7 @@ public final class MmaKernels {
                     }
                 }
                 float m = t < bq ? rowMax[t] : 0.0f;
-                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                writeOutputTransposed(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
                         (b * queryHeads + h) * queryLength, d, bq);
             }
         }
@@ -1014,9 +1039,9 @@ public final class MmaKernels {
         final int bkv = 32;
         int[] qT = kc.allocateIntLocalArray(4128);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
         int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
-        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
-        int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
-        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
+        int[] vT = kc.allocateIntLocalArray(2176);      // D x Bc / 2 and padding (vtSubTile): V^T, A operand
+        HalfFloat[] pT = kc.allocateHalfFloatLocalArray(2048);   // Bc x Br fp16: P^T, B operand (pTileAt)
+        int[] ones = kc.allocateIntLocalArray(128);     // a 16x16 A tile of ones: it times P^T gives the row sums
         float[] rowMax = kc.allocateFloatLocalArray(64);
         int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
 
@@ -1024,9 +1049,7 @@ public final class MmaKernels {
         int warp = t >>> 5;
         int lane = t & 31;
         int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
-        if (t < 64) {
-            ones[t] = HALF_ONE_PAIR;
-        }
+        ones[t] = HALF_ONE_PAIR;
         if (t == 0) {
             flag[0] = -1;
         }
@@ -1066,7 +1089,6 @@ public final class MmaKernels {
                 int kvJ = kvLoadKey(t);
                 int kvCol = kvLoadColumn(t);
                 int kAt = kTileAt(kvJ, kvCol);
-                int vAt = vTileAt(kvJ, kvCol);
                 kvCol += kvBase;
                 // The first K tile is loaded here, before the barrier and the Q^T staging, so that its loads land
                 // during both; every sweep then ends by loading tile 0 again (jn below), for the next sweep.
@@ -1116,23 +1138,25 @@ public final class MmaKernels {
                     for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
                         // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
                         // exact max first. Sweep 1 accumulates O and l.
-                        float[] o0 = kc.mmaFragment(0.0f);
-                        float[] o1 = kc.mmaFragment(0.0f);
-                        float[] o2 = kc.mmaFragment(0.0f);
-                        float[] o3 = kc.mmaFragment(0.0f);
-                        float[] o4 = kc.mmaFragment(0.0f);
-                        float[] o5 = kc.mmaFragment(0.0f);
-                        float[] o6 = kc.mmaFragment(0.0f);
-                        float[] o7 = kc.mmaFragment(0.0f);
-                        float[] o8 = kc.mmaFragment(0.0f);
-                        float[] o9 = kc.mmaFragment(0.0f);
-                        float[] o10 = kc.mmaFragment(0.0f);
-                        float[] o11 = kc.mmaFragment(0.0f);
-                        float[] o12 = kc.mmaFragment(0.0f);
-                        float[] o13 = kc.mmaFragment(0.0f);
-                        float[] o14 = kc.mmaFragment(0.0f);
-                        float[] o15 = kc.mmaFragment(0.0f);
-                        float[] rowSum = kc.mmaFragment(0.0f);
+                        // O^T = V^T P^T: o{db}_{nb} holds d rows [16 db, 16 db + 16) of the warp's query block nb.
+                        float[] o0_0 = kc.mmaFragment(0.0f);
+                        float[] o0_1 = kc.mmaFragment(0.0f);
+                        float[] o1_0 = kc.mmaFragment(0.0f);
+                        float[] o1_1 = kc.mmaFragment(0.0f);
+                        float[] o2_0 = kc.mmaFragment(0.0f);
+                        float[] o2_1 = kc.mmaFragment(0.0f);
+                        float[] o3_0 = kc.mmaFragment(0.0f);
+                        float[] o3_1 = kc.mmaFragment(0.0f);
+                        float[] o4_0 = kc.mmaFragment(0.0f);
+                        float[] o4_1 = kc.mmaFragment(0.0f);
+                        float[] o5_0 = kc.mmaFragment(0.0f);
+                        float[] o5_1 = kc.mmaFragment(0.0f);
+                        float[] o6_0 = kc.mmaFragment(0.0f);
+                        float[] o6_1 = kc.mmaFragment(0.0f);
+                        float[] o7_0 = kc.mmaFragment(0.0f);
+                        float[] o7_1 = kc.mmaFragment(0.0f);
+                        float[] rowSum0 = kc.mmaFragment(0.0f);   // ones P^T: every row holds the sums of the block's queries
+                        float[] rowSum1 = kc.mmaFragment(0.0f);
                         float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep
                         for (int kvt = 0; kvt < kvTiles; kvt++) {
                             int j0 = kvt * bkv;
@@ -1204,15 +1228,17 @@ public final class MmaKernels {
                                 kc.mmaStore(st1, scratch, 0, sTile + MMA_STORE_SKEW + scoreAt(kb * 16, qn0 * 8 + 8, bq), 8);
                             }
 
-                            // V of this tile into registers now, after S^T (fewer registers live during it), landing during the softmax.
-                            long v0 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol);
-                            long v1 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 32);
-                            long v2 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 64);
-                            long v3 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ, kvCol + 96);
-                            long v4 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol);
-                            long v5 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 32);
-                            long v6 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 64);
-                            long v7 = kvWord(v, kvRow, kvLength, kvTail, j0 + kvJ + 16, kvCol + 96);
+                            // V of this tile into registers now, after S^T (fewer registers live during it), landing during the
+                            // softmax: item i of thread t is keys 2 kp, 2 kp + 1 at columns 4 dq .. 4 dq + 3 (vtItemPair, vtItemQuad),
+                            // stored after the softmax as four ints each (the two keys of one d).
+                            long w00 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 0, d), kvBase + 4 * vtItemQuad(t, 0, d));
+                            long w01 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 0, d) + 1, kvBase + 4 * vtItemQuad(t, 0, d));
+                            long w10 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 1, d), kvBase + 4 * vtItemQuad(t, 1, d));
+                            long w11 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 1, d) + 1, kvBase + 4 * vtItemQuad(t, 1, d));
+                            long w20 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 2, d), kvBase + 4 * vtItemQuad(t, 2, d));
+                            long w21 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 2, d) + 1, kvBase + 4 * vtItemQuad(t, 2, d));
+                            long w30 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 3, d), kvBase + 4 * vtItemQuad(t, 3, d));
+                            long w31 = kvWord(v, kvRow, kvLength, kvTail, j0 + 2 * vtItemPair(t, 3, d) + 1, kvBase + 4 * vtItemQuad(t, 3, d));
 
                             if (kvt == 0 && attempt == 0) {
                                 // The reference max (the first tile's) without a pass over the scratch or a barrier: each
@@ -1263,57 +1289,61 @@ public final class MmaKernels {
                                 kc.localBarrier();
                             }
 
-                            // P = e^z, z = scale s - m, as fp16 bits into the warp's A-operand sub-tiles (16 queries
-                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
-                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
-                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
-                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free (fp16Exp: P from z); excess tracks the largest z for the recompute check. Lanes with
-                            // c >= 4 take their two query rows in the other order (e ^ 1), so that the four rows one store
-                            // instruction writes (32-byte rows) fall in distinct banks.
+                            // P^T = e^z, z = scale s - m, into the warp's B-operand sub-tiles of P^T (16 keys x 8 queries, pTileAt),
+                            // one fp16 store per value, converted by TornadoVM (as in attentionD64Pipelined). Lane (g = lane / 4,
+                            // c = lane % 4) stored S^T rows (keys) g and g + 8 of every key block at query columns 2 c, 2 c + 1 of the
+                            // warp's two 8-query blocks; it reads its own values back (same thread: no barrier). Masked keys get
+                            // z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
                             int g = lane >>> 2;
+                            int c2 = (lane & 3) << 1;
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
                             // compiled kernel (TornadoVM specialises the scalar arguments), so otherwise the masking compiles away.
                             boolean masked = causal == 1 || kvTail;
                             // This lane's S^T values: sLane + scoreAt's offset of key block kb, query block nb, row g (+ 8).
-                            int sLane = sTile + scoreAt(g, warp * 16 + ((lane & 3) << 1), bq);
-                            int eSwap = (lane >>> 1) & 1;
+                            int sLane = sTile + scoreAt(g, warp * 16 + c2, bq);
+                            // Where this lane's P^T values of keys g and g + 8 go (pTileAt), in the warp's first sub-tile.
+                            int pLane = warp * 512 + c2 + pTileAt(g, 0);
+                            int pLane8 = warp * 512 + c2 + pTileAt(g + 8, 0);
                             for (int nb = 0; nb < 2; nb++) {
                                 for (int e = 0; e < 2; e++) {
-                                    int rw = nb * 8 + ((lane & 3) << 1) + (e ^ eSwap);
-                                    int r = warp * 16 + rw;
+                                    int r = warp * 16 + nb * 8 + c2 + e;
                                     float mNeg = 0.0f - rowMax[r];   // not -rowMax[r]: s scale + mNeg then compiles to one fma
                                     int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                     for (int kb = 0; kb < 2; kb++) {
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        int at = sLane + kb * (bq / 8) * 128 + nb * 128 + (e ^ eSwap);   // = sTile + scoreAt(kb * 16 + g, r, bq)
+                                        int at = sLane + kb * (bq / 8) * 128 + nb * 128 + e;   // = sTile + scoreAt(kb * 16 + g, r, bq)
                                         float s0 = scratch.get(at) * scale + mNeg;
                                         float s1 = scratch.get(at + 64) * scale + mNeg;
                                         float z0 = masked ? Math.min(s0, (below >>> 31) * -2.0e30f + 1.0e30f) : s0;
                                         float z1 = masked ? Math.min(s1, ((below - 8) >>> 31) * -2.0e30f + 1.0e30f) : s1;
                                         excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 2 + kb) * 128 + aTileAt(rw, g)] = fp16Exp(z0) | (fp16Exp(z1) << 16);
+                                        pT[pLane + kb * 256 + nb * 128 + e] = new HalfFloat(TornadoMath.exp(z0));
+                                        pT[pLane8 + kb * 256 + nb * 128 + e] = new HalfFloat(TornadoMath.exp(z1));
                                     }
                                 }
                             }
-                            // V into local memory (layout as in attentionD64); the barrier below publishes it with P.
-                            vT[vAt] = (int) v0;
-                            vT[vAt + 1] = (int) (v0 >>> 32);
-                            vT[vAt + 288] = (int) v1;
-                            vT[vAt + 289] = (int) (v1 >>> 32);
-                            vT[vAt + 576] = (int) v2;
-                            vT[vAt + 577] = (int) (v2 >>> 32);
-                            vT[vAt + 864] = (int) v3;
-                            vT[vAt + 865] = (int) (v3 >>> 32);
-                            vT[vAt + 1152] = (int) v4;
-                            vT[vAt + 1153] = (int) (v4 >>> 32);
-                            vT[vAt + 1440] = (int) v5;
-                            vT[vAt + 1441] = (int) (v5 >>> 32);
-                            vT[vAt + 1728] = (int) v6;
-                            vT[vAt + 1729] = (int) (v6 >>> 32);
-                            vT[vAt + 2016] = (int) v7;
-                            vT[vAt + 2017] = (int) (v7 >>> 32);
-                            kc.localBarrier();   // P complete, V staged (ldmatrix reads rows that other lanes of the warp wrote)
+                            // V^T into local memory (its last readers, the previous P V, finished before this tile's first barrier).
+                            int vt0 = vtAt(4 * vtItemQuad(t, 0, d), vtItemPair(t, 0, d), d);
+                            vT[vt0] = (int) (w00 & 0xFFFF) | ((int) (w01 & 0xFFFF) << 16);
+                            vT[vt0 + 8] = (int) ((w00 >>> 16) & 0xFFFF) | ((int) ((w01 >>> 16) & 0xFFFF) << 16);
+                            vT[vt0 + 16] = (int) ((w00 >>> 32) & 0xFFFF) | ((int) ((w01 >>> 32) & 0xFFFF) << 16);
+                            vT[vt0 + 24] = (int) ((w00 >>> 48) & 0xFFFF) | ((int) ((w01 >>> 48) & 0xFFFF) << 16);
+                            int vt1 = vtAt(4 * vtItemQuad(t, 1, d), vtItemPair(t, 1, d), d);
+                            vT[vt1] = (int) (w10 & 0xFFFF) | ((int) (w11 & 0xFFFF) << 16);
+                            vT[vt1 + 8] = (int) ((w10 >>> 16) & 0xFFFF) | ((int) ((w11 >>> 16) & 0xFFFF) << 16);
+                            vT[vt1 + 16] = (int) ((w10 >>> 32) & 0xFFFF) | ((int) ((w11 >>> 32) & 0xFFFF) << 16);
+                            vT[vt1 + 24] = (int) ((w10 >>> 48) & 0xFFFF) | ((int) ((w11 >>> 48) & 0xFFFF) << 16);
+                            int vt2 = vtAt(4 * vtItemQuad(t, 2, d), vtItemPair(t, 2, d), d);
+                            vT[vt2] = (int) (w20 & 0xFFFF) | ((int) (w21 & 0xFFFF) << 16);
+                            vT[vt2 + 8] = (int) ((w20 >>> 16) & 0xFFFF) | ((int) ((w21 >>> 16) & 0xFFFF) << 16);
+                            vT[vt2 + 16] = (int) ((w20 >>> 32) & 0xFFFF) | ((int) ((w21 >>> 32) & 0xFFFF) << 16);
+                            vT[vt2 + 24] = (int) ((w20 >>> 48) & 0xFFFF) | ((int) ((w21 >>> 48) & 0xFFFF) << 16);
+                            int vt3 = vtAt(4 * vtItemQuad(t, 3, d), vtItemPair(t, 3, d), d);
+                            vT[vt3] = (int) (w30 & 0xFFFF) | ((int) (w31 & 0xFFFF) << 16);
+                            vT[vt3 + 8] = (int) ((w30 >>> 16) & 0xFFFF) | ((int) ((w31 >>> 16) & 0xFFFF) << 16);
+                            vT[vt3 + 16] = (int) ((w30 >>> 32) & 0xFFFF) | ((int) ((w31 >>> 32) & 0xFFFF) << 16);
+                            vT[vt3 + 24] = (int) ((w30 >>> 48) & 0xFFFF) | ((int) ((w31 >>> 48) & 0xFFFF) << 16);
+                            kc.localBarrier();   // P^T complete, V^T staged (ldmatrix reads rows that other lanes of the warp wrote)
                             // Next tile's K into registers, landing during P V.
                             int jn = (j0 + bkv) * ((kvt + 1 - kvTiles) >>> 31);   // after the last tile: tile 0, for the next sweep
                             k0 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ, kvCol);
@@ -1325,55 +1355,69 @@ public final class MmaKernels {
                             k6 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol + 64);
                             k7 = kvWord(k, kvRow, kvLength, kvTail, jn + kvJ + 16, kvCol + 96);
 
-                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
-                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
+                            // O^T += V^T P^T and l += 1 P^T; warp w owns query rows [16 w, 16 w + 16), as columns of O^T. (On the
+                            // rare sweep 0 this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 2; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512 + aRow);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
-                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 8, d)), o8, MMAShape.M16N8K16);
-                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 9, d)), o9, MMAShape.M16N8K16);
-                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 10, d)), o10, MMAShape.M16N8K16);
-                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 11, d)), o11, MMAShape.M16N8K16);
-                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 12, d)), o12, MMAShape.M16N8K16);
-                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 13, d)), o13, MMAShape.M16N8K16);
-                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 14, d)), o14, MMAShape.M16N8K16);
-                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 15, d)), o15, MMAShape.M16N8K16);
-                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
+                                HalfFloat[] one = kc.mmaLoadA(ones, 16, aRow);
+                                HalfFloat[] p0 = kc.mmaLoadBSwizzled(pT, 16, (warp * 2 + kbb) * 512 + (j0 >>> 31));
+                                HalfFloat[] p1 = kc.mmaLoadBSwizzled(pT, 16, (warp * 2 + kbb) * 512 + 256 + (j0 >>> 31));
+                                HalfFloat[] a0 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 0, d) + aRow);
+                                o0_0 = kc.mma(a0, p0, o0_0, MMAShape.M16N8K16);
+                                o0_1 = kc.mma(a0, p1, o0_1, MMAShape.M16N8K16);
+                                HalfFloat[] a1 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 1, d) + aRow);
+                                o1_0 = kc.mma(a1, p0, o1_0, MMAShape.M16N8K16);
+                                o1_1 = kc.mma(a1, p1, o1_1, MMAShape.M16N8K16);
+                                HalfFloat[] a2 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 2, d) + aRow);
+                                o2_0 = kc.mma(a2, p0, o2_0, MMAShape.M16N8K16);
+                                o2_1 = kc.mma(a2, p1, o2_1, MMAShape.M16N8K16);
+                                HalfFloat[] a3 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 3, d) + aRow);
+                                o3_0 = kc.mma(a3, p0, o3_0, MMAShape.M16N8K16);
+                                o3_1 = kc.mma(a3, p1, o3_1, MMAShape.M16N8K16);
+                                HalfFloat[] a4 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 4, d) + aRow);
+                                o4_0 = kc.mma(a4, p0, o4_0, MMAShape.M16N8K16);
+                                o4_1 = kc.mma(a4, p1, o4_1, MMAShape.M16N8K16);
+                                HalfFloat[] a5 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 5, d) + aRow);
+                                o5_0 = kc.mma(a5, p0, o5_0, MMAShape.M16N8K16);
+                                o5_1 = kc.mma(a5, p1, o5_1, MMAShape.M16N8K16);
+                                HalfFloat[] a6 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 6, d) + aRow);
+                                o6_0 = kc.mma(a6, p0, o6_0, MMAShape.M16N8K16);
+                                o6_1 = kc.mma(a6, p1, o6_1, MMAShape.M16N8K16);
+                                HalfFloat[] a7 = kc.mmaLoadA(vT, 16, vtSubTile(kbb, 7, d) + aRow);
+                                o7_0 = kc.mma(a7, p0, o7_0, MMAShape.M16N8K16);
+                                o7_1 = kc.mma(a7, p1, o7_1, MMAShape.M16N8K16);
+                                rowSum0 = kc.mma(one, p0, rowSum0, MMAShape.M16N8K16);
+                                rowSum1 = kc.mma(one, p1, rowSum1, MMAShape.M16N8K16);
                             }
                         }
                         if (sweep == 1 && excess > MAX_EXCESS) {
                             flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
                         }
-                        int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
-                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
-                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
-                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
-                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
-                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
-                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
-                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
-                        kc.mmaStore(o8, scratch, 0, oStore + outputAt(rows, 64, d), 8);
-                        kc.mmaStore(o9, scratch, 0, oStore + outputAt(rows, 72, d), 8);
-                        kc.mmaStore(o10, scratch, 0, oStore + outputAt(rows, 80, d), 8);
-                        kc.mmaStore(o11, scratch, 0, oStore + outputAt(rows, 88, d), 8);
-                        kc.mmaStore(o12, scratch, 0, oStore + outputAt(rows, 96, d), 8);
-                        kc.mmaStore(o13, scratch, 0, oStore + outputAt(rows, 104, d), 8);
-                        kc.mmaStore(o14, scratch, 0, oStore + outputAt(rows, 112, d), 8);
-                        kc.mmaStore(o15, scratch, 0, oStore + outputAt(rows, 120, d), 8);
-                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
+                        int qb = warp * 2;   // the warp's first query block of 8
+                        kc.mmaStore(o0_0, scratch, 0, oStore + outputTAt(qb * 8, 0, d), 8);
+                        kc.mmaStore(o0_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 0, d), 8);
+                        kc.mmaStore(o1_0, scratch, 0, oStore + outputTAt(qb * 8, 16, d), 8);
+                        kc.mmaStore(o1_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 16, d), 8);
+                        kc.mmaStore(o2_0, scratch, 0, oStore + outputTAt(qb * 8, 32, d), 8);
+                        kc.mmaStore(o2_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 32, d), 8);
+                        kc.mmaStore(o3_0, scratch, 0, oStore + outputTAt(qb * 8, 48, d), 8);
+                        kc.mmaStore(o3_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 48, d), 8);
+                        kc.mmaStore(o4_0, scratch, 0, oStore + outputTAt(qb * 8, 64, d), 8);
+                        kc.mmaStore(o4_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 64, d), 8);
+                        kc.mmaStore(o5_0, scratch, 0, oStore + outputTAt(qb * 8, 80, d), 8);
+                        kc.mmaStore(o5_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 80, d), 8);
+                        kc.mmaStore(o6_0, scratch, 0, oStore + outputTAt(qb * 8, 96, d), 8);
+                        kc.mmaStore(o6_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 96, d), 8);
+                        kc.mmaStore(o7_0, scratch, 0, oStore + outputTAt(qb * 8, 112, d), 8);
+                        kc.mmaStore(o7_1, scratch, 0, oStore + outputTAt(qb * 8 + 8, 112, d), 8);
+                        // The 16 rows of a row-sum fragment are equal: row stride 0 stores each query's sum once (16 lanes
+                        // write the same value to it).
+                        kc.mmaStore(rowSum0, scratch, 0, oStore + bq * d + qb * 8, 0);
+                        kc.mmaStore(rowSum1, scratch, 0, oStore + bq * d + qb * 8 + 8, 0);
                     }
                     // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
                     // overwrites them), so that the flag's barrier also publishes O for writeOutput.
-                    normaliseOwnRows(scratch, oBase, warp, lane, d);
+                    normaliseOwnColumns(scratch, oBase, warp, lane, d, bq);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
                     if (flag[0] == stamp) {
                         attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
@@ -1383,7 +1427,7 @@ public final class MmaKernels {
                     }
                 }
                 float m = t < bq ? rowMax[t] : 0.0f;
-                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
+                writeOutputTransposed(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
                         (b * queryHeads + h) * queryLength, d, bq);
             }
         }
@@ -1491,18 +1535,51 @@ public final class MmaKernels {
         return kSubTile(0, col >>> 4, 32) / 4 + aTileAt(key, (col & 15) >>> 1);
     }
 
-    /**
-     * Int index in the V tile ({@link #vSubTile}, [key][d] rows) of key {@code key} < 16, columns {@code col} < 32 and
-     * + 1; rows permuted within each 16 keys as P's columns are (key g + 8 e at row 2 g + e). Key + 16 and col + 32 are
-     * 288 (d / 32) and 288 ints further.
-     */
-    static int vTileAt(int key, int col) {
-        return vSubTile(0, col >>> 3, 32) / 4 + valueRow(key) * 4 + ((col & 7) >>> 1);
-    }
-
     /** The row of key {@code key} < 16 in a V sub-tile: key g + 8 e at row 2 g + e, the order of P's columns. */
     static int valueRow(int key) {
         return ((key & 7) << 1) | (key >>> 3);
+    }
+
+    /**
+     * Half index within a 16 keys x 8 queries B-operand sub-tile of P^T (16-byte rows, {@code mmaLoadBSwizzled}) of key
+     * {@code row}, query {@code col}: rows 8-15 are stored pairwise swapped, the permutation TornadoVM's swizzled
+     * {@code ldmatrix} addressing undoes (byte offset b read at b ^ (((b >> 7) & 7) << 4); within 256 bytes it flips bit
+     * 4, the row's bit 0, for rows 8-15). A warp's fp16 stores of one (key half, query) slot reach 32 distinct banks.
+     */
+    static int pTileAt(int row, int col) {
+        return ((row ^ (row >>> 3)) << 3) + col;
+    }
+
+    /**
+     * Byte offset in the V^T tile of A-operand sub-tile (key block {@code keyBlock}, d block {@code dBlock}): 16 d-rows x
+     * 16 keys, 512 bytes with 32-byte rows, followed by 32 bytes of padding, the four d blocks of a key block in a row.
+     * The padding puts d block i eight banks on from d block 0, so that the staging stores of a warp (vtItemPair,
+     * vtItemQuad: eight words of each of four d blocks) reach all 32 banks.
+     */
+    static int vtSubTile(int keyBlock, int dBlock, int d) {
+        return (keyBlock * (d / 16) + dBlock) * 544;
+    }
+
+    /** Int index in the V^T tile of d {@code d} and the key pair {@code pair} (keys 2 pair, 2 pair + 1), swizzled (aTileAt). */
+    static int vtAt(int col, int pair, int d) {
+        return vtSubTile(pair >>> 3, col >>> 4, d) / 4 + aTileAt(col & 15, pair & 7);
+    }
+
+    /**
+     * The key pair (0..31) of V^T staging item {@code i} (0..3) of thread {@code t}: lane bits 3-4 and item bit 1 the pair
+     * within the warp's key block, the warp the key block. See {@link #vtItemQuad}.
+     */
+    static int vtItemPair(int t, int i, int d) {
+        return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3) : ((t >>> 3) & 3) | ((t >>> 5) << 2);
+    }
+
+    /**
+     * The 4-column chunk of d (0..15) of V^T staging item {@code i} of thread {@code t}: lane bit 0 and item bit 0 its low
+     * bits, lane bits 1-2 the d block. One warp instruction covers four key pairs x two chunks of each of the four d blocks:
+     * four cache lines per load, and stores to 32 distinct banks (vtSubTile).
+     */
+    static int vtItemQuad(int t, int i, int d) {
+        return (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4);
     }
 
     /**
@@ -1534,23 +1611,6 @@ public final class MmaKernels {
     static int fp16Pow2(float z) {
         float n = Math.max(TornadoMath.floor(z), -14.0f);
         return (int) (((n + 14.0f) + TornadoMath.exp((z - n) * LN2)) * 1024.0f + 0.5f);
-    }
-
-    /**
-     * The fp16 bits of e^z for z < 11 ln 2 (P <= e^5 here; larger z only occur in a tile that is recomputed), in
-     * float and int arithmetic (TornadoVM converts to fp16 only a value just read from a FloatArray, and has no
-     * float-to-int bit cast): with n = max(floor(z log2 e), -14), e^z = 2^n e^(z - n ln 2) and the bits are
-     * 1024 (n + 14) + round(1024 e^(z - n ln 2)): e^(z - n ln 2) in [1, 2) is the mantissa with its hidden bit
-     * (which carries into the exponent field; an n off by one at a power of two gives the same bits), below
-     * 2^-14 (n clamped) the subnormal's mantissa; z <= -17.4 (and the -1e30 of masked keys) gives 0. Written as
-     * two fma and one truncation (TornadoVM emits testp + cvt + mov for it); the sum carries 2^-9 of
-     * resolution at 2^15, so rounding is to nearest except within 2^-9 of a tie (then 1 ulp of fp16 off).
-     * {@link #fp16Pow2} is the same in log2 units, for the synchronous kernels.
-     */
-    static int fp16Exp(float z) {
-        float n = Math.max(TornadoMath.floor(z * LOG2E), -14.0f);
-        float mantissa = TornadoMath.exp(n * -LN2 + z);
-        return (int) (mantissa * 1024.0f + (n * 1024.0f + 14336.5f));
     }
 
     // ---------------------------------------------------------------------------------------------
@@ -1593,15 +1653,73 @@ public final class MmaKernels {
     }
 
     /**
+     * Index within a CTA's O^T scratch (the kernels that accumulate O^T = V^T P^T) of query {@code query}, column
+     * {@code col} of O: stored fragment by fragment, 16 columns x 8 queries dense (mmaStore with row stride 8), the D / 16
+     * fragments of a query block together. The row sums l follow, one float per query, at Br D.
+     */
+    static int outputTAt(int query, int col, int d) {
+        return ((query >>> 3) * (d / 16) + (col >>> 4)) * 128 + (col & 15) * 8 + (query & 7);
+    }
+
+    /**
+     * {@link #normaliseOwnRows} for the O^T scratch ({@link #outputTAt}): each lane divides the elements it stored
+     * (columns g, g + 8 of every 16, queries 2 (lane % 4), + 1 of each of its warp's two query blocks) by their
+     * queries' row sums.
+     */
+    static void normaliseOwnColumns(FloatArray scratch, int oBase, int warp, int lane, int d, int bq) {
+        int g = lane >>> 2;
+        int query0 = warp * 16 + ((lane & 3) << 1);
+        for (int nb = 0; nb < 2; nb++) {
+            for (int e = 0; e < 2; e++) {
+                int query = query0 + nb * 8 + e;
+                float sum = scratch.get(oBase + bq * d + query);
+                float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;    // a row that sees no key gives O = 0
+                for (int col = g; col < d; col += 8) {
+                    int at = oBase + outputTAt(query, col, d);
+                    scratch.set(at, scratch.get(at) * inverse);
+                }
+            }
+        }
+    }
+
+    /**
+     * {@link #writeOutput} for the O^T scratch ({@link #outputTAt}): a warp instruction covers 8 queries x 4 quads of one
+     * 16-column block (its loads touch 4 lines of one fragment).
+     */
+    static void writeOutputTransposed(FloatArray scratch, LongArray o, FloatArray lse, float rowMax, int t, int oBase,
+                                      int qBase, int qRow, int q0, int queryLength, int lseBase, int d, int bq) {
+        for (int it = t; it < bq * (d / 4); it += 128) {
+            int group = it >>> 5;                                     // 8 queries x 4 quads each
+            int r = 8 * (group % (bq / 8)) + (it & 7);
+            int dq = 4 * (group / (bq / 8)) + ((it & 31) >>> 3);
+            if (q0 + r < queryLength) {
+                int at = oBase + outputTAt(r, 4 * dq, d);
+                long h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
+                long h1 = new HalfFloat(scratch.get(at + 8)).getHalfFloatValue() & 0xFFFF;
+                long h2 = new HalfFloat(scratch.get(at + 16)).getHalfFloatValue() & 0xFFFF;
+                long h3 = new HalfFloat(scratch.get(at + 24)).getHalfFloatValue() & 0xFFFF;
+                o.set((qBase + (q0 + r) * qRow + 4 * dq) >>> 2, h0 | (h1 << 16) | (h2 << 32) | (h3 << 48));
+            }
+        }
+        if (t < bq && q0 + t < queryLength) {
+            float sum = scratch.get(oBase + bq * d + t);
+            lse.set(lseBase + q0 + t, sum > 0.0f ? rowMax + TornadoMath.log(sum) : Float.NEGATIVE_INFINITY);
+        }
+    }
+
+    /**
      * O (already divided by l) from the scratch to fp16, four values per 64-bit store; logsumexp =
      * m + ln(l) (thread t < Br passes its row's m), -infinity for a row that saw no key.
      */
     static void writeOutput(FloatArray scratch, LongArray o, FloatArray lse, float rowMax, int t, int oBase,
                             int qBase, int qRow, int q0, int queryLength, int lseBase, int d, int bq) {
-        int quads = d / 4;
-        for (int it = t; it < bq * quads; it += 128) {
-            int r = it / quads;
-            int dq = it % quads;
+        // A warp instruction covers 4 rows x 8 quads (32 columns): its loads touch 4 lines of the fragment-dense O
+        // (4 rows of 4 fragments, 128 bytes each), its stores 4 rows of 64 bytes. (2 rows x 16 quads, the row-major order,
+        // touched 8 lines per load.)
+        for (int it = t; it < bq * (d / 4); it += 128) {
+            int group = it >>> 5;                                     // 4 rows x 8 quads each
+            int r = 4 * (group % (bq / 4)) + ((it & 31) >>> 3);
+            int dq = 8 * (group / (bq / 4)) + (it & 7);
             if (q0 + r < queryLength) {
                 int at = oBase + outputAt(r, 4 * dq, d);
                 long h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;

@@ -7,16 +7,20 @@ import io.github.tornadoattention.InvalidArgumentException;
  * layout), kept apart from the kernel body in {@link MmaKernels}. The kernel allocates its local arrays
  * with these sizes as literal constants; {@code MmaKernelsTest} checks that both agree.
  *
- * <p>All tiles are fp16 packed two to an {@code int} (what KernelContext's {@code mmaLoadA/mmaLoadB}
- * read), in the layouts the intrinsics expect:
+ * <p>All tiles are fp16 in the layouts the intrinsics expect, packed two to an {@code int} where an {@code int[]} holds
+ * them:
  * <ul>
- *   <li>A operand (K tile for S^T = K Q^T, P tile for O = P V): 16x16 sub-tiles, row-major, 32-byte rows,
- *       512 bytes each ({@code mmaLoadA} issues {@code ldmatrix.x4} with a fixed 32-byte row stride); K's
- *       sub-tiles are padded to 576 bytes so that its staging stores are free of bank conflicts.</li>
- *   <li>B operand (Q^T tile, V tile, constant tiles): 16x8 sub-tiles, [k][n] row-major, 16-byte rows,
- *       256 bytes each ({@code mmaLoadB} issues {@code ldmatrix.x2.trans}); V's sub-tiles are spread over
- *       1152-byte groups of four for the same reason.</li>
+ *   <li>A operand (K tile for S^T = K Q^T; V^T for O^T = V^T P^T in the pipelined kernels, P for O = P V in the
+ *       synchronous ones; constant tiles): 16x16 sub-tiles, row-major, 32-byte rows, 512 bytes each
+ *       ({@code mmaLoadA} issues {@code ldmatrix.x4} with a fixed 32-byte row stride); K's sub-tiles are padded to
+ *       576 bytes, V^T's to 544, so that their staging stores are free of bank conflicts.</li>
+ *   <li>B operand (Q^T tile; P^T in a {@code HalfFloat[]} in the pipelined kernels, V in the synchronous ones;
+ *       constant tiles): 16x8 sub-tiles, [k][n] row-major, 16-byte rows, 256 bytes each ({@code mmaLoadB} and
+ *       {@code mmaLoadBSwizzled} issue {@code ldmatrix.x2.trans}); V's sub-tiles are spread over 1152-byte groups of
+ *       four for the same reason.</li>
  * </ul>
+ * {@link #sharedMemoryBytes()} is the pipelined kernels' (the default), {@link #synchronousSharedMemoryBytes()} the
+ * synchronous ones'.
  *
  * @param headDim   D, 64 or 128
  * @param blockQ    Br: query rows per tile (one CTA works on one tile at a time); 16 per warp
@@ -55,32 +59,57 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps) {
         return MmaKernels.kSubTile(blockKv / 16, 0, headDim) / 4;
     }
 
-    /** V as B operand: Bc x D fp16, four 256-byte sub-tiles per 1152-byte group: where vSubTile's next key block would start. */
+    /** V as B operand (synchronous kernels): Bc x D fp16, four 256-byte sub-tiles per 1152-byte group: where vSubTile's next key block would start. */
     public int valueTileInts() {
         return MmaKernels.vSubTile(blockKv / 16, 0, headDim) / 4;
     }
 
-    /** P as A operand: Br x Bc fp16. */
+    /** V^T as A operand (pipelined kernels): D x Bc fp16, each 512-byte sub-tile followed by 32 bytes of padding (vtSubTile). */
+    public int valueTransposedTileInts() {
+        return MmaKernels.vtSubTile(blockKv / 16, 0, headDim) / 4;
+    }
+
+    /** P as A operand (synchronous kernels): Br x Bc fp16. */
     public int probabilityTileInts() {
         return blockQ * blockKv / 2;
     }
 
-    /** A constant 16x8 B sub-tile of ones: P times it gives the row sums of P. */
+    /** P^T as B operand (pipelined kernels): Bc x Br fp16 in a {@code HalfFloat[]}, one value per element. */
+    public int probabilityTransposedTileHalfs() {
+        return blockKv * blockQ;
+    }
+
+    /** A constant 16x8 B sub-tile of ones (synchronous kernels): P times it gives the row sums of P. */
     public int constantTileInts() {
         return 64;
     }
 
+    /** A constant 16x16 A sub-tile of ones (pipelined kernels): it times P^T gives the row sums of P, as columns. */
+    public int constantATileInts() {
+        return 128;
+    }
+
+    /** Static shared memory of the pipelined kernels (the default). */
     public int sharedMemoryBytes() {
-        // + 4: the recompute flag, one int padded to 16 bytes (TornadoVM declares shared arrays without
-        // .align, so every array's size is kept a multiple of 16 bytes for ldmatrix's alignment).
-        int ints = queryTileInts() + keyTileInts() + valueTileInts() + probabilityTileInts() + constantTileInts() + 4;
+        // + 4: the recompute flag, one int padded to 16 bytes (TornadoVM declares shared arrays without .align, so every
+        // array's size is kept a multiple of 16 bytes for ldmatrix's alignment).
+        int ints = queryTileInts() + keyTileInts() + valueTransposedTileInts() + constantATileInts() + 4;
         int floats = blockQ; // reference max per row
+        return 4 * (ints + floats) + 2 * probabilityTransposedTileHalfs();
+    }
+
+    /** Static shared memory of the synchronous kernels ({@code -Dtornado.attention.mma.pipeline=false}). */
+    public int synchronousSharedMemoryBytes() {
+        int ints = queryTileInts() + keyTileInts() + valueTileInts() + probabilityTileInts() + constantTileInts() + 4;
+        int floats = blockQ;
         return 4 * (ints + floats);
     }
 
     /**
      * fp32 scratch per CTA in global memory: S^T twice (Bc x Br each; the synchronous kernels alternate between
-     * the two by K/V tile, the pipelined ones use the first only, which keeps it in L1) and O with its row sums (Br x (D + 8), stored fragment by fragment: MmaKernels.outputAt). The KernelContext API offers no access to
+     * the two by K/V tile, the pipelined ones use the first only, which keeps it in L1) and O with its row sums
+     * (Br x (D + 8) floats: the synchronous kernels' O fragment by fragment, MmaKernels.outputAt; the pipelined kernels'
+     * O^T, MmaKernels.outputTAt, and one row sum per query use Br x (D + 1)). The KernelContext API offers no access to
      * accumulator fragment elements, so S and O leave the tensor cores only through {@code mmaStore}
      * (st.global.f32).
      */

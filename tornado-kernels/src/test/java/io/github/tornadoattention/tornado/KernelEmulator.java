@@ -127,7 +127,7 @@ final class KernelEmulator {
         synchronized int localBytes() {
             int bytes = 0;
             for (Object array : localArrays) {
-                bytes += 4 * java.lang.reflect.Array.getLength(array);
+                bytes += (array instanceof HalfFloat[] ? 2 : 4) * java.lang.reflect.Array.getLength(array);
             }
             return bytes;
         }
@@ -190,6 +190,11 @@ final class KernelEmulator {
         @Override
         public float[] allocateFloatLocalArray(int size) {
             return (float[]) workgroup.localArray(allocations++, float[]::new, size);
+        }
+
+        @Override
+        public HalfFloat[] allocateHalfFloatLocalArray(int size) {
+            return (HalfFloat[]) workgroup.localArray(allocations++, HalfFloat[]::new, size);
         }
 
         @Override
@@ -292,6 +297,27 @@ final class KernelEmulator {
             for (int i = 0; i < 4; i++) {
                 int k = 2 * t + (i & 1) + 8 * (i >> 1);
                 fragment[i] = new HalfFloat(half(tile, rows[k] + g * 2));
+            }
+            return fragment;
+        }
+
+        @Override
+        public HalfFloat[] mmaLoadBSwizzled(HalfFloat[] tile, int wmmaK, int byteOffset) {
+            // ldmatrix.x2.trans over a HalfFloat[] tile, as mmaLoadB, with each lane's in-tile byte offset b replaced by
+            // b ^ (((b >> 7) & 7) << 4) before byteOffset is added (TornadoVM's X2_TRANS_SWIZZLE_FP16_STRIDE32).
+            int group = lane >> 3;
+            int inTile = (lane & 7) * 16 + (group & 1) * 128;
+            int[] rows = exchangeRowAddresses(byteOffset + (inTile ^ (((inTile >> 7) & 7) << 4)));
+            int g = lane >> 2;
+            int t = lane & 3;
+            HalfFloat[] fragment = new HalfFloat[4];
+            for (int i = 0; i < 4; i++) {
+                int k = 2 * t + (i & 1) + 8 * (i >> 1);
+                int address = rows[k] + g * 2;
+                if ((address & 1) != 0) {
+                    throw new IllegalStateException("unaligned fp16 address " + address);
+                }
+                fragment[i] = tile[address >> 1];
             }
             return fragment;
         }

@@ -10,8 +10,9 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * The shared-memory layouts of tornado-mma's pipelined kernels (MmaKernels' aTileAt/aSwizzle, kSubTile/kTileAt,
- * vSubTile/vTileAt, qSubTile/qStageQuery/qStageChunk): every element has its own place inside the tile that
+ * The shared-memory layouts of tornado-mma's kernels (MmaKernels' aTileAt/aSwizzle, kSubTile/kTileAt, vSubTile,
+ * qSubTile/qStageQuery/qStageChunk, vtSubTile/vtAt/vtItemPair/vtItemQuad, pTileAt): every element has its own place
+ * inside the tile that
  * MmaTileConfig sizes, and the accesses they were designed for are free of bank conflicts. Shared memory has 32
  * banks of 4 bytes; a warp's 32-bit access is conflict-free when its lanes hit distinct banks, a 64-bit access when
  * each half-warp's lanes hit distinct 8-byte bank pairs, and {@code ldmatrix} reads each 8x8 matrix in one
@@ -66,31 +67,38 @@ class SharedLayoutTest {
                 int v = MmaKernels.vSubTile(key / 16, pair / 4, headDim) / 4 + MmaKernels.valueRow(key % 16) * 4 + pair % 4;
                 assertTrue(keys.add(k) && k < config.keyTileInts(), "K " + key + ", " + pair);
                 assertTrue(values.add(v) && v < config.valueTileInts(), "V " + key + ", " + pair);
-                if (key < 16 && pair < 16) {   // the staging helpers' range: 16 keys, 32 columns
+                if (key < 16 && pair < 16) {   // the staging helper's range: 16 keys, 32 columns
                     assertEquals(k, MmaKernels.kTileAt(key, 2 * pair));
-                    assertEquals(v, MmaKernels.vTileAt(key, 2 * pair));
                 }
             }
         }
     }
 
-    /** The pipelined kernels' K/V staging: thread t stores 64-bit word i at kTileAt/vTileAt + 288 i. */
+    /**
+     * The pipelined kernels' K staging: thread t stores 64-bit word i at kTileAt + 288 i, which TornadoVM emits as two
+     * 32-bit stores (kT is an int[]). Each half-warp's words fall in 16 distinct 8-byte bank pairs, so a 32-bit store
+     * instruction meets each bank at most twice (the two half-warps): 2-way, the least for 8-byte chunks, whose first
+     * int always sits in an even bank.
+     */
     @ParameterizedTest
     @ValueSource(ints = {64, 128})
-    void keyAndValueStagingStoresAreFreeOfBankConflicts(int headDim) {
+    void keyStagingStoresAreAtMostTwoWayConflicted(int headDim) {
         int words = MmaTileConfig.forHeadDim(headDim).blockKv() * headDim / 4 / 128;
         for (int word = 0; word < words; word++) {
-            for (int halfWarp = 0; halfWarp < 8; halfWarp++) {
-                Set<Integer> keySlots = new HashSet<>();
-                Set<Integer> valueSlots = new HashSet<>();
-                for (int t = 16 * halfWarp; t < 16 * halfWarp + 16; t++) {
-                    int key = MmaKernels.kvLoadKey(t);
-                    int column = MmaKernels.kvLoadColumn(t);
-                    keySlots.add(((MmaKernels.kTileAt(key, column) + 288 * word) / 2) % 16);
-                    valueSlots.add(((MmaKernels.vTileAt(key, column) + 288 * word) / 2) % 16);
+            for (int warp = 0; warp < 4; warp++) {
+                int[] perBank = new int[32];
+                for (int half = 0; half < 2; half++) {
+                    Set<Integer> pairs = new HashSet<>();
+                    for (int t = 32 * warp + 16 * half; t < 32 * warp + 16 * half + 16; t++) {
+                        int at = MmaKernels.kTileAt(MmaKernels.kvLoadKey(t), MmaKernels.kvLoadColumn(t)) + 288 * word;
+                        pairs.add((at / 2) % 16);
+                        perBank[at % 32]++;
+                    }
+                    assertEquals(16, pairs.size(), "word " + word + ", warp " + warp + ", half " + half);
                 }
-                assertEquals(16, keySlots.size(), "K word " + word + ", half-warp " + halfWarp);
-                assertEquals(16, valueSlots.size(), "V word " + word + ", half-warp " + halfWarp);
+                for (int bank = 0; bank < 32; bank++) {
+                    assertTrue(perBank[bank] <= 2, "word " + word + ", warp " + warp + ", bank " + bank);
+                }
             }
         }
     }
@@ -121,5 +129,69 @@ class SharedLayoutTest {
             }
         }
         assertEquals(items, covered.size());
+    }
+
+    /**
+     * The pipelined kernels' V^T staging: item i of thread t (vtItemPair, vtItemQuad) writes the four ints of d = 4 dq + row
+     * at vtAt: every (key pair, d) once, inside the tile MmaTileConfig sizes, each sub-tile 16-byte aligned (ldmatrix), and
+     * each warp-wide 32-bit store (fixed item and row) to 32 distinct banks.
+     */
+    @ParameterizedTest
+    @ValueSource(ints = {64, 128})
+    void valueTransposedStagingCoversTheTileOnceWithoutBankConflicts(int headDim) {
+        MmaTileConfig config = MmaTileConfig.forHeadDim(headDim);
+        int items = (config.blockKv() / 2) * (headDim / 4) / 128;
+        assertEquals(4, items);
+        Set<Integer> ints = new HashSet<>();
+        for (int warp = 0; warp < 4; warp++) {
+            for (int i = 0; i < items; i++) {
+                for (int row = 0; row < 4; row++) {
+                    Set<Integer> banks = new HashSet<>();
+                    for (int t = 32 * warp; t < 32 * warp + 32; t++) {
+                        int pair = MmaKernels.vtItemPair(t, i, headDim);
+                        int quad = MmaKernels.vtItemQuad(t, i, headDim);
+                        assertTrue(pair < config.blockKv() / 2 && quad < headDim / 4, "thread " + t + ", item " + i);
+                        int at = MmaKernels.vtAt(4 * quad, pair, headDim) + 8 * row;   // the kernels' at + 8 row
+                        assertEquals(MmaKernels.vtAt(4 * quad + row, pair, headDim), at);
+                        assertTrue(ints.add(at) && at < config.valueTransposedTileInts(), "thread " + t + ", item " + i);
+                        banks.add(at % 32);
+                    }
+                    assertEquals(32, banks.size(), "warp " + warp + ", item " + i + ", row " + row);
+                }
+            }
+        }
+        assertEquals(config.blockKv() * headDim / 2, ints.size());
+        for (int keyBlock = 0; keyBlock < config.blockKv() / 16; keyBlock++) {
+            for (int dBlock = 0; dBlock < headDim / 16; dBlock++) {
+                assertEquals(0, MmaKernels.vtSubTile(keyBlock, dBlock, headDim) % 16);
+            }
+        }
+    }
+
+    /**
+     * P^T's sub-tiles: pTileAt is the layout TornadoVM's mmaLoadBSwizzled reads (byte offset b of a 16x8 fp16 tile at
+     * b ^ (((b >> 7) & 7) << 4)), and a warp's fp16 stores of one (key half, query) slot write 32 distinct words in 32
+     * distinct banks.
+     */
+    @Test
+    void probabilityTransposedLayoutIsTheSwizzledOneAndItsStoresAreConflictFree() {
+        Set<Integer> halfs = new HashSet<>();
+        for (int row = 0; row < 16; row++) {
+            for (int col = 0; col < 8; col++) {
+                int b = row * 16 + col * 2;
+                assertEquals(b ^ (((b >> 7) & 7) << 4), 2 * MmaKernels.pTileAt(row, col), "row " + row + ", col " + col);
+                assertTrue(halfs.add(MmaKernels.pTileAt(row, col)));
+            }
+        }
+        for (int keyHalf = 0; keyHalf < 2; keyHalf++) {
+            for (int e = 0; e < 2; e++) {
+                Set<Integer> banks = new HashSet<>();
+                for (int lane = 0; lane < 32; lane++) {
+                    int half = MmaKernels.pTileAt((lane >>> 2) + 8 * keyHalf, 0) + ((lane & 3) << 1) + e;
+                    banks.add((half / 2) % 32);
+                }
+                assertEquals(32, banks.size(), "keys " + (keyHalf == 0 ? "g" : "g + 8") + ", e " + e);
+            }
+        }
     }
 }

@@ -38,14 +38,20 @@ class TileConfigTest {
     @Test
     void mmaConfigurationsFitStaticSharedMemory() {
         for (MmaTileConfig c : new MmaTileConfig[] {MmaTileConfig.D64, MmaTileConfig.D128}) {
-            assertTrue(c.sharedMemoryBytes() <= MmaTileConfig.MAX_SHARED_BYTES, c + ": " + c.sharedMemoryBytes());
-            assertEquals(0, c.sharedMemoryBytes() % 16, "shared arrays must keep 16-byte alignment");
+            for (int bytes : new int[] {c.sharedMemoryBytes(), c.synchronousSharedMemoryBytes()}) {
+                assertTrue(bytes <= MmaTileConfig.MAX_SHARED_BYTES, c + ": " + bytes);
+                assertEquals(0, bytes % 16, "shared arrays must keep 16-byte alignment");
+            }
             assertEquals(128, c.threads());
         }
-        // Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(35_408, MmaTileConfig.D64.sharedMemoryBytes());
+        // Pipelined: Q^T 8 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 8 KB + ones 512 B + flag 16 B + row max 256 B
+        assertEquals(35_152, MmaTileConfig.D64.sharedMemoryBytes());
+        // Q^T 16 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
+        assertEquals(39_312, MmaTileConfig.D128.sharedMemoryBytes());
+        // Synchronous: Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
+        assertEquals(35_408, MmaTileConfig.D64.synchronousSharedMemoryBytes());
         // Q^T 16 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 4 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(39_568, MmaTileConfig.D128.sharedMemoryBytes());
+        assertEquals(39_568, MmaTileConfig.D128.synchronousSharedMemoryBytes());
     }
 
     @Test
