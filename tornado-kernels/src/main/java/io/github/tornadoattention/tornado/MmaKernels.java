@@ -719,10 +719,10 @@ public final class MmaKernels {
                 int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
-                // Thread t loads words i = 0..7 (64 bits, four fp16) of the K and V tiles: key kvJ + 16 (i / (D / 32)),
-                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 288 i and vAt + 288 i (kvLoadKey says why
-                // this mapping). Written out per word so that only these four per-thread values stay live, not one
-                // address per word.
+                // Thread t loads words i = 0..7 (64 bits, four fp16) of the K tile: key kvJ + 16 (i / (D / 32)), columns
+                // kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 288 i (kvLoadKey says why this mapping). Written out per
+                // word so that only these three per-thread values stay live, not one address per word. (V is staged
+                // transposed, by its own mapping: vtItemPair, vtItemQuad.)
                 int kvJ = kvLoadKey(t);
                 int kvCol = kvLoadColumn(t);
                 int kAt = kTileAt(kvJ, kvCol);
@@ -797,7 +797,7 @@ public final class MmaKernels {
                             // lane's 64-bit read addresses out of the loop (which kept them live in registers).
                             int sTile = sBase + (j0 >>> 31);
                             // No barrier here: K's last readers (the previous S^T) finished before the previous tile's
-                            // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
+                            // barrier that publishes P^T, V^T's and P^T's last readers (the previous P V) before the barrier below.
 
                             // K of this tile, loaded into registers during the previous tile's P V, goes to local memory.
                             // V is loaded only after the softmax, right before it is stored: held in registers through S^T
@@ -1082,10 +1082,10 @@ public final class MmaKernels {
                 int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
                 int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
 
-                // Thread t loads words i = 0..7 (64 bits, four fp16) of the K and V tiles: key kvJ + 16 (i / (D / 32)),
-                // columns kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 288 i and vAt + 288 i (kvLoadKey says why
-                // this mapping). Written out per word so that only these four per-thread values stay live, not one
-                // address per word.
+                // Thread t loads words i = 0..7 (64 bits, four fp16) of the K tile: key kvJ + 16 (i / (D / 32)), columns
+                // kvCol + 32 (i % (D / 32)) ..+ 3, stored at kAt + 288 i (kvLoadKey says why this mapping). Written out per
+                // word so that only these three per-thread values stay live, not one address per word. (V is staged
+                // transposed, by its own mapping: vtItemPair, vtItemQuad.)
                 int kvJ = kvLoadKey(t);
                 int kvCol = kvLoadColumn(t);
                 int kAt = kTileAt(kvJ, kvCol);
@@ -1168,7 +1168,7 @@ public final class MmaKernels {
                             // lane's 64-bit read addresses out of the loop (which kept them live in registers).
                             int sTile = sBase + (j0 >>> 31);
                             // No barrier here: K's last readers (the previous S^T) finished before the previous tile's
-                            // barrier that publishes P, V's and P's last readers (the previous P V) before the barrier below.
+                            // barrier that publishes P^T, V^T's and P^T's last readers (the previous P V) before the barrier below.
 
                             // K of this tile, loaded into registers during the previous tile's P V, goes to local memory;
                             // V of this tile is loaded into registers after S^T (fewer registers live during it) and stored after the
