@@ -1359,6 +1359,8 @@ public final class MmaKernels {
                             // rare sweep 0 this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
                             // fragment update unconditional.)
                             for (int kbb = 0; kbb < 2; kbb++) {
+                                // Per key block, not once per tile as at D = 64: held across both, it left the causal kernel
+                                // 16 bytes of spills at 255 registers instead of 8.
                                 HalfFloat[] one = kc.mmaLoadA(ones, 16, aRow);
                                 HalfFloat[] p0 = kc.mmaLoadBSwizzled(pT, 16, (warp * 2 + kbb) * 512 + (j0 >>> 31));
                                 HalfFloat[] p1 = kc.mmaLoadBSwizzled(pT, 16, (warp * 2 + kbb) * 512 + 256 + (j0 >>> 31));

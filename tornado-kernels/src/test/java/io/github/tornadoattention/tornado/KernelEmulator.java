@@ -287,37 +287,36 @@ final class KernelEmulator {
 
         @Override
         public HalfFloat[] mmaLoadB(int[] tile, int wmmaK, int byteOffset) {
-            // ldmatrix.x2.trans: lanes 0..15 supply rows k = lane % 16 (16-byte rows; matrix 1 = lanes 8..15, 128 bytes
-            // on); lane (g, t) gets column g of rows 2 t, 2 t + 1 of each matrix.
-            int group = lane >> 3;
-            int[] rows = exchangeRowAddresses(byteOffset + (lane & 7) * 16 + (group & 1) * 128);
-            int g = lane >> 2;
-            int t = lane & 3;
-            HalfFloat[] fragment = new HalfFloat[4];
-            for (int i = 0; i < 4; i++) {
-                int k = 2 * t + (i & 1) + 8 * (i >> 1);
-                fragment[i] = new HalfFloat(half(tile, rows[k] + g * 2));
-            }
-            return fragment;
+            return loadTransposedB(byteOffset, false, address -> new HalfFloat(half(tile, address)));
         }
 
         @Override
         public HalfFloat[] mmaLoadBSwizzled(HalfFloat[] tile, int wmmaK, int byteOffset) {
-            // ldmatrix.x2.trans over a HalfFloat[] tile, as mmaLoadB, with each lane's in-tile byte offset b replaced by
-            // b ^ (((b >> 7) & 7) << 4) before byteOffset is added (TornadoVM's X2_TRANS_SWIZZLE_FP16_STRIDE32).
+            return loadTransposedB(byteOffset, true, address -> {
+                if ((address & 1) != 0) {
+                    throw new IllegalStateException("unaligned fp16 address " + address);
+                }
+                return tile[address >> 1];
+            });
+        }
+
+        /**
+         * ldmatrix.x2.trans: lanes 0..15 supply rows k = lane % 16 (16-byte rows; matrix 1 = lanes 8..15, 128 bytes
+         * on); lane (g, t) gets column g of rows 2 t, 2 t + 1 of each matrix. {@code swizzled}: each lane's in-tile byte
+         * offset b is first replaced by b ^ (((b >> 7) & 7) << 4), as TornadoVM's X2_TRANS_SWIZZLE_FP16_STRIDE32 lowering
+         * of {@code mmaLoadBSwizzled} does. {@code halfAt} reads the fp16 value at a byte address of the tile.
+         */
+        private HalfFloat[] loadTransposedB(int byteOffset, boolean swizzled, IntFunction<HalfFloat> halfAt) {
             int group = lane >> 3;
             int inTile = (lane & 7) * 16 + (group & 1) * 128;
-            int[] rows = exchangeRowAddresses(byteOffset + (inTile ^ (((inTile >> 7) & 7) << 4)));
+            int swizzle = swizzled ? ((inTile >> 7) & 7) << 4 : 0;
+            int[] rows = exchangeRowAddresses(byteOffset + (inTile ^ swizzle));
             int g = lane >> 2;
             int t = lane & 3;
             HalfFloat[] fragment = new HalfFloat[4];
             for (int i = 0; i < 4; i++) {
                 int k = 2 * t + (i & 1) + 8 * (i >> 1);
-                int address = rows[k] + g * 2;
-                if ((address & 1) != 0) {
-                    throw new IllegalStateException("unaligned fp16 address " + address);
-                }
-                fragment[i] = tile[address >> 1];
+                fragment[i] = halfAt.apply(rows[k] + g * 2);
             }
             return fragment;
         }
