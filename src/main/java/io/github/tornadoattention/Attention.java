@@ -25,6 +25,19 @@ public final class Attention {
         return Backends.get(backendId).plan(shape);
     }
 
+    /**
+     * The device of backend {@code backendId} ({@code auto}: the first available one with an
+     * inference API), for device tensors, KV caches and cache plans.
+     */
+    public static AttentionDevice device(String backendId) {
+        return Backends.get(backendId).device();
+    }
+
+    /** Attention plans and cache plans made in this JVM so far: an engine's step makes none. */
+    public static long plansCreated() {
+        return AttentionPlan.created() + CacheAttentionPlan.created();
+    }
+
     /** One-shot attention on the fastest available backend; prefer a plan in loops. */
     public static HalfTensor forward(AttentionShape shape, HalfTensor q, HalfTensor k, HalfTensor v) {
         try (AttentionPlan plan = plan(shape)) {

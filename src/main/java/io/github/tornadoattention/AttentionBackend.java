@@ -31,6 +31,15 @@ public interface AttentionBackend {
      */
     AttentionPlan plan(AttentionShape shape);
 
+    /**
+     * The device this backend computes on, for device tensors, KV caches and cache plans (the
+     * inference API). Throws {@link BackendUnavailableException} where the backend cannot run here
+     * and {@link UnsupportedOperationException} where it has no inference API yet.
+     */
+    default AttentionDevice device() {
+        throw new UnsupportedOperationException(id() + " has no device-resident inference API yet");
+    }
+
     /** Checks availability and support, in that order; the first step of every {@link #plan}. */
     default void checkCanPlan(AttentionShape shape) {
         InvalidArgumentException.requireNonNull("shape", shape);

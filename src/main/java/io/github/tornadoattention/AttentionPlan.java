@@ -13,6 +13,7 @@ import java.util.OptionalDouble;
  * further calls.
  */
 public abstract class AttentionPlan implements AutoCloseable {
+    private static final java.util.concurrent.atomic.AtomicLong CREATED = new java.util.concurrent.atomic.AtomicLong();
     private final String backendId;
     private final AttentionShape shape;
     private boolean closed;
@@ -25,6 +26,12 @@ public abstract class AttentionPlan implements AutoCloseable {
     protected AttentionPlan(String backendId, AttentionShape shape) {
         this.backendId = backendId;
         this.shape = InvalidArgumentException.requireNonNull("shape", shape);
+        CREATED.incrementAndGet();
+    }
+
+    /** Plans made in this JVM so far. */
+    static long created() {
+        return CREATED.get();
     }
 
     public String backendId() {

@@ -65,6 +65,22 @@ final class AutoBackend implements AttentionBackend {
         return choose(shape).plan(shape);
     }
 
+    /** The first available backend with an inference API. */
+    @Override
+    public AttentionDevice device() {
+        for (AttentionBackend candidate : candidates()) {
+            if (!candidate.availability().available()) {
+                continue;
+            }
+            try {
+                return candidate.device();
+            } catch (UnsupportedOperationException e) {
+                // next one
+            }
+        }
+        throw new BackendUnavailableException(id(), "no available backend has a device-resident inference API");
+    }
+
     private List<AttentionBackend> candidates() {
         List<AttentionBackend> candidates = new ArrayList<>();
         for (String id : Backends.IDS) {

@@ -1,6 +1,7 @@
 package io.github.tornadoattention.cpu;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.TensorStrides;
 import java.util.stream.IntStream;
@@ -70,5 +71,121 @@ public final class CpuReference {
             }
             lse[lseIndex] = max + Math.log(sum);
         }
+    }
+
+    /** Reads row {@code position} of K or V of ({@code slot}, {@code kvHead}) into {@code into} (headDim values). */
+    @FunctionalInterface
+    public interface RowSource {
+        void read(int slot, int kvHead, int position, float[] into);
+    }
+
+    /**
+     * The definition of attention over a KV cache: slot b's {@code newTokens[b]} queries over its
+     * {@code lengths[b]} keys; query j sees key k iff k < L_b and, when causal, k <= L_b - n_b + j.
+     * Dense ({@code packed == false}): q and O [batch, heads, maxQueryLength, headDim] in the spec's
+     * layout, lse [batch, heads, maxQueryLength]; rows j >= n_b give O = 0, lse = -inf. Packed: q and
+     * O [maxTotalQueries, heads, headDim] with slot b's rows after those of the slots before it, lse
+     * [heads, maxTotalQueries]; rows past the total stay O = 0, lse = -inf.
+     */
+    public static Result cached(CacheAttentionSpec spec, float[] q, boolean packed, RowSource keys, RowSource values,
+                                int[] lengths, int[] newTokens) {
+        int d = spec.headDim();
+        int heads = spec.heads();
+        long rows = packed ? spec.maxTotalQueries() : (long) spec.batch() * spec.maxQueryLength();
+        double[] out = new double[Math.toIntExact(rows * heads * d)];
+        double[] lse = new double[Math.toIntExact(rows * heads)];
+        java.util.Arrays.fill(lse, Double.NEGATIVE_INFINITY);
+        int[] offsets = new int[spec.batch() + 1];
+        for (int b = 0; b < spec.batch(); b++) {
+            offsets[b + 1] = offsets[b] + newTokens[b];
+        }
+        TensorStrides dense = spec.denseQueryStrides();
+        IntStream.range(0, spec.batch() * heads).parallel().forEach(bh -> {
+            int b = bh / heads;
+            int h = bh % heads;
+            int kvHead = h / spec.groupSize();
+            int length = lengths[b];
+            int n = newTokens[b];
+            float[][] k = new float[length][d];
+            float[][] v = new float[length][d];
+            for (int j = 0; j < length; j++) {
+                keys.read(b, kvHead, j, k[j]);
+                values.read(b, kvHead, j, v[j]);
+            }
+            double[] scores = new double[length];
+            for (int j = 0; j < n; j++) {
+                long qRow = packed ? ((long) offsets[b] + j) * heads * d + (long) h * d : dense.rowStart(b, h, j);
+                int lseIndex = packed ? h * spec.maxTotalQueries() + offsets[b] + j
+                        : (b * heads + h) * spec.maxQueryLength() + j;
+                int lastKey = spec.causal() ? Math.min(length - 1, length - n + j) : length - 1;
+                lse[lseIndex] = softmaxRow(spec.scale(), q, qRow, k, v, lastKey, scores, out, d);
+            }
+        });
+        return new Result(out, lse);
+    }
+
+    /** O row = softmax(scale * q k^T) V over keys [0, lastKey], added into {@code out} at {@code row}; returns lse. */
+    private static double softmaxRow(double scale, float[] q, long row, float[][] k, float[][] v, int lastKey,
+                                     double[] scores, double[] out, int d) {
+        if (lastKey < 0) {
+            return Double.NEGATIVE_INFINITY;
+        }
+        double max = Double.NEGATIVE_INFINITY;
+        for (int j = 0; j <= lastKey; j++) {
+            double dot = 0;
+            for (int c = 0; c < d; c++) {
+                dot += (double) q[(int) (row + c)] * k[j][c];
+            }
+            scores[j] = scale * dot;
+            max = Math.max(max, scores[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= lastKey; j++) {
+            scores[j] = Math.exp(scores[j] - max);
+            sum += scores[j];
+        }
+        for (int j = 0; j <= lastKey; j++) {
+            double p = scores[j] / sum;
+            for (int c = 0; c < d; c++) {
+                out[(int) (row + c)] += p * v[j][c];
+            }
+        }
+        return max + Math.log(sum);
+    }
+
+    /**
+     * The definition of combine: partial results over disjoint key sets, {@code oParts}
+     * [parts, rows, headDim] and {@code lseParts} [parts, rows], merged into O [rows, headDim] and lse:
+     * lse = log sum_i exp(lse_i), O = sum_i exp(lse_i - lse) O_i; a row whose parts are all -inf gives
+     * O = 0, lse = -inf.
+     */
+    public static Result merge(float[] oParts, float[] lseParts, int parts, int rows, int headDim) {
+        double[] out = new double[rows * headDim];
+        double[] lse = new double[rows];
+        for (int r = 0; r < rows; r++) {
+            double max = Double.NEGATIVE_INFINITY;
+            for (int i = 0; i < parts; i++) {
+                max = Math.max(max, lseParts[i * rows + r]);
+            }
+            if (max == Double.NEGATIVE_INFINITY) {
+                lse[r] = max;
+                continue;
+            }
+            double sum = 0;
+            for (int i = 0; i < parts; i++) {
+                sum += Math.exp(lseParts[i * rows + r] - max);
+            }
+            lse[r] = max + Math.log(sum);
+            for (int i = 0; i < parts; i++) {
+                double w = Math.exp(lseParts[i * rows + r] - lse[r]);
+                if (w == 0) {
+                    continue;
+                }
+                for (int c = 0; c < headDim; c++) {
+                    out[r * headDim + c] += w * oParts[(i * rows + r) * headDim + c];
+                }
+            }
+        }
+        return new Result(out, lse);
     }
 }

@@ -1,6 +1,7 @@
 package io.github.tornadoattention.cpu;
 
 import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionDevice;
 import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
@@ -28,6 +29,12 @@ public final class CpuReferenceBackend implements AttentionBackend {
     @Override
     public void checkSupported(AttentionShape shape) {
         // Every valid shape.
+    }
+
+    /** Host memory standing in for a device: the inference API's semantics, checked against the oracle. */
+    @Override
+    public AttentionDevice device() {
+        return CpuDevice.INSTANCE;
     }
 
     @Override

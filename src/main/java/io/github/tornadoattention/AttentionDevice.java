@@ -1,0 +1,170 @@
+package io.github.tornadoattention;
+
+import java.lang.foreign.MemorySegment;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * One backend's device: its memory, its stream, and what an inference engine holds on to there,
+ * device tensors, KV caches and plans over capacities. Get it with {@link Attention#device(String)}.
+ *
+ * <p>Stream order: calls that take device tensors (copies, {@link KvCache#append}, plan calls)
+ * enqueue on this device's stream and return; {@link #synchronize()} waits for all of them. A host
+ * source may be reused when a call returns; a host destination holds its data after the
+ * synchronisation. On the CPU device every call completes before it returns.
+ *
+ * <p>Counters for engines and tests: {@link #allocations()} counts device allocations made through
+ * this device (a decode step after warm-up makes none).
+ */
+public abstract class AttentionDevice {
+    private final String backendId;
+    private final AtomicLong allocations;
+
+    protected AttentionDevice(String backendId) {
+        this(backendId, new AtomicLong());
+    }
+
+    /** A view of another device (e.g. on another stream) shares its allocation counter. */
+    protected AttentionDevice(String backendId, AtomicLong allocations) {
+        this.backendId = backendId;
+        this.allocations = allocations;
+    }
+
+    public final String backendId() {
+        return backendId;
+    }
+
+    /** The device's name, e.g. {@code NVIDIA H200 (sm_90)}. */
+    public abstract String name();
+
+    /** A new tensor of {@code length} elements (contents undefined until written). */
+    public final DeviceTensor allocate(DType dtype, long length) {
+        InvalidArgumentException.requireNonNull("dtype", dtype);
+        if (length < 1 || length > Long.MAX_VALUE / 8) {
+            throw new InvalidArgumentException("length", length, "must be in [1, " + Long.MAX_VALUE / 8 + "]");
+        }
+        long address = malloc(length * dtype.bytes());
+        allocations.incrementAndGet();
+        return new DeviceTensor(this, dtype, length, address, true);
+    }
+
+    /**
+     * Wraps {@code length} elements of device memory the engine owns, at {@code address} (a
+     * CUdeviceptr on ptx-cuda), without copying. Closing the tensor leaves the memory alone.
+     */
+    public final DeviceTensor wrap(long address, DType dtype, long length) {
+        InvalidArgumentException.requireNonNull("dtype", dtype);
+        if (address == 0) {
+            throw new InvalidArgumentException("address", 0, "must be a device address, not null");
+        }
+        if (length < 1) {
+            throw new InvalidArgumentException("length", length, "must be >= 1");
+        }
+        checkWrappable(address, length * dtype.bytes());
+        return new DeviceTensor(this, dtype, length, address, false);
+    }
+
+    /**
+     * This device on the engine's own stream ({@code stream}: a CUstream on ptx-cuda): the returned
+     * view enqueues there and shares memory, caches and counters with this one.
+     */
+    public AttentionDevice onStream(long stream) {
+        throw new UnsupportedOperationException(backendId + " has no streams: every call completes before it returns");
+    }
+
+    /** A KV cache on this device: zero lengths, storage allocated now. */
+    public final KvCache kvCache(KvCacheSpec spec) {
+        return new KvCache(this, InvalidArgumentException.requireNonNull("spec", spec));
+    }
+
+    /** A plan for attention of new tokens over caches of {@code cacheSpec}, for every step. */
+    public final CacheAttentionPlan plan(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        InvalidArgumentException.requireNonNull("spec", spec);
+        InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
+        spec.checkCache(cacheSpec);
+        return newCachePlan(spec, cacheSpec);
+    }
+
+    /**
+     * Merges partial attention results over disjoint key sets (cascade or shared-prefix attention,
+     * caches split across devices): {@code oParts} [parts, rows, headDim] fp16 and {@code lseParts}
+     * [parts, rows] fp32 (natural log) into {@code o} [rows, headDim] and, when not null, {@code lse}:
+     * lse = log(sum_i exp(lse_i)), O = sum_i exp(lse_i - lse) O_i; parts with lse_i = -inf weigh 0,
+     * a row with none gives O = 0 and lse = -inf.
+     */
+    public final void mergeStates(DeviceTensor oParts, DeviceTensor lseParts, int parts, int headDim, DeviceTensor o,
+                                  DeviceTensor lse) {
+        InvalidArgumentException.requireNonNull("oParts", oParts);
+        InvalidArgumentException.requireNonNull("lseParts", lseParts);
+        InvalidArgumentException.requireNonNull("o", o);
+        if (parts < 1) {
+            throw new InvalidArgumentException("parts", parts, "must be >= 1");
+        }
+        if (headDim < 8 || headDim % 8 != 0) {
+            throw new InvalidArgumentException("headDim", headDim, "must be a positive multiple of 8");
+        }
+        long rows = o.length() / headDim;
+        o.require("o", this, DType.FP16, rows * headDim, "rows*headDim");
+        oParts.require("oParts", this, DType.FP16, parts * rows * headDim, "parts*rows*headDim");
+        lseParts.require("lseParts", this, DType.FP32, parts * rows, "parts*rows");
+        if (lse != null) {
+            lse.require("lse", this, DType.FP32, rows, "rows");
+        }
+        merge(oParts, lseParts, parts, rows, headDim, o, lse);
+    }
+
+    /** Waits for everything enqueued on this device's stream. */
+    public abstract void synchronize();
+
+    /** Device allocations made through this device so far (tensors, caches, plans). */
+    public final long allocations() {
+        return allocations.get();
+    }
+
+    /** Throws unless {@code tensor} lives on this device (any stream view of it). */
+    public final void requireSame(String argument, DeviceTensor tensor) {
+        if (!sameMemory(tensor.device())) {
+            throw new InvalidArgumentException(argument, tensor, "must be on " + name() + " (" + backendId + ")");
+        }
+    }
+
+    /** Whether {@code other} shares this device's memory (the same device, perhaps another stream). */
+    protected boolean sameMemory(AttentionDevice other) {
+        return other == this;
+    }
+
+    /** Counts an allocation a backend made outside {@link #allocate} (workspaces). */
+    protected final void countAllocation() {
+        allocations.incrementAndGet();
+    }
+
+    protected final AtomicLong allocationCounter() {
+        return allocations;
+    }
+
+    // ---- what a backend provides (addresses are device addresses, sizes in bytes)
+
+    protected abstract long malloc(long bytes);
+
+    protected abstract void free(long address, long bytes);
+
+    /** Refuses to wrap memory that is not this device's, where the backend can tell. */
+    protected void checkWrappable(long address, long bytes) {
+    }
+
+    protected abstract void copyToDevice(long destination, MemorySegment source, long bytes);
+
+    protected abstract void copyToHost(MemorySegment destination, long source, long bytes);
+
+    protected abstract void copyOnDevice(long destination, long source, long bytes);
+
+    /** Writes {@code count} ints of {@code values} to {@code destination}, stream ordered (small metadata). */
+    protected abstract void uploadInts(long destination, int[] values, int from, int count);
+
+    /** Writes the new tokens of the cache's last append (see {@link KvCache.Append}) into its storage. */
+    protected abstract void appendToCache(KvCache cache, KvCache.Append append);
+
+    protected abstract CacheAttentionPlan newCachePlan(CacheAttentionSpec spec, KvCacheSpec cacheSpec);
+
+    protected abstract void merge(DeviceTensor oParts, DeviceTensor lseParts, int parts, long rows, int headDim,
+                                  DeviceTensor o, DeviceTensor lse);
+}

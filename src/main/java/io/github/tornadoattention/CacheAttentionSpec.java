@@ -1,0 +1,159 @@
+package io.github.tornadoattention;
+
+/**
+ * What a {@link CacheAttentionPlan} is made for: capacities, not lengths. {@code batch} sequences
+ * (the cache's slots), {@code heads} query heads over {@code kvHeads} K/V heads of {@code headDim},
+ * up to {@code maxQueryLength} new tokens per sequence and call, up to {@code maxTotalQueries} new
+ * tokens in all in a packed (varlen) call, caches of up to {@code maxLength} tokens. Lengths are
+ * run-time data of the cache: one plan serves every step.
+ *
+ * <p>Dense queries ({@link CacheAttentionPlan#forward}) are [batch, heads, maxQueryLength, headDim]
+ * in {@code layout} (decode: {@code maxQueryLength <= }{@value #MAX_DENSE_QUERIES}); packed queries
+ * ({@link CacheAttentionPlan#forwardPacked}) are [total, heads, headDim].
+ */
+public record CacheAttentionSpec(int batch, int heads, int kvHeads, int headDim, int maxQueryLength, int maxTotalQueries,
+                                 int maxLength, boolean causal, float scale, Layout layout, DType dtype) {
+    /** Dense query tensors are for decode and speculative steps; longer prompts go packed. */
+    public static final int MAX_DENSE_QUERIES = 16;
+
+    public CacheAttentionSpec {
+        // The shape check covers positivity, the head ratio, the scale and 32-bit tensor sizes.
+        new AttentionShape(batch, heads, kvHeads, maxQueryLength, maxLength, headDim, causal, scale,
+                InvalidArgumentException.requireNonNull("layout", layout));
+        if (maxTotalQueries < 1 || (long) maxTotalQueries * heads * headDim > AttentionShape.MAX_TENSOR_ELEMENTS) {
+            throw new InvalidArgumentException("maxTotalQueries", maxTotalQueries,
+                    "must be >= 1 and keep maxTotalQueries*heads*headDim <= " + AttentionShape.MAX_TENSOR_ELEMENTS);
+        }
+        InvalidArgumentException.requireNonNull("dtype", dtype);
+    }
+
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** Elements of a dense query (or output) tensor. */
+    public long denseQueryElements() {
+        return (long) batch * heads * maxQueryLength * headDim;
+    }
+
+    /** Elements of a dense call's logsumexp: [batch, heads, maxQueryLength]. */
+    public long denseLseElements() {
+        return (long) batch * heads * maxQueryLength;
+    }
+
+    /** Elements of a packed query (or output) tensor: [maxTotalQueries, heads, headDim]. */
+    public long packedQueryElements() {
+        return (long) maxTotalQueries * heads * headDim;
+    }
+
+    /** Elements of a packed call's logsumexp: [heads, maxTotalQueries]; query t of head h at h*maxTotalQueries + t. */
+    public long packedLseElements() {
+        return (long) heads * maxTotalQueries;
+    }
+
+    public int groupSize() {
+        return heads / kvHeads;
+    }
+
+    /** Strides of dense Q and O: [batch, heads, maxQueryLength, headDim] in {@link #layout()}. */
+    public TensorStrides denseQueryStrides() {
+        return new AttentionShape(batch, heads, kvHeads, maxQueryLength, maxLength, headDim, causal, scale, layout)
+                .queryStrides();
+    }
+
+    /** Throws unless {@code cache} has the batch, heads, head dim, type and capacity this plan was made for. */
+    public void checkCache(KvCacheSpec cache) {
+        if (cache.slots() != batch) {
+            throw new InvalidArgumentException("cache.slots", cache.slots(), "must equal the plan's batch " + batch);
+        }
+        if (cache.kvHeads() != kvHeads) {
+            throw new InvalidArgumentException("cache.kvHeads", cache.kvHeads(), "must equal the plan's kvHeads " + kvHeads);
+        }
+        if (cache.headDim() != headDim) {
+            throw new InvalidArgumentException("cache.headDim", cache.headDim(), "must equal the plan's headDim " + headDim);
+        }
+        if (cache.dtype() != dtype) {
+            throw new InvalidArgumentException("cache.dtype", cache.dtype(), "must equal the plan's dtype " + dtype);
+        }
+        if (cache.capacity() > maxLength) {
+            throw new InvalidArgumentException("cache.capacity", cache.capacity(),
+                    "must be <= the plan's maxLength " + maxLength);
+        }
+    }
+
+    public static final class Builder {
+        private int batch = 1;
+        private int heads = 1;
+        private Integer kvHeads;
+        private int headDim = 128;
+        private int maxQueryLength = 1;
+        private Integer maxTotalQueries;
+        private int maxLength = 4096;
+        private boolean causal = true;
+        private Float scale;
+        private Layout layout = Layout.BHSD;
+        private DType dtype = DType.FP16;
+
+        public Builder batch(int batch) {
+            this.batch = batch;
+            return this;
+        }
+
+        public Builder heads(int heads) {
+            this.heads = heads;
+            return this;
+        }
+
+        public Builder kvHeads(int kvHeads) {
+            this.kvHeads = kvHeads;
+            return this;
+        }
+
+        public Builder headDim(int headDim) {
+            this.headDim = headDim;
+            return this;
+        }
+
+        public Builder maxQueryLength(int maxQueryLength) {
+            this.maxQueryLength = maxQueryLength;
+            return this;
+        }
+
+        public Builder maxTotalQueries(int maxTotalQueries) {
+            this.maxTotalQueries = maxTotalQueries;
+            return this;
+        }
+
+        public Builder maxLength(int maxLength) {
+            this.maxLength = maxLength;
+            return this;
+        }
+
+        public Builder causal(boolean causal) {
+            this.causal = causal;
+            return this;
+        }
+
+        public Builder scale(float scale) {
+            this.scale = scale;
+            return this;
+        }
+
+        public Builder layout(Layout layout) {
+            this.layout = layout;
+            return this;
+        }
+
+        public Builder dtype(DType dtype) {
+            this.dtype = dtype;
+            return this;
+        }
+
+        /** The spec; {@code kvHeads} defaults to {@code heads}, {@code maxTotalQueries} to batch*maxQueryLength. */
+        public CacheAttentionSpec build() {
+            long total = maxTotalQueries != null ? maxTotalQueries : Math.min(Integer.MAX_VALUE, (long) batch * maxQueryLength);
+            return new CacheAttentionSpec(batch, heads, kvHeads == null ? heads : kvHeads, headDim, maxQueryLength,
+                    (int) total, maxLength, causal, scale == null ? AttentionShape.defaultScale(headDim) : scale, layout, dtype);
+        }
+    }
+}

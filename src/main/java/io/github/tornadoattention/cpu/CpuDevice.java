@@ -1,0 +1,169 @@
+package io.github.tornadoattention.cpu;
+
+import static java.lang.foreign.ValueLayout.JAVA_FLOAT_UNALIGNED;
+import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
+import static java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED;
+
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.CacheAttentionPlan;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.TensorStrides;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The cpu-reference backend's device: "device" memory is off-heap host memory, every call runs to
+ * completion before it returns, and attention is the oracle ({@link CpuReference#cached}) over
+ * what the cache's storage, lengths and block tables hold. It runs the whole inference API without
+ * a GPU, so the cache bookkeeping that every backend shares is tested everywhere.
+ */
+final class CpuDevice extends AttentionDevice {
+    static final CpuDevice INSTANCE = new CpuDevice();
+
+    private final ConcurrentHashMap<Long, Arena> arenas = new ConcurrentHashMap<>();
+
+    private CpuDevice() {
+        super(Backends.CPU_REFERENCE);
+    }
+
+    @Override
+    public String name() {
+        return "CPU (host memory)";
+    }
+
+    @Override
+    public void synchronize() {
+        // Every call has completed.
+    }
+
+    @Override
+    protected long malloc(long bytes) {
+        Arena arena = Arena.ofShared();
+        long address = arena.allocate(bytes, 64).address();
+        arenas.put(address, arena);
+        return address;
+    }
+
+    @Override
+    protected void free(long address, long bytes) {
+        Arena arena = arenas.remove(address);
+        if (arena != null) {
+            arena.close();
+        }
+    }
+
+    @Override
+    protected void copyToDevice(long destination, MemorySegment source, long bytes) {
+        MemorySegment.copy(source, 0, memory(destination, bytes), 0, bytes);
+    }
+
+    @Override
+    protected void copyToHost(MemorySegment destination, long source, long bytes) {
+        MemorySegment.copy(memory(source, bytes), 0, destination, 0, bytes);
+    }
+
+    @Override
+    protected void copyOnDevice(long destination, long source, long bytes) {
+        MemorySegment.copy(memory(source, bytes), 0, memory(destination, bytes), 0, bytes);
+    }
+
+    @Override
+    protected void uploadInts(long destination, int[] values, int from, int count) {
+        MemorySegment.copy(values, from, memory(destination, 4L * count), JAVA_INT_UNALIGNED, 0, count);
+    }
+
+    @Override
+    protected void appendToCache(KvCache cache, KvCache.Append append) {
+        KvCacheSpec spec = cache.spec();
+        int slots = spec.slots();
+        int d = spec.headDim();
+        long rowBytes = 2L * d;
+        MemorySegment step = tensor(cache.stepInfo());
+        TensorStrides s = append.strides();
+        TensorStrides storage = spec.strides();
+        for (int b = 0; b < slots; b++) {
+            int length = step.getAtIndex(JAVA_INT_UNALIGNED, b);
+            int n = step.getAtIndex(JAVA_INT_UNALIGNED, slots + b);
+            int offset = step.getAtIndex(JAVA_INT_UNALIGNED, 2L * slots + b);
+            for (int j = 0; j < n; j++) {
+                long at = storageRow(cache, b, length - n + j);
+                for (int h = 0; h < spec.kvHeads(); h++) {
+                    long from = append.packed() ? (offset + (long) j) * s.row() + h * s.head()
+                            : b * s.batch() + h * s.head() + j * s.row();
+                    long to = at + h * storage.head();
+                    MemorySegment.copy(tensor(append.keys()), 2 * from, tensor(cache.keys()), 2 * to, rowBytes);
+                    MemorySegment.copy(tensor(append.values()), 2 * from, tensor(cache.values()), 2 * to, rowBytes);
+                }
+            }
+        }
+    }
+
+    /** Element index of (slot, position, head 0, column 0) in the cache's storage, through the block table when paged. */
+    static long storageRow(KvCache cache, int slot, int position) {
+        KvCacheSpec spec = cache.spec();
+        TensorStrides s = spec.strides();
+        if (!spec.paged()) {
+            return slot * s.batch() + position * s.row();
+        }
+        MemorySegment table = INSTANCE.tensor(cache.blockTable());
+        int page = table.getAtIndex(JAVA_INT_UNALIGNED, (long) slot * spec.pagesPerSequence() + position / spec.pageSize());
+        return page * s.batch() + (position % spec.pageSize()) * s.row();
+    }
+
+    @Override
+    protected CacheAttentionPlan newCachePlan(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        return new CpuCachePlan(this, spec, cacheSpec);
+    }
+
+    @Override
+    protected void merge(DeviceTensor oParts, DeviceTensor lseParts, int parts, long rows, int headDim, DeviceTensor o,
+                         DeviceTensor lse) {
+        CpuReference.Result r = CpuReference.merge(floats16(oParts), floats32(lseParts), parts, Math.toIntExact(rows), headDim);
+        writeHalves(o, r.output());
+        if (lse != null) {
+            writeFloats(lse, r.logSumExp());
+        }
+    }
+
+    MemorySegment tensor(DeviceTensor t) {
+        return memory(t.address(), t.byteSize());
+    }
+
+    float[] floats16(DeviceTensor t) {
+        MemorySegment m = tensor(t);
+        float[] out = new float[Math.toIntExact(t.length())];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = Float.float16ToFloat(m.getAtIndex(JAVA_SHORT_UNALIGNED, i));
+        }
+        return out;
+    }
+
+    float[] floats32(DeviceTensor t) {
+        float[] out = new float[Math.toIntExact(t.length())];
+        MemorySegment.copy(tensor(t), JAVA_FLOAT_UNALIGNED, 0, out, 0, out.length);
+        return out;
+    }
+
+    void writeHalves(DeviceTensor t, double[] values) {
+        MemorySegment m = tensor(t);
+        for (int i = 0; i < values.length; i++) {
+            m.setAtIndex(JAVA_SHORT_UNALIGNED, i, Float.floatToFloat16((float) values[i]));
+        }
+    }
+
+    void writeFloats(DeviceTensor t, double[] values) {
+        MemorySegment m = tensor(t);
+        for (int i = 0; i < values.length; i++) {
+            m.setAtIndex(JAVA_FLOAT_UNALIGNED, i, (float) values[i]);
+        }
+    }
+
+    private static MemorySegment memory(long address, long bytes) {
+        return MemorySegment.ofAddress(address).reinterpret(bytes);
+    }
+}

@@ -1,0 +1,197 @@
+package io.github.tornadoattention.verify;
+
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.CacheAttentionPlan;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.cpu.CpuReference;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Random;
+
+/**
+ * The inference API's correctness scenarios on any device, each call checked against the oracle
+ * over {@link KvCacheModel}: ragged prefill packed (varlen), decode steps with slots idle, rollbacks,
+ * shared prefixes, speculative steps, for a contiguous cache and paged ones, and the public merge.
+ * Outputs are poisoned (NaN) before every call; inputs are fresh random fp16 values.
+ */
+public final class CacheSuite {
+    private CacheSuite() {
+    }
+
+    public record CaseResult(String name, ErrorStats error) {
+        public boolean passed() {
+            return error.passes();
+        }
+    }
+
+    /** Every scenario at head dim {@code headDim}, causal and not, contiguous and paged (pages of 16 and 4). */
+    public static List<CaseResult> run(AttentionDevice device, int headDim, long seed) {
+        List<CaseResult> results = new ArrayList<>();
+        for (int pageSize : new int[] {0, 16, 4}) {
+            for (boolean causal : new boolean[] {true, false}) {
+                scenario(device, headDim, pageSize, causal, new Random(seed + 31L * pageSize + (causal ? 1 : 0)), results);
+            }
+        }
+        merge(device, headDim, new Random(seed ^ 0x5EED), results);
+        return results;
+    }
+
+    private static void scenario(AttentionDevice device, int d, int pageSize, boolean causal, Random random,
+                                 List<CaseResult> results) {
+        int slots = 4;
+        int heads = 8;
+        int kvHeads = 2;
+        int capacity = 320;
+        KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(slots, kvHeads, capacity, d)
+                : KvCacheSpec.paged(slots, kvHeads, capacity, d, pageSize);
+        CacheAttentionSpec decode = CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads).headDim(d)
+                .maxQueryLength(4).maxLength(capacity).causal(causal).build();
+        CacheAttentionSpec prefill = CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads).headDim(d)
+                .maxQueryLength(capacity).maxTotalQueries(512).maxLength(capacity).causal(causal).build();
+        String tag = (pageSize == 0 ? "contiguous" : "paged" + pageSize) + (causal ? " causal" : "") + " D=" + d + ": ";
+        KvCacheModel model = new KvCacheModel(slots, kvHeads, d);
+        try (KvCache cache = device.kvCache(cacheSpec);
+             CacheAttentionPlan decodePlan = device.plan(decode, cacheSpec);
+             CacheAttentionPlan prefillPlan = device.plan(prefill, cacheSpec)) {
+            int[] prompt = {0, 1, 77, 200};
+            model.appendPacked(cache, device, random, prompt);
+            results.add(check(tag + "varlen prefill " + Arrays.toString(prompt), device, prefillPlan, cache, model, random, true));
+            for (int stepIndex = 0; stepIndex < 5; stepIndex++) {
+                int[] counts = {random.nextInt(2), 1, random.nextInt(2), 1};
+                model.appendDense(cache, device, random, 1, counts);
+                results.add(check(tag + "decode step " + stepIndex + " " + Arrays.toString(counts), device, decodePlan,
+                        cache, model, random, false));
+            }
+            cache.truncate(2, 50);
+            model.truncate(2, 50);
+            cache.reset(1);
+            model.truncate(1, 0);
+            cache.sharePrefix(3, 1, 100);
+            model.sharePrefix(3, 1, 100);
+            int[] counts = {1, 1, 1, 1};
+            model.appendDense(cache, device, random, 1, counts);
+            results.add(check(tag + "after truncate, reset and a shared prefix", device, decodePlan, cache, model,
+                    random, false));
+            int[] speculative = {4, 0, 2, 3};
+            model.appendDense(cache, device, random, 4, speculative);
+            results.add(check(tag + "speculative step " + Arrays.toString(speculative), device, decodePlan, cache, model,
+                    random, false));
+            cache.truncate(0, model.length(0) - 3); // reject 3 of the 4 draft tokens
+            model.truncate(0, model.length(0) - 3);
+            int[] second = {2, 1, 0, 1};
+            model.appendPacked(cache, device, random, second);
+            results.add(check(tag + "packed step after a rollback " + Arrays.toString(second), device, prefillPlan,
+                    cache, model, random, true));
+        }
+    }
+
+    private static CaseResult check(String name, AttentionDevice device, CacheAttentionPlan plan, KvCache cache,
+                                    KvCacheModel model, Random random, boolean packed) {
+        CacheAttentionSpec spec = plan.spec();
+        long elements = packed ? spec.packedQueryElements() : spec.denseQueryElements();
+        long lseElements = packed ? spec.packedLseElements() : spec.denseLseElements();
+        float[] q = KvCacheModel.randomFp16(random, Math.toIntExact(elements));
+        try (DeviceTensor dq = KvCacheModel.upload(device, q);
+             DeviceTensor o = device.allocate(DType.FP16, elements);
+             DeviceTensor lse = device.allocate(DType.FP32, lseElements)) {
+            poison(o, lse);
+            if (packed) {
+                plan.forwardPacked(dq, cache, o, lse);
+            } else {
+                plan.forward(dq, cache, o, lse);
+            }
+            float[] out = KvCacheModel.download(device, o);
+            float[] l = downloadFloats(device, lse);
+            CpuReference.Result expected = model.expected(spec, q, true == packed);
+            if (packed) {
+                // Only the call's rows are written: compare those.
+                int total = cache.totalNewTokens();
+                int rowElements = spec.heads() * spec.headDim();
+                out = Arrays.copyOf(out, Math.max(1, total * rowElements));
+                double[] eo = Arrays.copyOf(expected.output(), out.length);
+                float[] lc = new float[spec.heads() * Math.max(1, total)];
+                double[] el = new double[lc.length];
+                for (int h = 0; h < spec.heads(); h++) {
+                    for (int t = 0; t < total; t++) {
+                        lc[h * total + t] = l[h * spec.maxTotalQueries() + t];
+                        el[h * total + t] = expected.logSumExp()[h * spec.maxTotalQueries() + t];
+                    }
+                }
+                if (total == 0) {
+                    return new CaseResult(name, new ErrorStats(0, 0, 0, 0));
+                }
+                return new CaseResult(name, compare(out, eo, lc, el));
+            }
+            return new CaseResult(name, compare(out, expected.output(), l, expected.logSumExp()));
+        }
+    }
+
+    /** The public combine on random partial results, some parts empty (lse = -inf), one row with none. */
+    private static void merge(AttentionDevice device, int d, Random random, List<CaseResult> results) {
+        int parts = 3;
+        int rows = 37;
+        float[] oParts = KvCacheModel.randomFp16(random, parts * rows * d);
+        float[] lseParts = new float[parts * rows];
+        for (int i = 0; i < lseParts.length; i++) {
+            lseParts[i] = random.nextInt(5) == 0 ? Float.NEGATIVE_INFINITY : (float) (random.nextGaussian() * 4);
+        }
+        for (int i = 0; i < parts; i++) {
+            lseParts[i * rows + 5] = Float.NEGATIVE_INFINITY;
+        }
+        try (DeviceTensor op = KvCacheModel.upload(device, oParts);
+             DeviceTensor lp = uploadFloats(device, lseParts);
+             DeviceTensor o = device.allocate(DType.FP16, (long) rows * d);
+             DeviceTensor lse = device.allocate(DType.FP32, rows)) {
+            poison(o, lse);
+            device.mergeStates(op, lp, parts, d, o, lse);
+            CpuReference.Result expected = CpuReference.merge(oParts, lseParts, parts, rows, d);
+            results.add(new CaseResult("merge " + parts + " parts x " + rows + " rows D=" + d,
+                    compare(KvCacheModel.download(device, o), expected.output(), downloadFloats(device, lse),
+                            expected.logSumExp())));
+        }
+    }
+
+    private static ErrorStats compare(float[] out, double[] expected, float[] lse, double[] expectedLse) {
+        try (HalfTensor h = HalfTensor.of(out)) {
+            return ErrorStats.compare(h, expected, lse, expectedLse);
+        }
+    }
+
+    private static void poison(DeviceTensor o, DeviceTensor lse) {
+        try (HalfTensor nan = HalfTensor.allocate(o.length())) {
+            nan.fill(Float.NaN);
+            o.copyFrom(nan);
+        }
+        float[] nans = new float[Math.toIntExact(lse.length())];
+        Arrays.fill(nans, Float.NaN);
+        try (Arena arena = Arena.ofConfined()) {
+            lse.copyFrom(arena.allocateFrom(ValueLayout.JAVA_FLOAT, nans), 0);
+        }
+    }
+
+    private static DeviceTensor uploadFloats(AttentionDevice device, float[] values) {
+        DeviceTensor t = device.allocate(DType.FP32, values.length);
+        try (Arena arena = Arena.ofConfined()) {
+            t.copyFrom(arena.allocateFrom(ValueLayout.JAVA_FLOAT, values), 0);
+        }
+        return t;
+    }
+
+    static float[] downloadFloats(AttentionDevice device, DeviceTensor t) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment m = arena.allocate(t.byteSize());
+            t.copyTo(m, 0);
+            device.synchronize();
+            return m.toArray(ValueLayout.JAVA_FLOAT);
+        }
+    }
+}
