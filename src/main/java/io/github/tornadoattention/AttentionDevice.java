@@ -112,6 +112,18 @@ public abstract class AttentionDevice {
         merge(oParts, lseParts, parts, rows, headDim, o, lse);
     }
 
+    /**
+     * Runs {@code ops} in order, each enqueueing device work, and returns the device time of each
+     * (CUDA events around each op; waits for all of them): kernel time without the gaps between
+     * launches. Empty where the device has no timer (the CPU device).
+     */
+    public java.util.Optional<double[]> timeEach(java.util.List<Runnable> ops) {
+        for (Runnable op : ops) {
+            op.run();
+        }
+        return java.util.Optional.empty();
+    }
+
     /** Waits for everything enqueued on this device's stream. */
     public abstract void synchronize();
 

@@ -54,6 +54,10 @@ public final class CudaDriver {
     private final MethodHandle cuEventElapsedTime;
     private final MethodHandle cuEventDestroy;
     private final MethodHandle cuLaunchKernel;
+    private final MethodHandle cuMemcpyDtoDAsync;
+    private final MethodHandle cuMemHostAlloc;
+    private final MethodHandle cuMemFreeHost;
+    private final MethodHandle cuPointerGetAttribute;
 
     /**
      * Binds the driver library.
@@ -84,6 +88,10 @@ public final class CudaDriver {
         cuEventSynchronize = bind("cuEventSynchronize", JAVA_LONG);
         cuEventElapsedTime = bind("cuEventElapsedTime", ADDRESS, JAVA_LONG, JAVA_LONG);
         cuEventDestroy = bind("cuEventDestroy_v2", JAVA_LONG);
+        cuMemcpyDtoDAsync = bind("cuMemcpyDtoDAsync_v2", JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG);
+        cuMemHostAlloc = bind("cuMemHostAlloc", ADDRESS, JAVA_LONG, JAVA_INT);
+        cuMemFreeHost = bind("cuMemFreeHost", ADDRESS);
+        cuPointerGetAttribute = bind("cuPointerGetAttribute", ADDRESS, JAVA_INT, JAVA_LONG);
         cuLaunchKernel = bind("cuLaunchKernel", JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT,
                 JAVA_INT, JAVA_INT, JAVA_LONG, ADDRESS, ADDRESS);
     }
@@ -280,5 +288,41 @@ public final class CudaDriver {
                        long stream, MemorySegment kernelParams) {
         call("cuLaunchKernel", () -> (int) cuLaunchKernel.invokeExact(function, gridX, gridY, gridZ, blockX, 1, 1,
                     dynamicSharedBytes, stream, kernelParams, MemorySegment.NULL));
+    }
+
+    public void copyOnDevice(long destination, long source, long bytes, long stream) {
+        call("cuMemcpyDtoDAsync", () -> (int) cuMemcpyDtoDAsync.invokeExact(destination, source, bytes, stream));
+    }
+
+    /** Page-locked host memory, so that copies from it are truly asynchronous. */
+    public MemorySegment hostAlloc(long bytes) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(ADDRESS);
+            call("cuMemHostAlloc(" + bytes + " bytes)", () -> (int) cuMemHostAlloc.invokeExact(out, bytes, 0));
+            return out.get(ADDRESS, 0).reinterpret(bytes);
+        }
+    }
+
+    public void freeHost(MemorySegment memory) {
+        call("cuMemFreeHost", () -> (int) cuMemFreeHost.invokeExact(memory));
+    }
+
+    /** Waits until {@code event} has completed. */
+    public void synchronizeEvent(long event) {
+        call("cuEventSynchronize", () -> (int) cuEventSynchronize.invokeExact(event));
+    }
+
+    /**
+     * The ordinal of the device that owns {@code pointer}, or -1 if the driver does not know it as
+     * device memory (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).
+     */
+    public int deviceOrdinalOf(long pointer) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            int result = (int) cuPointerGetAttribute.invokeExact(out, 9, pointer);
+            return result == 0 ? out.get(JAVA_INT, 0) : -1;
+        } catch (Throwable t) {
+            return -1;
+        }
     }
 }

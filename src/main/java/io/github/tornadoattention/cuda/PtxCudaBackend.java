@@ -1,6 +1,8 @@
 package io.github.tornadoattention.cuda;
 
 import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
@@ -32,6 +34,21 @@ public final class PtxCudaBackend implements AttentionBackend {
     @Override
     public void checkSupported(AttentionShape shape) {
         LaunchTable.checkSupported(id(), shape);
+    }
+
+    private CudaDevice device;
+
+    /** The CUDA device of the process's context, with its own stream (engines may pass theirs: {@link CudaDevice#onStream}). */
+    @Override
+    public synchronized AttentionDevice device() {
+        Availability availability = availability();
+        if (!availability.available()) {
+            throw new BackendUnavailableException(id(), availability.detail());
+        }
+        if (device == null) {
+            device = new CudaDevice(CudaContext.get());
+        }
+        return device;
     }
 
     @Override

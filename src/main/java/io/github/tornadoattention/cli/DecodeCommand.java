@@ -1,0 +1,227 @@
+package io.github.tornadoattention.cli;
+
+import com.fasterxml.jackson.jr.ob.JSON;
+import io.github.tornadoattention.Attention;
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.measure.DecodeLoop;
+import io.github.tornadoattention.measure.TimingStats;
+import io.github.tornadoattention.verify.ErrorStats;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code decode}: a decode loop through the Java API as an engine runs it (see {@link DecodeLoop}):
+ * caches prefilled to about {@code --context} tokens per sequence, then {@code --steps} tokens, each
+ * an append of one token per sequence and attention in every layer, and one synchronisation.
+ */
+@Command(name = "decode", mixinStandardHelpOptions = true,
+        description = "Time decode steps (append + attention per layer, device-resident caches) through the Java API.")
+final class DecodeCommand implements Callable<Integer> {
+    /** Above this many multiply-adds per token the CPU device would take minutes: refuse unless --force. */
+    static final double CPU_MAX_FLOPS_PER_TOKEN = 2e9;
+
+    @Spec
+    CommandSpec spec;
+
+    @Option(names = "--batch", required = true, paramLabel = "B", description = "sequences decoded together")
+    int batch;
+
+    @Option(names = "--heads", required = true, paramLabel = "H", description = "query heads")
+    int heads;
+
+    @Option(names = "--kv-heads", paramLabel = "HKV", description = "key/value heads (default: --heads)")
+    Integer kvHeads;
+
+    @Option(names = "--dim", required = true, paramLabel = "D", description = "head dim")
+    int dim;
+
+    @Option(names = "--context", required = true, paramLabel = "N", description = "tokens per sequence before decoding")
+    int context;
+
+    @Option(names = "--steps", paramLabel = "T", defaultValue = "64", description = "timed decode steps (default: ${DEFAULT-VALUE})")
+    int steps;
+
+    @Option(names = "--warmup", paramLabel = "N", defaultValue = "8", description = "untimed steps first (default: ${DEFAULT-VALUE})")
+    int warmup;
+
+    @Option(names = "--layers", paramLabel = "L", defaultValue = "1", description = "layers, each with its own cache (default: ${DEFAULT-VALUE})")
+    int layers;
+
+    @Option(names = "--ragged", description = "lengths spread from N/16 to N over the batch instead of N for all")
+    boolean ragged;
+
+    @Option(names = "--page-size", paramLabel = "P", defaultValue = "0", description = "paged cache with pages of P tokens (default: contiguous)")
+    int pageSize;
+
+    @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO, description = "ptx-cuda, cpu-reference or auto (default)")
+    String backend;
+
+    @Option(names = "--check", description = "check sampled steps' outputs against the CPU reference; exit 1 if out of tolerance")
+    boolean check;
+
+    @Option(names = "--seed", paramLabel = "N", description = "seed of the random inputs (default: fresh each run)")
+    Long seed;
+
+    @Option(names = "--force", description = "run even when the CPU device would take very long")
+    boolean force;
+
+    @Option(names = "--json", description = "also print one JSON object on the last line")
+    boolean json;
+
+    @Override
+    public Integer call() throws IOException {
+        requireRange("--steps", steps, 1, 1_000_000);
+        requireRange("--warmup", warmup, 0, 1_000_000);
+        requireRange("--layers", layers, 1, 1024);
+        requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
+        int hkv = kvHeads == null ? heads : kvHeads;
+        AttentionDevice device = Attention.device(backend);
+        double flopsPerToken = 4.0 * batch * heads * dim * (double) context * layers;
+        if (device.backendId().equals(Backends.CPU_REFERENCE) && flopsPerToken > CPU_MAX_FLOPS_PER_TOKEN && !force) {
+            throw new InvalidArgumentException("--context", context, String.format(
+                    "the CPU device would do %.2g FLOPs per token (limit %.0g): about %.0f s per step; lower"
+                            + " --context/--batch/--layers or pass --force", flopsPerToken, CPU_MAX_FLOPS_PER_TOKEN,
+                    flopsPerToken / 1e9));
+        }
+        long inputSeed = seed != null ? seed : System.nanoTime();
+        int[] lengths = lengths(batch, context, ragged, inputSeed);
+        int capacity = context + warmup + steps + Math.min(steps, 16) + 2 + 1; // warm-up, timed, device-timed, checked steps
+        PrintWriter out = spec.commandLine().getOut();
+        long plansBefore = Attention.plansCreated();
+        try (DecodeLoop loop = new DecodeLoop(device, batch, heads, hkv, dim, layers, capacity, pageSize, lengths, inputSeed)) {
+            for (int i = 0; i < warmup; i++) {
+                loop.step();
+            }
+            long plansAfterWarmup = Attention.plansCreated();
+            long allocationsAfterWarmup = device.allocations();
+            double[] stepMillis = new double[steps];
+            for (int i = 0; i < steps; i++) {
+                long start = System.nanoTime();
+                loop.step();
+                stepMillis[i] = (System.nanoTime() - start) / 1e6;
+            }
+            long plansInSteps = Attention.plansCreated() - plansAfterWarmup;
+            long allocationsInSteps = device.allocations() - allocationsAfterWarmup;
+            int kernelSamples = Math.min(steps, 16);
+            double[] kernelMillis = new double[kernelSamples];
+            for (int i = 0; i < kernelSamples; i++) {
+                kernelMillis[i] = loop.timedStep();
+            }
+            TimingStats step = TimingStats.of(stepMillis);
+            TimingStats kernel = Double.isNaN(kernelMillis[0]) ? null : TimingStats.of(kernelMillis);
+            double bytes = loop.kvBytesPerToken();
+
+            out.printf("backend     %s (%s)%n", device.backendId(), device.name());
+            out.printf("decode      B=%d Hq=%d Hkv=%d D=%d, %d layer(s), context %s, %s cache, seed %d%n", batch, heads,
+                    hkv, dim, layers, ragged ? "ragged " + min(lengths) + ".." + max(lengths) : String.valueOf(context),
+                    pageSize == 0 ? "contiguous" : "paged (" + pageSize + " tokens per page)", inputSeed);
+            out.printf("step        median %.4g ms (95%% CI %.4g..%.4g)  [whole token through the Java API: %d x"
+                    + " (append + attention), one synchronisation]%n", step.medianMillis(), step.lowMillis(),
+                    step.highMillis(), layers);
+            if (kernel != null) {
+                out.printf("kernels     median %.4g ms per token  [device time of the launches, CUDA events; step/kernels"
+                        + " = %.3f]%n", kernel.medianMillis(), step.medianMillis() / kernel.medianMillis());
+                out.printf("K/V read    %.4g TB/s by the kernels, %.4g TB/s per step wall time%n",
+                        bytes / kernel.medianMillis() / 1e9, bytes / step.medianMillis() / 1e9);
+            }
+            out.printf("per step    %d plans created, %d device allocations (after %d warm-up steps)%n", plansInSteps,
+                    allocationsInSteps, warmup);
+
+            Map<String, Object> result = new LinkedHashMap<>();
+            result.put("backend", device.backendId());
+            result.put("device", device.name());
+            result.put("batch", batch);
+            result.put("heads", heads);
+            result.put("kv_heads", hkv);
+            result.put("dim", dim);
+            result.put("layers", layers);
+            result.put("context", context);
+            result.put("lengths", lengths);
+            result.put("page_size", pageSize);
+            result.put("steps", steps);
+            result.put("step_median_ms", round(step.medianMillis()));
+            result.put("step_ci95_low_ms", round(step.lowMillis()));
+            result.put("step_ci95_high_ms", round(step.highMillis()));
+            result.put("kernel_median_ms", kernel == null ? null : round(kernel.medianMillis()));
+            result.put("kv_bytes_per_token", bytes);
+            result.put("kernel_kv_tb_per_s", kernel == null ? null : round(bytes / kernel.medianMillis() / 1e9));
+            result.put("plans_created", plansInSteps);
+            result.put("plans_created_total", Attention.plansCreated() - plansBefore);
+            result.put("allocations_after_warmup", allocationsInSteps);
+            result.put("compilations_after_warmup", 0);
+            result.put("seed", inputSeed);
+            boolean passed = plansInSteps == 0 && allocationsInSteps == 0;
+            if (check) {
+                ErrorStats worst = null;
+                for (int i = 0; i < 2; i++) {
+                    ErrorStats e = loop.checkStep();
+                    if (worst == null || !e.passes() || e.maxAbsError() > worst.maxAbsError()) {
+                        worst = e;
+                    }
+                }
+                out.printf("check       %s: %s (layer 0, 2 sampled steps, against the CPU reference)%n",
+                        worst.passes() ? "PASS" : "FAIL", worst);
+                result.put("max_abs_error", worst.maxAbsError());
+                result.put("rel_error", worst.relativeError());
+                passed &= worst.passes();
+            } else {
+                result.put("max_abs_error", null);
+            }
+            result.put("passed", passed);
+            if (json) {
+                out.println(JSON.std.asString(result));
+            }
+            return passed ? 0 : Main.EXIT_FAILED;
+        }
+    }
+
+    /** N for every sequence, or (ragged) N/16 .. N evenly spread and shuffled by the seed. */
+    static int[] lengths(int batch, int context, boolean ragged, long seed) {
+        int[] lengths = new int[batch];
+        if (!ragged || batch == 1) {
+            java.util.Arrays.fill(lengths, context);
+            return lengths;
+        }
+        int low = Math.max(1, context / 16);
+        List<Integer> spread = new ArrayList<>();
+        for (int b = 0; b < batch; b++) {
+            spread.add(low + (int) ((long) (context - low) * b / (batch - 1)));
+        }
+        Collections.shuffle(spread, new Random(seed));
+        for (int b = 0; b < batch; b++) {
+            lengths[b] = spread.get(b);
+        }
+        return lengths;
+    }
+
+    private static void requireRange(String option, int value, int low, int high) {
+        if (value < low || value > high) {
+            throw new InvalidArgumentException(option, value, "must be in [" + low + ", " + high + "]");
+        }
+    }
+
+    private static int min(int[] values) {
+        return java.util.Arrays.stream(values).min().orElse(0);
+    }
+
+    private static int max(int[] values) {
+        return java.util.Arrays.stream(values).max().orElse(0);
+    }
+
+    private static double round(double value) {
+        return Double.parseDouble(String.format("%.4g", value));
+    }
+}

@@ -1,0 +1,197 @@
+package io.github.tornadoattention.cuda;
+
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.CacheAttentionPlan;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.TensorStrides;
+import io.github.tornadoattention.ptx.KernelParams;
+import io.github.tornadoattention.ptx.LaunchTable;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.List;
+
+/**
+ * Cache attention on ptx-cuda (kernels in ptx-overrides/src/flash_cache.cu). Made once for
+ * capacities: two params blocks (dense and packed calls), the split-KV workspace for the largest
+ * split count, argument blocks per launch. A call rewrites only the argument slots (tensor addresses,
+ * the split size picked from the cache's current lengths) and enqueues: decode = split pass +
+ * combine, packed = one prefill-over-cache launch.
+ */
+final class CudaCachePlan extends CacheAttentionPlan {
+    /** Keys per split come in multiples of this (a multiple of every decode tile's Bc). */
+    static final int SPLIT_GRANULE = 256;
+    static final int MAX_SPLITS = 128;
+    private static final int DECODE_ROWS_PER_BLOCK = 16;
+    private static final int DECODE_THREADS = 32;
+    private static final int COMBINE_THREADS = 128;
+    private static final int PREFILL_THREADS = 128;
+    /** ParamIndex P_PAGE_SIZE and P_PAGES_PER_SEQ (ptx-overrides/src/flash_params.cuh). */
+    static final int P_PAGE_SIZE = 23;
+    static final int P_PAGES_PER_SEQ = 24;
+
+    private final CudaDevice device;
+    private final Arena arena = Arena.ofShared();
+    private final DeviceTensor denseParams;
+    private final DeviceTensor packedParams;
+    private final DeviceTensor partialO;
+    private final DeviceTensor partialLse;
+    private final int maxSplits;
+    private final int rowBlocks;
+    private final String splitEntry;
+    private final String combineEntry;
+    private final String prefillEntry;
+    private final int prefillRows;
+    private final KernelArgs splitArgs = new KernelArgs(arena, 9);
+    private final KernelArgs combineArgs = new KernelArgs(arena, 6);
+    private final KernelArgs prefillArgs = new KernelArgs(arena, 9);
+
+    CudaCachePlan(CudaDevice device, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        super(device, spec, cacheSpec);
+        this.device = device;
+        int d = spec.headDim();
+        if (!LaunchTable.HEAD_DIMS.contains(d)) {
+            throw new InvalidArgumentException("headDim", d, "ptx-cuda cache kernels support head dims " + LaunchTable.HEAD_DIMS);
+        }
+        if (spec.dtype() != io.github.tornadoattention.DType.FP16) {
+            throw new InvalidArgumentException("dtype", spec.dtype(), "ptx-cuda ships fp16 kernels only (bf16 is planned)");
+        }
+        String paged = cacheSpec.paged() ? "_paged" : "";
+        splitEntry = "flash_cache_decode_split" + paged + "_d" + d;
+        combineEntry = "flash_cache_decode_combine_d" + d;
+        prefillEntry = prefillEntry(d, spec.causal(), cacheSpec.paged());
+        prefillRows = d == 128 && spec.causal() ? 64 : 128;
+        rowBlocks = (spec.groupSize() * Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES)
+                + DECODE_ROWS_PER_BLOCK - 1) / DECODE_ROWS_PER_BLOCK;
+        maxSplits = Math.max(1, Math.min(MAX_SPLITS, (spec.maxLength() + SPLIT_GRANULE - 1) / SPLIT_GRANULE));
+        DeviceTensor dp = null, pp = null, po = null, pl = null;
+        try {
+            dp = upload(params(spec, cacheSpec, false));
+            pp = upload(params(spec, cacheSpec, true));
+            long partialRows = spec.maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES
+                    ? (long) maxSplits * spec.batch() * spec.heads() * spec.maxQueryLength() : 1;
+            po = device.allocate(io.github.tornadoattention.DType.FP32, partialRows * d);
+            pl = device.allocate(io.github.tornadoattention.DType.FP32, partialRows);
+            for (String entry : List.of(splitEntry, combineEntry, prefillEntry)) {
+                device.context().function(CudaDevice.CACHE_MODULE, LaunchTable.ptx(CudaDevice.CACHE_MODULE), entry);
+            }
+        } catch (RuntimeException e) {
+            for (DeviceTensor t : new DeviceTensor[] {dp, pp, po, pl}) {
+                if (t != null) {
+                    t.close();
+                }
+            }
+            arena.close();
+            throw e;
+        }
+        denseParams = dp;
+        packedParams = pp;
+        partialO = po;
+        partialLse = pl;
+        device.synchronize();
+    }
+
+    static String prefillEntry(int d, boolean causal, boolean paged) {
+        return "flash_cache_fwd" + (paged ? "_paged" : "") + "_d" + d + (d == 128 && causal ? "_causal" : "");
+    }
+
+    /** The 32-int call descriptor: dense (q, o [batch, heads, maxQueryLength, D]) or packed ([total, heads, D]). */
+    static int[] params(CacheAttentionSpec spec, KvCacheSpec cache, boolean packed) {
+        AttentionShape shape = packed
+                ? new AttentionShape(1, spec.heads(), spec.kvHeads(), spec.maxTotalQueries(), cache.capacity(), spec.headDim(),
+                        spec.causal(), spec.scale(), Layout.BSHD)
+                : new AttentionShape(spec.batch(), spec.heads(), spec.kvHeads(),
+                        Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES), cache.capacity(),
+                        spec.headDim(), spec.causal(), spec.scale(), spec.layout());
+        int[] p = KernelParams.of(shape, 0);
+        p[0] = spec.batch();
+        TensorStrides kv = cache.strides();
+        for (int at : new int[] {12, 15}) { // P_K_STRIDE, P_V_STRIDE
+            p[at] = Math.toIntExact(kv.batch());
+            p[at + 1] = Math.toIntExact(kv.head());
+            p[at + 2] = Math.toIntExact(kv.row());
+        }
+        p[P_PAGE_SIZE] = cache.pageSize();
+        p[P_PAGES_PER_SEQ] = cache.pagesPerSequence();
+        return p;
+    }
+
+    private DeviceTensor upload(int[] params) {
+        DeviceTensor t = device.allocate(io.github.tornadoattention.DType.INT32, params.length);
+        MemorySegment host = arena.allocateFrom(JAVA_INT, params);
+        t.copyFrom(host, 0);
+        return t;
+    }
+
+    @Override
+    protected synchronized void runDense(DeviceTensor q, KvCache cache, DeviceTensor o, DeviceTensor lse) {
+        int keysPerSplit = keysPerSplit(cache);
+        int maxLength = 0;
+        for (int b = 0; b < spec().batch(); b++) {
+            maxLength = Math.max(maxLength, cache.length(b));
+        }
+        int splits = Math.max(1, (maxLength + keysPerSplit - 1) / keysPerSplit);
+        long step = cache.stepInfo().address();
+        long blocks = cache.spec().paged() ? cache.blockTable().address() : 0;
+        splitArgs.pointer(0, q.address()).pointer(1, cache.keys().address()).pointer(2, cache.values().address())
+                .pointer(3, partialO.address()).pointer(4, partialLse.address()).pointer(5, denseParams.address())
+                .pointer(6, step).pointer(7, blocks).integer(8, keysPerSplit);
+        device.launch(splitEntry, splits, rowBlocks, spec().batch() * spec().kvHeads(), DECODE_THREADS, splitArgs);
+        long rows = (long) spec().batch() * spec().heads() * spec().maxQueryLength();
+        int rowsPerBlock = COMBINE_THREADS / (spec().headDim() / 8);
+        combineArgs.pointer(0, partialO.address()).pointer(1, partialLse.address()).pointer(2, o.address())
+                .pointer(3, lse == null ? 0 : lse.address()).pointer(4, denseParams.address()).integer(5, splits);
+        device.launch(combineEntry, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, COMBINE_THREADS,
+                combineArgs);
+    }
+
+    /**
+     * Keys per split from the lengths now: enough splits for about four one-warp blocks per SM over
+     * all the work, in granules of {@value #SPLIT_GRANULE} keys, at most {@link #maxSplits} per sequence.
+     */
+    int keysPerSplit(KvCache cache) {
+        long granules = 0;
+        int maxLength = 0;
+        for (int b = 0; b < spec().batch(); b++) {
+            if (cache.newTokens(b) > 0) {
+                int length = cache.length(b);
+                granules += (length + SPLIT_GRANULE - 1) / SPLIT_GRANULE;
+                maxLength = Math.max(maxLength, length);
+            }
+        }
+        long blocksPerGranule = (long) spec().kvHeads() * rowBlocks;
+        long target = 4L * device.context().multiprocessors();
+        long perSplit = Math.max(1, Math.round((double) granules * blocksPerGranule / target));
+        long byCap = ((long) maxLength + (long) maxSplits * SPLIT_GRANULE - 1) / ((long) maxSplits * SPLIT_GRANULE);
+        return Math.toIntExact(Math.max(perSplit, Math.max(1, byCap)) * SPLIT_GRANULE);
+    }
+
+    @Override
+    protected synchronized void runPacked(DeviceTensor q, KvCache cache, DeviceTensor o, DeviceTensor lse) {
+        int maxNew = cache.maxNewTokens();
+        if (maxNew == 0) {
+            return;
+        }
+        long step = cache.stepInfo().address();
+        prefillArgs.pointer(0, q.address()).pointer(1, cache.keys().address()).pointer(2, cache.values().address())
+                .pointer(3, o.address()).pointer(4, lse == null ? 0 : lse.address()).pointer(5, packedParams.address())
+                .pointer(6, step + 4L * 2 * spec().batch()).pointer(7, step)
+                .pointer(8, cache.spec().paged() ? cache.blockTable().address() : 0);
+        device.launch(prefillEntry, (maxNew + prefillRows - 1) / prefillRows, spec().batch() * spec().heads(), 1,
+                PREFILL_THREADS, prefillArgs);
+    }
+
+    @Override
+    protected void release() {
+        for (DeviceTensor t : new DeviceTensor[] {denseParams, packedParams, partialO, partialLse}) {
+            t.close();
+        }
+        arena.close();
+    }
+}

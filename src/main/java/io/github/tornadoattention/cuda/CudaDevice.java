@@ -1,0 +1,272 @@
+package io.github.tornadoattention.cuda;
+
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.CacheAttentionPlan;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.TensorStrides;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.OptionalDouble;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * The ptx-cuda device: memory from cuMemAlloc in the process's CUDA context, every call enqueued on
+ * one CUDA stream (the library's own, or the engine's through {@link #onStream}). Small per-step
+ * metadata (lengths, block-table entries) goes up through a ring of page-locked memory, so that
+ * uploads are truly asynchronous and cost no allocation.
+ */
+public final class CudaDevice extends AttentionDevice {
+    /** cuLaunchKernel block sizes of the cache kernels (ptx-overrides/src/flash_cache.cu). */
+    static final int APPEND_THREADS = 128;
+    static final int MERGE_THREADS = 128;
+    static final String CACHE_MODULE = "flash_cache.ptx";
+
+    private final CudaContext cuda;
+    private final CudaDriver driver;
+    private final long stream;
+    private final boolean ownsStream;
+    private final int ordinal;
+    private final UploadRing ring;
+    private final Arena arena = Arena.ofShared();
+    private final KernelArgs appendArgs = new KernelArgs(arena, 19);
+    private final KernelArgs mergeArgs = new KernelArgs(arena, 7);
+    private final long start;
+    private final long end;
+
+    CudaDevice(CudaContext cuda) {
+        this(cuda, 0, new AtomicLong(), -1);
+    }
+
+    private CudaDevice(CudaContext cuda, long engineStream, AtomicLong allocations, int knownOrdinal) {
+        super(io.github.tornadoattention.Backends.PTX_CUDA, allocations);
+        this.cuda = cuda;
+        this.driver = cuda.driver();
+        cuda.makeCurrent();
+        this.ownsStream = engineStream == 0;
+        this.stream = ownsStream ? driver.createStream() : engineStream;
+        if (knownOrdinal >= 0) {
+            this.ordinal = knownOrdinal;
+        } else {
+            long probe = driver.malloc(256);
+            this.ordinal = driver.deviceOrdinalOf(probe);
+            driver.free(probe);
+        }
+        this.ring = new UploadRing(driver, stream);
+        this.start = driver.createEvent();
+        this.end = driver.createEvent();
+    }
+
+    @Override
+    public String name() {
+        return cuda.deviceName() + " (CUDA device " + ordinal + ")";
+    }
+
+    CudaContext context() {
+        return cuda;
+    }
+
+    long stream() {
+        return stream;
+    }
+
+    @Override
+    public AttentionDevice onStream(long engineStream) {
+        if (engineStream == 0) {
+            throw new InvalidArgumentException("stream", 0, "must be a CUstream the engine created (the legacy default stream is not supported)");
+        }
+        return new CudaDevice(cuda, engineStream, allocationCounter(), ordinal);
+    }
+
+    @Override
+    protected boolean sameMemory(AttentionDevice other) {
+        return other instanceof CudaDevice c && c.cuda == cuda;
+    }
+
+    @Override
+    public void synchronize() {
+        cuda.makeCurrent();
+        driver.synchronize(stream);
+    }
+
+    /** Device time of what {@code work} enqueues, timed with CUDA events (waits for it). */
+    public synchronized OptionalDouble timeOnDevice(Runnable work) {
+        cuda.makeCurrent();
+        driver.recordEvent(start, stream);
+        work.run();
+        driver.recordEvent(end, stream);
+        return OptionalDouble.of(driver.elapsedMillis(start, end));
+    }
+
+    private long[] events = new long[0];
+
+    @Override
+    public synchronized java.util.Optional<double[]> timeEach(java.util.List<Runnable> ops) {
+        cuda.makeCurrent();
+        if (events.length < 2 * ops.size()) {
+            long[] more = java.util.Arrays.copyOf(events, 2 * ops.size());
+            for (int i = events.length; i < more.length; i++) {
+                more[i] = driver.createEvent();
+            }
+            events = more;
+        }
+        for (int i = 0; i < ops.size(); i++) {
+            driver.recordEvent(events[2 * i], stream);
+            ops.get(i).run();
+            driver.recordEvent(events[2 * i + 1], stream);
+        }
+        double[] millis = new double[ops.size()];
+        for (int i = 0; i < ops.size(); i++) {
+            millis[i] = driver.elapsedMillis(events[2 * i], events[2 * i + 1]);
+        }
+        return java.util.Optional.of(millis);
+    }
+
+    @Override
+    protected long malloc(long bytes) {
+        cuda.makeCurrent();
+        return driver.malloc(bytes);
+    }
+
+    @Override
+    protected void free(long address, long bytes) {
+        cuda.makeCurrent();
+        driver.free(address);
+    }
+
+    @Override
+    protected void checkWrappable(long address, long bytes) {
+        int owner = driver.deviceOrdinalOf(address);
+        if (owner != ordinal) {
+            throw new InvalidArgumentException("address", "0x" + Long.toHexString(address),
+                    owner < 0 ? "must be CUDA device memory" : "is memory of CUDA device " + owner + ", not of " + name());
+        }
+    }
+
+    @Override
+    protected void copyToDevice(long destination, MemorySegment source, long bytes) {
+        cuda.makeCurrent();
+        driver.copyToDevice(destination, source, bytes, stream);
+    }
+
+    @Override
+    protected void copyToHost(MemorySegment destination, long source, long bytes) {
+        cuda.makeCurrent();
+        driver.copyToHost(destination, source, bytes, stream);
+    }
+
+    @Override
+    protected void copyOnDevice(long destination, long source, long bytes) {
+        cuda.makeCurrent();
+        driver.copyOnDevice(destination, source, bytes, stream);
+    }
+
+    @Override
+    protected synchronized void uploadInts(long destination, int[] values, int from, int count) {
+        cuda.makeCurrent();
+        MemorySegment staged = ring.take(4L * count);
+        MemorySegment.copy(values, from, staged, JAVA_INT, 0, count);
+        driver.copyToDevice(destination, staged, 4L * count, stream);
+    }
+
+    @Override
+    protected synchronized void appendToCache(KvCache cache, KvCache.Append append) {
+        KvCacheSpec spec = cache.spec();
+        TensorStrides s = append.strides();
+        TensorStrides storage = spec.strides();
+        long step = cache.stepInfo().address();
+        appendArgs.pointer(0, cache.keys().address())
+                .pointer(1, cache.values().address())
+                .pointer(2, append.keys().address())
+                .pointer(3, append.values().address())
+                .pointer(4, step)
+                .pointer(5, spec.paged() ? cache.blockTable().address() : 0)
+                .pointer(6, append.packed() ? step + 4L * 2 * spec.slots() : 0)
+                .integer(7, spec.slots())
+                .integer(8, spec.kvHeads())
+                .integer(9, spec.headDim())
+                .integer(10, append.maxNew())
+                .integer(11, Math.toIntExact(s.batch()))
+                .integer(12, Math.toIntExact(s.head()))
+                .integer(13, Math.toIntExact(s.row()))
+                .integer(14, Math.toIntExact(storage.batch()))
+                .integer(15, Math.toIntExact(storage.head()))
+                .integer(16, Math.toIntExact(storage.row()))
+                .integer(17, spec.pageSize())
+                .integer(18, spec.pagesPerSequence());
+        int rowsPerBlock = APPEND_THREADS / (spec.headDim() / 8);
+        int gridX = (append.maxNew() + rowsPerBlock - 1) / rowsPerBlock;
+        launch("kv_cache_append", gridX, spec.kvHeads(), spec.slots(), APPEND_THREADS, appendArgs);
+    }
+
+    @Override
+    protected CacheAttentionPlan newCachePlan(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        return new CudaCachePlan(this, spec, cacheSpec);
+    }
+
+    @Override
+    protected synchronized void merge(DeviceTensor oParts, DeviceTensor lseParts, int parts, long rows, int headDim,
+                                      DeviceTensor o, DeviceTensor lse) {
+        mergeArgs.pointer(0, oParts.address()).pointer(1, lseParts.address()).pointer(2, o.address())
+                .pointer(3, lse == null ? 0 : lse.address()).integer(4, parts);
+        mergeArgs.int64(5, rows).integer(6, headDim);
+        long rowsPerBlock = MERGE_THREADS / (headDim / 8);
+        launch("attention_merge_states", Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, MERGE_THREADS,
+                mergeArgs);
+    }
+
+    /** Launches entry {@code entry} of the cache module on this device's stream. */
+    void launch(String entry, int gridX, int gridY, int gridZ, int threads, KernelArgs args) {
+        cuda.makeCurrent();
+        long function = cuda.function(CACHE_MODULE, io.github.tornadoattention.ptx.LaunchTable.ptx(CACHE_MODULE), entry);
+        driver.launch(function, gridX, gridY, gridZ, threads, 0, stream, args.segment());
+    }
+
+    /**
+     * Page-locked staging for small uploads: a ring in two halves; before writing into a half again,
+     * wait for the event recorded when it was last left (long completed in a steady loop).
+     */
+    private static final class UploadRing {
+        private static final long BYTES = 1 << 20;
+        private final CudaDriver driver;
+        private final long stream;
+        private MemorySegment memory;
+        private final long[] halfDone = new long[2];
+        private long offset;
+
+        UploadRing(CudaDriver driver, long stream) {
+            this.driver = driver;
+            this.stream = stream;
+        }
+
+        MemorySegment take(long bytes) {
+            if (bytes > BYTES / 2) {
+                throw new InvalidArgumentException("upload bytes", bytes, "metadata uploads must be <= " + BYTES / 2);
+            }
+            if (memory == null) {
+                memory = driver.hostAlloc(BYTES);
+                halfDone[0] = driver.createEvent();
+                halfDone[1] = driver.createEvent();
+            }
+            long aligned = (bytes + 15) & ~15L;
+            long half = offset / (BYTES / 2);
+            long next = offset + aligned;
+            if (next > (half + 1) * (BYTES / 2)) {
+                // Leaving this half: mark it, and make sure the other half's last uploads have been read.
+                driver.recordEvent(halfDone[(int) half], stream);
+                long other = (half + 1) % 2;
+                driver.synchronizeEvent(halfDone[(int) other]);
+                offset = other * (BYTES / 2);
+                next = offset + aligned;
+            }
+            MemorySegment slice = memory.asSlice(offset, bytes);
+            offset = next;
+            return slice;
+        }
+    }
+}

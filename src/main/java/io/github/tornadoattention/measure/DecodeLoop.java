@@ -1,0 +1,209 @@
+package io.github.tornadoattention.measure;
+
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.CacheAttentionPlan;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.cpu.CpuReference;
+import io.github.tornadoattention.verify.ErrorStats;
+import io.github.tornadoattention.verify.KvCacheModel;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Random;
+
+/**
+ * A decode loop as an inference engine runs it: {@code layers} KV caches (one per layer) prefilled
+ * to a length per sequence, one {@link CacheAttentionPlan} for all of them, then per token and layer
+ * an append of each sequence's new K/V and attention of its query over its cache, with one
+ * synchronisation per token. Inputs are device tensors throughout, as an engine's projections would
+ * leave them. Used by {@code decode} on the command line and by the benchmarks.
+ *
+ * <p>Cache contents are known without keeping them on the host: position j of a prefilled sequence
+ * holds row j mod {@code poolRows} of a random pool, decode step t's token holds step tensor t mod 4,
+ * so sampled steps can be checked against the oracle.
+ */
+public final class DecodeLoop implements AutoCloseable {
+    private static final int STEP_TENSORS = 4;
+
+    private final AttentionDevice device;
+    private final CacheAttentionSpec spec;
+    private final KvCacheSpec cacheSpec;
+    private final int[] prefill;
+    private final int poolRows;
+    private final float[] poolKeys;
+    private final float[] poolValues;
+    private final float[][] stepKeys = new float[STEP_TENSORS][];
+    private final float[][] stepValues = new float[STEP_TENSORS][];
+    private final float[][] queries = new float[STEP_TENSORS][];
+    private final List<KvCache> caches = new ArrayList<>();
+    private final List<DeviceTensor> tensors = new ArrayList<>();
+    private final CacheAttentionPlan plan;
+    private final DeviceTensor[] stepK = new DeviceTensor[STEP_TENSORS];
+    private final DeviceTensor[] stepV = new DeviceTensor[STEP_TENSORS];
+    private final DeviceTensor[] q = new DeviceTensor[STEP_TENSORS];
+    private final DeviceTensor o;
+    private final int[] ones;
+    private int steps;
+
+    /**
+     * Makes the caches and the plan and prefills: slot b holds {@code lengths[b]} tokens.
+     * {@code capacity} bounds the length a sequence reaches while decoding.
+     */
+    public DecodeLoop(AttentionDevice device, int batch, int heads, int kvHeads, int headDim, int layers, int capacity,
+                      int pageSize, int[] lengths, long seed) {
+        this.device = device;
+        this.prefill = lengths.clone();
+        if (layers < 1) {
+            throw new InvalidArgumentException("layers", layers, "must be >= 1");
+        }
+        cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
+                : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize);
+        spec = CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(headDim).maxQueryLength(1)
+                .maxLength(capacity).causal(true).build();
+        Random random = new Random(seed);
+        int longest = Arrays.stream(lengths).max().orElse(0);
+        poolRows = Math.max(1, Math.min(longest, 4096));
+        poolKeys = KvCacheModel.randomFp16(random, poolRows * kvHeads * headDim);
+        poolValues = KvCacheModel.randomFp16(random, poolKeys.length);
+        ones = new int[batch];
+        Arrays.fill(ones, 1);
+        try {
+            DeviceTensor pk = track(KvCacheModel.upload(device, poolKeys));
+            DeviceTensor pv = track(KvCacheModel.upload(device, poolValues));
+            for (int t = 0; t < STEP_TENSORS; t++) {
+                stepKeys[t] = KvCacheModel.randomFp16(random, batch * kvHeads * headDim);
+                stepValues[t] = KvCacheModel.randomFp16(random, batch * kvHeads * headDim);
+                queries[t] = KvCacheModel.randomFp16(random, Math.toIntExact(spec.denseQueryElements()));
+                stepK[t] = track(KvCacheModel.upload(device, stepKeys[t]));
+                stepV[t] = track(KvCacheModel.upload(device, stepValues[t]));
+                q[t] = track(KvCacheModel.upload(device, queries[t]));
+            }
+            o = track(device.allocate(DType.FP16, spec.denseQueryElements()));
+            for (int l = 0; l < layers; l++) {
+                KvCache cache = device.kvCache(cacheSpec);
+                caches.add(cache);
+                int[] counts = new int[batch];
+                for (int b = 0; b < batch; b++) {
+                    for (int done = 0; done < lengths[b]; done += counts[b]) {
+                        Arrays.fill(counts, 0);
+                        counts[b] = Math.min(poolRows, lengths[b] - done);
+                        cache.appendPacked(pk, pv, counts);
+                    }
+                    counts[b] = 0;
+                }
+            }
+            plan = device.plan(spec, cacheSpec);
+            device.synchronize();
+        } catch (RuntimeException e) {
+            close();
+            throw e;
+        }
+    }
+
+    private DeviceTensor track(DeviceTensor t) {
+        tensors.add(t);
+        return t;
+    }
+
+    public CacheAttentionSpec spec() {
+        return spec;
+    }
+
+    public int layers() {
+        return caches.size();
+    }
+
+    /** One token: every layer appends one token per sequence and attends; then one synchronisation. */
+    public void step() {
+        int t = steps++ % STEP_TENSORS;
+        for (KvCache cache : caches) {
+            cache.append(stepK[t], stepV[t], Layout.BHSD, 1, ones);
+            plan.forward(q[t], cache, o, null);
+        }
+        device.synchronize();
+    }
+
+    /** One token with each launch group timed on the device: the sum of append and attention device times. */
+    public double timedStep() {
+        int t = steps++ % STEP_TENSORS;
+        List<Runnable> ops = new ArrayList<>();
+        for (KvCache cache : caches) {
+            ops.add(() -> cache.append(stepK[t], stepV[t], Layout.BHSD, 1, ones));
+            ops.add(() -> plan.forward(q[t], cache, o, null));
+        }
+        return device.timeEach(ops).map(ms -> Arrays.stream(ms).sum()).orElse(Double.NaN);
+    }
+
+    /** Bytes of K and V the attention of one token reads over all layers. */
+    public double kvBytesPerToken() {
+        double tokens = 0;
+        for (int b = 0; b < prefill.length; b++) {
+            tokens += caches.get(0).length(b);
+        }
+        return tokens * 2.0 * cacheSpec.kvHeads() * cacheSpec.headDim() * 2 * caches.size();
+    }
+
+    /**
+     * Runs one more token and checks layer 0's attention output against the oracle over what the
+     * cache must hold; the output is poisoned first.
+     */
+    public ErrorStats checkStep() {
+        int t = steps % STEP_TENSORS;
+        try (io.github.tornadoattention.HalfTensor nan = io.github.tornadoattention.HalfTensor.allocate(o.length())) {
+            nan.fill(Float.NaN);
+            o.copyFrom(nan);
+        }
+        step();
+        float[] actual = KvCacheModel.download(device, o);
+        KvCache cache = caches.get(0);
+        int[] lengths = new int[prefill.length];
+        for (int b = 0; b < lengths.length; b++) {
+            lengths[b] = cache.length(b);
+        }
+        int d = cacheSpec.headDim();
+        int kvHeads = cacheSpec.kvHeads();
+        int batch = prefill.length;
+        int decoded = steps;
+        CpuReference.RowSource keys = (b, h, j, into) -> row(b, h, j, into, poolKeys, stepKeys, decoded, batch, kvHeads, d);
+        CpuReference.RowSource values = (b, h, j, into) -> row(b, h, j, into, poolValues, stepValues, decoded, batch, kvHeads, d);
+        CpuReference.Result expected = CpuReference.cached(spec, queries[t], false, keys, values, lengths, ones);
+        try (io.github.tornadoattention.HalfTensor out = io.github.tornadoattention.HalfTensor.of(actual)) {
+            return ErrorStats.compare(out, expected.output(), null, null);
+        }
+    }
+
+    /** Row j of slot b: the pool for prefilled positions, else the step tensor of the decode step that wrote it. */
+    private void row(int b, int h, int j, float[] into, float[] pool, float[][] step, int decoded, int batch, int kvHeads, int d) {
+        if (j < prefill[b]) {
+            System.arraycopy(pool, ((j % poolRows) * kvHeads + h) * d, into, 0, d);
+        } else {
+            int stepIndex = j - prefill[b]; // decode steps so far wrote positions prefill[b] .. prefill[b] + decoded - 1
+            System.arraycopy(step[stepIndex % STEP_TENSORS], (b * kvHeads + h) * d, into, 0, d);
+        }
+    }
+
+    /** Resets every cache to its prefill length (so a long run stays within capacity). */
+    public void rewind() {
+        for (KvCache cache : caches) {
+            for (int b = 0; b < prefill.length; b++) {
+                cache.truncate(b, prefill[b]);
+            }
+        }
+        steps = 0;
+    }
+
+    @Override
+    public void close() {
+        if (plan != null) {
+            plan.close();
+        }
+        caches.forEach(KvCache::close);
+        tensors.forEach(DeviceTensor::close);
+    }
+}
