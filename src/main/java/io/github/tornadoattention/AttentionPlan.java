@@ -53,6 +53,49 @@ public abstract class AttentionPlan implements AutoCloseable {
         lastCall = new Call(q, k, v, o, lse);
     }
 
+    /**
+     * Stream-ordered attention on device tensors of the plan's {@link #device()}: enqueues the kernels
+     * on the device's stream and returns without copying or synchronising; {@code o} (and {@code lse},
+     * fp32 [batch, queryHeads, queryLength], when not null) hold the result after
+     * {@link AttentionDevice#synchronize()}. Tensors are fp16 of the shape's sizes.
+     *
+     * @throws UnsupportedOperationException if this backend has no device tensors yet
+     */
+    public final synchronized void forward(DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o,
+                                           DeviceTensor lse) {
+        ensureOpen();
+        AttentionDevice device = device();
+        if (device == null) {
+            throw new UnsupportedOperationException(backendId + " plans take host tensors only (device tensors: ptx-cuda,"
+                    + " cpu-reference)");
+        }
+        InvalidArgumentException.requireNonNull("q", q).require("q", device, DType.FP16, shape.queryElements(),
+                "batch*queryHeads*queryLength*headDim");
+        InvalidArgumentException.requireNonNull("k", k).require("k", device, DType.FP16, shape.kvElements(),
+                "batch*kvHeads*kvLength*headDim");
+        InvalidArgumentException.requireNonNull("v", v).require("v", device, DType.FP16, shape.kvElements(),
+                "batch*kvHeads*kvLength*headDim");
+        InvalidArgumentException.requireNonNull("o", o).require("o", device, DType.FP16, shape.outputElements(),
+                "batch*queryHeads*queryLength*headDim");
+        if (o == q || o == k || o == v) {
+            throw new InvalidArgumentException("o", "the same tensor as an input", "must be a separate tensor");
+        }
+        if (lse != null) {
+            lse.require("lse", device, DType.FP32, shape.logSumExpElements(), "batch*queryHeads*queryLength");
+        }
+        computeOnDevice(q, k, v, o, lse);
+    }
+
+    /** The device whose tensors {@link #forward(DeviceTensor, DeviceTensor, DeviceTensor, DeviceTensor, DeviceTensor)} takes; null if none. */
+    public AttentionDevice device() {
+        return null;
+    }
+
+    /** See the device-tensor {@code forward}; arguments are validated. */
+    protected void computeOnDevice(DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o, DeviceTensor lse) {
+        throw new UnsupportedOperationException(backendId + " has no device-tensor path");
+    }
+
     /** Computes attention into a new tensor, which the caller closes. */
     public final HalfTensor forward(HalfTensor q, HalfTensor k, HalfTensor v) {
         HalfTensor o = HalfTensor.allocate(shape.outputElements());

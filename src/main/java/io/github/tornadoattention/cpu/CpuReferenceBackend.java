@@ -6,6 +6,7 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.HalfTensor;
 
 /** {@code cpu-reference}: the oracle as a backend. Any head dim, both layouts, runs anywhere. */
@@ -41,6 +42,21 @@ public final class CpuReferenceBackend implements AttentionBackend {
     public AttentionPlan plan(AttentionShape shape) {
         checkCanPlan(shape);
         return new AttentionPlan(id(), shape) {
+            @Override
+            public AttentionDevice device() {
+                return CpuDevice.INSTANCE;
+            }
+
+            @Override
+            protected void computeOnDevice(DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o, DeviceTensor lse) {
+                CpuDevice d = CpuDevice.INSTANCE;
+                CpuReference.Result result = CpuReference.compute(shape, d.floats16(q), d.floats16(k), d.floats16(v));
+                d.writeHalves(o, result.output());
+                if (lse != null) {
+                    d.writeFloats(lse, result.logSumExp());
+                }
+            }
+
             @Override
             protected void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
                 CpuReference.Result result = CpuReference.compute(shape, q, k, v);

@@ -127,6 +127,13 @@ public final class CudaDevice extends AttentionDevice {
         return java.util.Optional.of(millis);
     }
 
+    /** A plan's own device buffer, counted with this device's allocations. */
+    long allocateCounted(long bytes) {
+        long pointer = malloc(bytes);
+        countAllocation();
+        return pointer;
+    }
+
     @Override
     protected long malloc(long bytes) {
         cuda.makeCurrent();

@@ -54,6 +54,6 @@ public final class PtxCudaBackend implements AttentionBackend {
     @Override
     public AttentionPlan plan(AttentionShape shape) {
         checkCanPlan(shape);
-        return new PtxCudaPlan(id(), shape, CudaContext.get());
+        return new PtxCudaPlan(id(), shape, (CudaDevice) device());
     }
 }

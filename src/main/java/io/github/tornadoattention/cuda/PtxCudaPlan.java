@@ -5,7 +5,9 @@ import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
+import io.github.tornadoattention.AttentionDevice;
 import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.ptx.KernelParams;
@@ -22,6 +24,7 @@ import java.util.OptionalDouble;
  * (and logsumexp, when asked) back on one stream, timing the kernels with CUDA events.
  */
 final class PtxCudaPlan extends AttentionPlan {
+    private final CudaDevice device;
     private final CudaContext cuda;
     private final CudaDriver driver;
     private final Arena arena = Arena.ofShared();
@@ -34,6 +37,9 @@ final class PtxCudaPlan extends AttentionPlan {
     private final long deviceLse;
     private final MemorySegment hostLse;
     private final List<Kernel> kernels = new ArrayList<>();
+    /** The same launches with argument slots rewritten per device-tensor call. */
+    private final List<KernelArgs> deviceArgs = new ArrayList<>();
+    private final boolean decode;
 
     /** A launch with its function handle and its prepared {@code void**} argument array. */
     private record Kernel(long function, LaunchTable.Launch launch, MemorySegment arguments) {
@@ -50,13 +56,15 @@ final class PtxCudaPlan extends AttentionPlan {
         }
     }
 
-    PtxCudaPlan(String backendId, AttentionShape shape, CudaContext cuda) {
+    PtxCudaPlan(String backendId, AttentionShape shape, CudaDevice device) {
         super(backendId, shape);
-        this.cuda = cuda;
+        this.device = device;
+        this.cuda = device.context();
         this.driver = cuda.driver();
         cuda.makeCurrent();
+        // The device's stream: host-tensor and device-tensor calls are ordered with the engine's caches and copies.
+        stream = device.stream();
         try {
-            stream = driver.createStream();
             start = driver.createEvent();
             end = driver.createEvent();
             inputs = new Input[] {new Input(alloc(2 * shape.queryElements())), new Input(alloc(2 * shape.kvElements())),
@@ -64,7 +72,7 @@ final class PtxCudaPlan extends AttentionPlan {
             deviceO = alloc(2 * shape.outputElements());
             deviceLse = alloc(4L * shape.logSumExpElements());
             hostLse = arena.allocate(JAVA_FLOAT, shape.logSumExpElements());
-            boolean decode = LaunchTable.isDecode(shape);
+            decode = LaunchTable.isDecode(shape);
             int splits = decode ? LaunchTable.decodeSplits(shape, cuda.multiprocessors()) : 0;
             long params = alloc(4L * KernelParams.LENGTH);
             MemorySegment hostParams = arena.allocateFrom(JAVA_INT, KernelParams.of(shape, splits));
@@ -89,7 +97,7 @@ final class PtxCudaPlan extends AttentionPlan {
     }
 
     private long alloc(long bytes) {
-        long pointer = driver.malloc(bytes);
+        long pointer = device.allocateCounted(bytes);
         allocations.add(pointer);
         return pointer;
     }
@@ -98,10 +106,13 @@ final class PtxCudaPlan extends AttentionPlan {
         long function = cuda.function(launch.module(), LaunchTable.ptx(launch.module()), launch.entry());
         MemorySegment values = arena.allocate(JAVA_LONG, pointers.length);
         MemorySegment arguments = arena.allocate(ADDRESS, pointers.length);
+        KernelArgs forDevice = new KernelArgs(arena, pointers.length);
         for (int i = 0; i < pointers.length; i++) {
             values.setAtIndex(JAVA_LONG, i, pointers[i]);
             arguments.setAtIndex(ADDRESS, i, values.asSlice(8L * i, 8));
+            forDevice.pointer(i, pointers[i]);
         }
+        deviceArgs.add(forDevice);
         return new Kernel(function, launch, arguments);
     }
 
@@ -130,6 +141,30 @@ final class PtxCudaPlan extends AttentionPlan {
         launchAll();
         driver.synchronize(stream);
         recordDeviceMillis(driver.elapsedMillis(start, end));
+    }
+
+    @Override
+    public AttentionDevice device() {
+        return device;
+    }
+
+    /** Device tensors: only the argument slots of q, k, v, o and lse change; no copy, no event, no synchronisation. */
+    @Override
+    protected void computeOnDevice(DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o, DeviceTensor lse) {
+        cuda.makeCurrent();
+        deviceArgs.get(0).pointer(0, q.address()).pointer(1, k.address()).pointer(2, v.address());
+        KernelArgs last = deviceArgs.get(deviceArgs.size() - 1);
+        int outputSlot = decode ? 2 : 3;
+        last.pointer(outputSlot, o.address()).pointer(outputSlot + 1, lse == null ? deviceLse : lse.address());
+        for (int i = 0; i < kernels.size(); i++) {
+            LaunchTable.Launch l = kernels.get(i).launch();
+            driver.launch(kernels.get(i).function(), l.gridX(), l.gridY(), l.gridZ(), l.threads(), l.dynamicSharedBytes(),
+                    stream, deviceArgs.get(i).segment());
+        }
+        // Host-tensor calls compare what is on the device with what they last sent: these inputs are not that.
+        for (Input input : inputs) {
+            input.sent = null;
+        }
     }
 
     @Override
@@ -175,9 +210,6 @@ final class PtxCudaPlan extends AttentionPlan {
             driver.free(pointer);
         }
         allocations.clear();
-        if (stream != 0) {
-            driver.destroyStream(stream);
-        }
         if (start != 0) {
             driver.destroyEvent(start);
         }

@@ -1,0 +1,66 @@
+package io.github.tornadoattention.inference;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import io.github.tornadoattention.Attention;
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.verify.KvCacheModel;
+import java.util.Random;
+import org.junit.jupiter.api.Test;
+
+/** Device tensors on the CPU device: copies, slices, bad ranges, and a plan's device-tensor call. */
+class DeviceTensorTest {
+    private final AttentionDevice device = Attention.device("cpu-reference");
+
+    @Test
+    void slicesCopyToAndFromTheRightElements() {
+        try (DeviceTensor t = device.allocate(DType.FP16, 10); HalfTensor src = HalfTensor.of(1, 2, 3, 4, 5);
+             HalfTensor dst = HalfTensor.allocate(4)) {
+            t.copyFrom(src, 1, 6, 3);          // elements 6..8 = 2, 3, 4
+            t.copyTo(dst, 5, 0, 4);            // elements 5..8
+            device.synchronize();
+            assertEquals(2f, dst.get(1));
+            assertEquals(4f, dst.get(3));
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> t.copyFrom(src, 0, 8, 3));
+            assertEquals("offset", e.argument());
+        }
+    }
+
+    @Test
+    void aClosedTensorIsRefusedByName() {
+        DeviceTensor t = device.allocate(DType.FP16, 4);
+        t.close();
+        try (HalfTensor h = HalfTensor.allocate(4)) {
+            assertThrows(InvalidArgumentException.class, () -> t.copyFrom(h));
+        }
+    }
+
+    @Test
+    void aPlanComputesOnDeviceTensorsAsOnHostTensors() {
+        AttentionShape shape = AttentionShape.builder().batch(2).heads(4).kvHeads(2).queryLength(9).kvLength(13)
+                .headDim(16).causal(true).build();
+        Random random = new Random(9);
+        float[] q = KvCacheModel.randomFp16(random, (int) shape.queryElements());
+        float[] k = KvCacheModel.randomFp16(random, (int) shape.kvElements());
+        float[] v = KvCacheModel.randomFp16(random, (int) shape.kvElements());
+        try (AttentionPlan plan = Attention.plan(shape, "cpu-reference");
+             HalfTensor hq = HalfTensor.of(q); HalfTensor hk = HalfTensor.of(k); HalfTensor hv = HalfTensor.of(v);
+             HalfTensor expected = plan.forward(hq, hk, hv);
+             DeviceTensor dq = KvCacheModel.upload(device, q); DeviceTensor dk = KvCacheModel.upload(device, k);
+             DeviceTensor dv = KvCacheModel.upload(device, v);
+             DeviceTensor o = device.allocate(DType.FP16, shape.outputElements())) {
+            plan.forward(dq, dk, dv, o, null);
+            assertArrayEquals(expected.toFloatArray(), KvCacheModel.download(device, o));
+            assertEquals("o.length", assertThrows(InvalidArgumentException.class,
+                    () -> plan.forward(dq, dk, dv, dk, null)).argument());
+        }
+    }
+}
