@@ -31,6 +31,13 @@ public record CacheAttentionSpec(int batch, int heads, int kvHeads, int headDim,
         return new Builder();
     }
 
+    /** A builder holding this spec's values, to derive another (e.g. a prefill spec from a decode one). */
+    public Builder toBuilder() {
+        return builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(headDim).maxQueryLength(maxQueryLength)
+                .maxTotalQueries(maxTotalQueries).maxLength(maxLength).causal(causal).scale(scale).layout(layout)
+                .dtype(dtype);
+    }
+
     /** Elements of a dense query (or output) tensor. */
     public long denseQueryElements() {
         return (long) batch * heads * maxQueryLength * headDim;
