@@ -60,6 +60,11 @@ public final class BenchmarkRunner {
         @Option(names = "--modes", split = ",", defaultValue = "kernel,javaCall", description = "kernel, javaCall")
         List<String> modes;
 
+        @Option(names = "--decode", paramLabel = "B,Hq,Hkv,D,N,L,P,R;...",
+                description = "run DecodeBenchmark (decodeToken, varlenPrefill) instead, on these decode settings:"
+                        + " batch, heads, kv heads, head dim, context, layers, page size (0: contiguous), ragged (0/1)")
+        String decode;
+
         @Option(names = "--forks", defaultValue = "1")
         int forks;
 
@@ -84,10 +89,15 @@ public final class BenchmarkRunner {
             // Forked JVMs get it through forkArguments(); with --forks 0 the benchmark runs in this JVM.
             System.setProperty(AttentionBenchmark.KERNEL_TIMES_PROPERTY, out.resolve("kernel-times").toAbsolutePath().toString());
             List<String> specs = shapes(shapes).stream().map(BenchShape::spec).toList();
-            ChainedOptionsBuilder options = new OptionsBuilder()
-                    .include(AttentionBenchmark.class.getName() + ".(" + String.join("|", modes) + ")$")
-                    .param("backend", backends.toArray(String[]::new))
-                    .param("shape", specs.toArray(String[]::new))
+            ChainedOptionsBuilder options = new OptionsBuilder().param("backend", backends.toArray(String[]::new));
+            if (decode != null) {
+                options.include(DecodeBenchmark.class.getName() + ".(decodeToken|varlenPrefill)$")
+                        .param("decode", decode.split(";"));
+            } else {
+                options.include(AttentionBenchmark.class.getName() + ".(" + String.join("|", modes) + ")$")
+                        .param("shape", specs.toArray(String[]::new));
+            }
+            options
                     .forks(forks)
                     .warmupIterations(warmupIterations)
                     .warmupTime(TimeValue.milliseconds(iterationMillis))
