@@ -132,9 +132,11 @@ final class CudaCachePlan extends CacheAttentionPlan {
     @Override
     protected synchronized void runDense(DeviceTensor q, KvCache cache, DeviceTensor o, DeviceTensor lse) {
         int keysPerSplit = keysPerSplit(cache);
-        int maxLength = 0;
+        int maxLength = 0; // over the slots with queries: idle slots' rows are zeros whatever the grid
         for (int b = 0; b < spec().batch(); b++) {
-            maxLength = Math.max(maxLength, cache.length(b));
+            if (cache.newTokens(b) > 0) {
+                maxLength = Math.max(maxLength, cache.length(b));
+            }
         }
         int splits = Math.max(1, (maxLength + keysPerSplit - 1) / keysPerSplit);
         long step = cache.stepInfo().address();

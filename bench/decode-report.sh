@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The inference report, in one command on a GPU host with PyTorch, given a JDK 25 (the packed runtime
+# .gpu/gpu-bundle.tar.xz, or JAVA_HOME) and the jars built here (src/target). From the repository root:
+#
+#   bench/decode-report.sh                 # CONTEXTS="4096 32768" LAYERS=32 STEPS=64
+#
+# 1. correctness on the GPU against the CPU reference: the cache scenarios (selftest --inference) and
+#    sampled decode steps (decode --check), contiguous, paged and ragged;
+# 2. per-token decode through the Java API (B=8, Hq=32, Hkv=8, D=128, LAYERS layers, each with its own
+#    cache) at each context: contiguous, paged (16), ragged; beside PyTorch doing the same per layer
+#    (index write + SDPA FLASH / CUDNN) in the same run;
+# 3. a table: step time, kernels' device time, step/kernels, ratio to PyTorch, K/V TB/s.
+# Logs and JSON lines go to $OUT (default out/decode).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out/decode}; mkdir -p "$OUT"
+CONTEXTS=${CONTEXTS:-4096 32768}
+LAYERS=${LAYERS:-32}
+STEPS=${STEPS:-64}
+SEED=${SEED:-$(date +%s)}
+SHAPE="--batch 8 --heads 32 --kv-heads 8 --dim 128"
+if [ -z "${JAVA_HOME:-}" ] || [ ! -x "$JAVA_HOME/bin/java" ]; then
+  bundle=${BUNDLE:-.gpu/gpu-bundle.tar.xz}
+  [ -d /opt/gpu-bundle ] || tar -xJf "$bundle" -C /opt || { echo "cannot unpack $bundle" >&2; exit 2; }
+  export JAVA_HOME=/opt/gpu-bundle/jdk
+fi
+export TORNADOVM_HOME= # ptx-cuda needs no TornadoVM
+ta() { JAVA_HOME=$JAVA_HOME bin/tornado-attention "$@"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+fail=0
+
+echo "== correctness (seed $SEED)"
+ta selftest --backend ptx-cuda --inference --seed "$SEED" > "$OUT/selftest-inference.log" 2>&1 || fail=1
+tail -n 3 "$OUT/selftest-inference.log"
+for args in "--context 3000 --ragged" "--context 3000 --ragged --page-size 16" "--context 700 --dim 64 --page-size 4" \
+            "--context 20000 --page-size 16"; do
+  dims=$SHAPE; [[ "$args" == *"--dim 64"* ]] && dims="--batch 8 --heads 32 --kv-heads 8"
+  ta decode $dims $args --steps 8 --layers 2 --backend ptx-cuda --check --seed "$SEED" --json \
+    > "$OUT/check-$(echo "$args" | tr -d ' -').log" 2>&1 || fail=1
+  grep -h "^check" "$OUT/check-$(echo "$args" | tr -d ' -').log" | sed "s/^/[$args] /"
+done
+
+echo "== per-token decode, $LAYERS layers"
+: > "$OUT/decode.jsonl"
+for n in $CONTEXTS; do
+  for variant in "" "--page-size 16" "--ragged" "--ragged --page-size 16"; do
+    ta decode $SHAPE --context "$n" --layers "$LAYERS" --steps "$STEPS" $variant --backend ptx-cuda --seed "$SEED" --json \
+      > "$OUT/decode-$n$(echo "$variant" | tr -d ' -').log" 2>&1 || fail=1
+    tail -n 1 "$OUT/decode-$n$(echo "$variant" | tr -d ' -').log" | sed "s/^{/{\"variant\":\"${variant:-contiguous}\",/" >> "$OUT/decode.jsonl"
+  done
+  python3 bench/decode_baseline.py --batch 8 --heads 32 --kv-heads 8 --dim 128 --context "$n" --layers "$LAYERS" \
+    --steps "$STEPS" >> "$OUT/decode.jsonl" 2> "$OUT/torch-$n.err" || fail=1
+done
+
+python3 - "$OUT/decode.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+torch = {(r["context"], r["backend"]): r for r in rows if r.get("backend", "").startswith("torch")}
+print("\n| context | variant | step ms | kernels ms | step/kernels | vs SDPA-FLASH step | vs SDPA-CUDNN step | K/V TB/s (kernels) |")
+print("|---|---|---|---|---|---|---|---|")
+for r in rows:
+    if r.get("backend") != "ptx-cuda":
+        continue
+    f, c = torch.get((r["context"], "torch-sdpa-FLASH"), {}), torch.get((r["context"], "torch-sdpa-CUDNN"), {})
+    ratio = lambda t: "%.3f" % (r["step_median_ms"] / t["step_median_ms"]) if t.get("step_median_ms") else "-"
+    print("| %d | %s | %.4g | %.4g | %.3f | %s | %s | %.3g |" % (r["context"], r["variant"], r["step_median_ms"],
+          r["kernel_median_ms"], r["step_median_ms"] / r["kernel_median_ms"], ratio(f), ratio(c), r["kernel_kv_tb_per_s"]))
+for k, t in sorted(torch.items()):
+    print("| %d | %s | %s ms per token (device %s ms) |" % (k[0], k[1], t.get("step_median_ms"), t.get("device_median_ms")))
+PY
+exit $fail
