@@ -3,6 +3,12 @@ package io.github.tornadoattention;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.lang.ref.Cleaner;
+import java.lang.ref.Reference;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A flat array of IEEE fp16 values in off-heap memory (a {@link MemorySegment}).
@@ -16,28 +22,76 @@ import java.lang.foreign.ValueLayout;
  * {@link #data()} directly must call {@link #markModified()} afterwards.
  *
  * <p>Not safe for concurrent writes. Closing frees the memory; a tensor may be shared by threads
- * for reading.
+ * for reading. {@link #close()} is the contract: a tensor that becomes unreachable unclosed has its
+ * memory freed by a {@link Cleaner} when the garbage collector notices, and the leak is logged (a
+ * warning the first time, debug level after that). Keep the tensor itself reachable for as long as
+ * its {@link #data()} is in use.
  */
 public final class HalfTensor implements AutoCloseable {
     /** Room left in front of the data for TornadoVM's array header. */
     public static final long HEADER_BYTES = 16;
     private static final long ALIGNMENT = 64;
     private static final ValueLayout.OfShort FP16 = ValueLayout.JAVA_SHORT_UNALIGNED;
+    /** The most elements a tensor can hold: its bytes, header included, must fit in a {@code long}. */
+    public static final long MAX_LENGTH = (Long.MAX_VALUE - HEADER_BYTES - ALIGNMENT) / Short.BYTES;
 
-    private final Arena arena;
+    private static final Logger LOG = LoggerFactory.getLogger(HalfTensor.class);
+    private static final Cleaner CLEANER = Cleaner.create();
+    private static final AtomicBoolean LEAK_REPORTED = new AtomicBoolean();
+    /** Tensors the cleaner freed because they were dropped without {@link #close()} (for tests). */
+    static final AtomicLong LEAKS_FREED = new AtomicLong();
+
+    private final Memory memory;
+    private final Cleaner.Cleanable cleanable;
     private final MemorySegment withHeader;
     private final MemorySegment data;
     private final long length;
     private long version;
 
     private HalfTensor(long length) {
-        if (length <= 0) {
-            throw new InvalidArgumentException("length", length, "must be >= 1");
+        if (length <= 0 || length > MAX_LENGTH) {
+            throw new InvalidArgumentException("length", length, "must be in 1.." + MAX_LENGTH);
         }
-        this.arena = Arena.ofShared();
-        this.withHeader = arena.allocate(HEADER_BYTES + 2 * length, ALIGNMENT);
+        this.memory = new Memory(Arena.ofShared(), length);
+        try {
+            this.withHeader = memory.arena.allocate(HEADER_BYTES + 2 * length, ALIGNMENT);
+        } catch (RuntimeException | OutOfMemoryError e) {
+            memory.arena.close();
+            throw e;
+        }
         this.data = withHeader.asSlice(HEADER_BYTES);
         this.length = length;
+        this.cleanable = CLEANER.register(this, memory);
+    }
+
+    /**
+     * The tensor's memory, apart from the tensor so that the cleaner can free it once the tensor is
+     * unreachable (a cleaner action that referenced the tensor would keep it reachable forever).
+     */
+    private static final class Memory implements Runnable {
+        private final Arena arena;
+        private final long length;
+        private volatile boolean closedByOwner;
+
+        Memory(Arena arena, long length) {
+            this.arena = arena;
+            this.length = length;
+        }
+
+        @Override
+        public void run() {
+            if (!closedByOwner) {
+                LEAKS_FREED.incrementAndGet();
+                String message = "a HalfTensor (length {}) was not closed; the garbage collector freed its memory."
+                        + " Close tensors (try-with-resources)";
+                if (LEAK_REPORTED.compareAndSet(false, true)) {
+                    LOG.warn(message + "; further leaks are logged at debug level", length);
+                } else {
+                    LOG.debug(message, length);
+                }
+            }
+            arena.close();
+        }
     }
 
     /** A tensor of {@code length} zeros. */
@@ -66,7 +120,7 @@ public final class HalfTensor implements AutoCloseable {
     }
 
     public boolean isOpen() {
-        return arena.scope().isAlive();
+        return memory.arena.scope().isAlive();
     }
 
     public float get(long index) {
@@ -74,7 +128,10 @@ public final class HalfTensor implements AutoCloseable {
     }
 
     public short getBits(long index) {
-        return data.getAtIndex(FP16, checkIndex(index));
+        ensureOpen();
+        short bits = data.getAtIndex(FP16, checkIndex(index));
+        Reference.reachabilityFence(this); // the cleaner must not free the memory while it is read
+        return bits;
     }
 
     public void set(long index, float value) {
@@ -82,12 +139,14 @@ public final class HalfTensor implements AutoCloseable {
     }
 
     public void setBits(long index, short bits) {
+        ensureOpen();
         data.setAtIndex(FP16, checkIndex(index), bits);
         version++;
     }
 
     /** Sets every element to {@code value}; NaN is the usual poison for outputs under test. */
     public void fill(float value) {
+        ensureOpen();
         short bits = Float.floatToFloat16(value);
         for (long i = 0; i < length; i++) {
             data.setAtIndex(FP16, i, bits);
@@ -97,6 +156,7 @@ public final class HalfTensor implements AutoCloseable {
 
     /** Copies {@code values} (rounded to nearest fp16) into this tensor; lengths must match. */
     public void copyFrom(float[] values) {
+        ensureOpen();
         checkSameLength("values", values == null ? -1 : values.length);
         for (int i = 0; i < values.length; i++) {
             data.setAtIndex(FP16, i, Float.floatToFloat16(values[i]));
@@ -105,22 +165,27 @@ public final class HalfTensor implements AutoCloseable {
     }
 
     public void copyFromBits(short[] bits) {
+        ensureOpen();
         checkSameLength("bits", bits == null ? -1 : bits.length);
         MemorySegment.copy(bits, 0, data, FP16, 0, bits.length);
         version++;
     }
 
     public float[] toFloatArray() {
+        ensureOpen();
         float[] out = new float[checkedArrayLength()];
         for (int i = 0; i < out.length; i++) {
             out[i] = Float.float16ToFloat(data.getAtIndex(FP16, i));
         }
+        Reference.reachabilityFence(this);
         return out;
     }
 
     public short[] toBitsArray() {
+        ensureOpen();
         short[] out = new short[checkedArrayLength()];
         MemorySegment.copy(data, FP16, 0, out, 0, out.length);
+        Reference.reachabilityFence(this);
         return out;
     }
 
@@ -147,10 +212,16 @@ public final class HalfTensor implements AutoCloseable {
         version++;
     }
 
+    /** Frees the memory; closing again does nothing. */
     @Override
     public void close() {
-        if (isOpen()) {
-            arena.close();
+        memory.closedByOwner = true;
+        cleanable.clean();
+    }
+
+    private void ensureOpen() {
+        if (!isOpen()) {
+            throw new IllegalStateException("this HalfTensor (length " + length + ") is closed");
         }
     }
 

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import org.junit.jupiter.api.Test;
 
@@ -68,11 +69,47 @@ class HalfTensorTest {
     }
 
     @Test
+    void aLengthWhoseBytesOverflowIsRejectedByName() {
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> HalfTensor.allocate(Long.MAX_VALUE));
+        assertEquals("length", e.argument());
+        assertEquals(String.valueOf(Long.MAX_VALUE), e.value());
+        assertTrue(e.allowed().contains(String.valueOf(HalfTensor.MAX_LENGTH)), e.getMessage());
+        assertThrows(InvalidArgumentException.class, () -> HalfTensor.allocate(HalfTensor.MAX_LENGTH + 1));
+    }
+
+    @Test
     void closeFreesTheMemory() {
         HalfTensor t = HalfTensor.allocate(8);
         t.close();
         assertFalse(t.isOpen());
-        assertThrows(IllegalStateException.class, () -> t.get(0));
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> t.get(0));
+        assertEquals("this HalfTensor (length 8) is closed", e.getMessage());
+        assertThrows(IllegalStateException.class, t::toFloatArray);
+        assertThrows(IllegalStateException.class, () -> t.fill(0f));
         t.close();
+    }
+
+    /** The safety net: a tensor dropped without close() has its memory freed once the GC finds it. */
+    @Test
+    void theCleanerFreesDroppedTensors() throws InterruptedException {
+        long before = HalfTensor.LEAKS_FREED.get();
+        int dropped = 200;
+        MemorySegment keptSegment = allocateAndDrop(dropped);
+        for (int i = 0; i < 100 && (keptSegment.scope().isAlive() || HalfTensor.LEAKS_FREED.get() - before < dropped); i++) {
+            System.gc();
+            Thread.sleep(50);
+        }
+        assertTrue(HalfTensor.LEAKS_FREED.get() - before >= dropped,
+                "freed " + (HalfTensor.LEAKS_FREED.get() - before) + " of " + dropped);
+        assertFalse(keptSegment.scope().isAlive(), "the dropped tensor's memory is still allocated");
+    }
+
+    /** Allocates {@code count} tensors and drops them unclosed; returns the data of the last one. */
+    private static MemorySegment allocateAndDrop(int count) {
+        MemorySegment last = null;
+        for (int i = 0; i < count; i++) {
+            last = HalfTensor.allocate(1024).data();
+        }
+        return last;
     }
 }
