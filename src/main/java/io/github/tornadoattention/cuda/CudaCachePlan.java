@@ -29,6 +29,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
     static final int SPLIT_GRANULE = 256;
     static final int MAX_SPLITS = 128;
     private static final int DECODE_ROWS_PER_BLOCK = 16;
+    /** CUDA grid y and z are limited to 65535 blocks. */
+    private static final int MAX_GRID_YZ = 65535;
     private static final int DECODE_THREADS = 32;
     private static final int COMBINE_THREADS = 128;
     private static final int PREFILL_THREADS = 128;
@@ -61,6 +63,10 @@ final class CudaCachePlan extends CacheAttentionPlan {
         }
         if (spec.dtype() != io.github.tornadoattention.DType.FP16) {
             throw new InvalidArgumentException("dtype", spec.dtype(), "ptx-cuda ships fp16 kernels only (bf16 is planned)");
+        }
+        if ((long) spec.batch() * spec.heads() > MAX_GRID_YZ) {
+            throw new InvalidArgumentException("batch*heads", (long) spec.batch() * spec.heads(),
+                    "the kernels launch one block row per (sequence, head): at most " + MAX_GRID_YZ);
         }
         String paged = cacheSpec.paged() ? "_paged" : "";
         splitEntry = "flash_cache_decode_split" + paged + "_d" + d;

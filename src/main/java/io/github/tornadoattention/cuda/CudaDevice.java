@@ -148,6 +148,10 @@ public final class CudaDevice extends AttentionDevice {
 
     @Override
     protected void checkWrappable(long address, long bytes) {
+        if (address % 16 != 0) {
+            throw new InvalidArgumentException("address", "0x" + Long.toHexString(address),
+                    "must be 16-byte aligned (the kernels move 16-byte vectors)");
+        }
         int owner = driver.deviceOrdinalOf(address);
         if (owner != ordinal) {
             throw new InvalidArgumentException("address", "0x" + Long.toHexString(address),
