@@ -37,8 +37,15 @@ final class SelftestCommand implements Callable<Integer> {
             description = "run only these cases (1-based, of the suite then the random shapes), e.g. 5 or 3-9")
     String caseRange;
 
+    @Option(names = "--inference", description = "instead: the inference API's scenarios (KV caches contiguous and paged,"
+            + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, D=64 and 128")
+    boolean inference;
+
     @Override
     public Integer call() {
+        if (inference) {
+            return inferenceSuite();
+        }
         if (random < 0) {
             throw new InvalidArgumentException("--random", random, "must be >= 0");
         }
@@ -97,5 +104,27 @@ final class SelftestCommand implements Callable<Integer> {
             // reported below
         }
         throw new InvalidArgumentException("--cases", spec, "must be N or FROM-TO within 1.." + total);
+    }
+
+    /** The cache scenarios of {@link io.github.tornadoattention.verify.CacheSuite} on each backend's device. */
+    private int inferenceSuite() {
+        long baseSeed = seed != null ? seed : System.nanoTime();
+        PrintWriter out = spec.commandLine().getOut();
+        int failed = 0;
+        int total = 0;
+        for (String id : backendIds) {
+            io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id);
+            out.printf("inference selftest of %s on %s, seed %d%n", device.backendId(), device.name(), baseSeed);
+            for (int d : new int[] {64, 128}) {
+                for (io.github.tornadoattention.verify.CacheSuite.CaseResult r
+                        : io.github.tornadoattention.verify.CacheSuite.run(device, d, baseSeed)) {
+                    total++;
+                    failed += r.passed() ? 0 : 1;
+                    out.printf("%s %s: %s%n", r.passed() ? "PASS" : "FAIL", r.name(), r.error());
+                }
+            }
+        }
+        out.printf("%d passed, %d failed%n", total - failed, failed);
+        return failed == 0 ? 0 : Main.EXIT_FAILED;
     }
 }
