@@ -15,7 +15,6 @@ import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.util.List;
 
 /**
  * Cache attention on ptx-cuda (kernels in ptx-overrides/src/flash_cache.cu). Made once for
@@ -46,9 +45,9 @@ final class CudaCachePlan extends CacheAttentionPlan {
     private final DeviceTensor partialLse;
     private final int maxSplits;
     private final int rowBlocks;
-    private final String splitEntry;
-    private final String combineEntry;
-    private final String prefillEntry;
+    private final long splitFunction;
+    private final long combineFunction;
+    private final long prefillFunction;
     private final int prefillRows;
     private final KernelArgs splitArgs = new KernelArgs(arena, 9);
     private final KernelArgs combineArgs = new KernelArgs(arena, 6);
@@ -69,9 +68,9 @@ final class CudaCachePlan extends CacheAttentionPlan {
                     "the kernels launch one block row per (sequence, head): at most " + MAX_GRID_YZ);
         }
         String paged = cacheSpec.paged() ? "_paged" : "";
-        splitEntry = "flash_cache_decode_split" + paged + "_d" + d;
-        combineEntry = "flash_cache_decode_combine_d" + d;
-        prefillEntry = prefillEntry(d, spec.causal(), cacheSpec.paged());
+        splitFunction = device.function("flash_cache_decode_split" + paged + "_d" + d);
+        combineFunction = device.function("flash_cache_decode_combine_d" + d);
+        prefillFunction = device.function(prefillEntry(d, spec.causal(), cacheSpec.paged()));
         prefillRows = d == 128 && spec.causal() ? 64 : 128;
         rowBlocks = (spec.groupSize() * Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES)
                 + DECODE_ROWS_PER_BLOCK - 1) / DECODE_ROWS_PER_BLOCK;
@@ -84,9 +83,6 @@ final class CudaCachePlan extends CacheAttentionPlan {
                     ? (long) maxSplits * spec.batch() * spec.heads() * spec.maxQueryLength() : 1;
             po = device.allocate(io.github.tornadoattention.DType.FP32, partialRows * d);
             pl = device.allocate(io.github.tornadoattention.DType.FP32, partialRows);
-            for (String entry : List.of(splitEntry, combineEntry, prefillEntry)) {
-                device.context().function(CudaDevice.CACHE_MODULE, LaunchTable.ptx(CudaDevice.CACHE_MODULE), entry);
-            }
         } catch (RuntimeException e) {
             for (DeviceTensor t : new DeviceTensor[] {dp, pp, po, pl}) {
                 if (t != null) {
@@ -150,12 +146,12 @@ final class CudaCachePlan extends CacheAttentionPlan {
         splitArgs.pointer(0, q.address()).pointer(1, cache.keys().address()).pointer(2, cache.values().address())
                 .pointer(3, partialO.address()).pointer(4, partialLse.address()).pointer(5, denseParams.address())
                 .pointer(6, step).pointer(7, blocks).integer(8, keysPerSplit);
-        device.launch(splitEntry, splits, rowBlocks, spec().batch() * spec().kvHeads(), DECODE_THREADS, splitArgs);
+        device.launch(splitFunction, splits, rowBlocks, spec().batch() * spec().kvHeads(), DECODE_THREADS, splitArgs);
         long rows = (long) spec().batch() * spec().heads() * spec().maxQueryLength();
         int rowsPerBlock = COMBINE_THREADS / (spec().headDim() / 8);
         combineArgs.pointer(0, partialO.address()).pointer(1, partialLse.address()).pointer(2, o.address())
                 .pointer(3, lse == null ? 0 : lse.address()).pointer(4, denseParams.address()).integer(5, splits);
-        device.launch(combineEntry, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, COMBINE_THREADS,
+        device.launch(combineFunction, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, COMBINE_THREADS,
                 combineArgs);
     }
 
@@ -191,7 +187,7 @@ final class CudaCachePlan extends CacheAttentionPlan {
                 .pointer(3, o.address()).pointer(4, lse == null ? 0 : lse.address()).pointer(5, packedParams.address())
                 .pointer(6, step + 4L * 2 * spec().batch()).pointer(7, step)
                 .pointer(8, cache.spec().paged() ? cache.blockTable().address() : 0);
-        device.launch(prefillEntry, (maxNew + prefillRows - 1) / prefillRows, spec().batch() * spec().heads(), 1,
+        device.launch(prefillFunction, (maxNew + prefillRows - 1) / prefillRows, spec().batch() * spec().heads(), 1,
                 PREFILL_THREADS, prefillArgs);
     }
 

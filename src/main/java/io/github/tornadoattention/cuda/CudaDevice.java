@@ -38,6 +38,7 @@ public final class CudaDevice extends AttentionDevice {
     private final KernelArgs mergeArgs = new KernelArgs(arena, 7);
     private final long start;
     private final long end;
+    private final java.util.concurrent.ConcurrentHashMap<String, Long> functions = new java.util.concurrent.ConcurrentHashMap<>();
 
     CudaDevice(CudaContext cuda) {
         this(cuda, 0, new AtomicLong(), -1);
@@ -212,7 +213,7 @@ public final class CudaDevice extends AttentionDevice {
                 .integer(18, spec.pagesPerSequence());
         int rowsPerBlock = APPEND_THREADS / (spec.headDim() / 8);
         int gridX = (append.maxNew() + rowsPerBlock - 1) / rowsPerBlock;
-        launch("kv_cache_append", gridX, spec.kvHeads(), spec.slots(), APPEND_THREADS, appendArgs);
+        launch(function("kv_cache_append"), gridX, spec.kvHeads(), spec.slots(), APPEND_THREADS, appendArgs);
     }
 
     @Override
@@ -227,14 +228,21 @@ public final class CudaDevice extends AttentionDevice {
                 .pointer(3, lse == null ? 0 : lse.address()).integer(4, parts);
         mergeArgs.int64(5, rows).integer(6, headDim);
         long rowsPerBlock = MERGE_THREADS / (headDim / 8);
-        launch("attention_merge_states", Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, MERGE_THREADS,
+        launch(function("attention_merge_states"), Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, MERGE_THREADS,
                 mergeArgs);
     }
 
-    /** Launches entry {@code entry} of the cache module on this device's stream. */
-    void launch(String entry, int gridX, int gridY, int gridZ, int threads, KernelArgs args) {
+    /** The function handle of entry {@code entry} of the cache module (the module is loaded once, on first use). */
+    long function(String entry) {
+        return functions.computeIfAbsent(entry, e -> {
+            cuda.makeCurrent();
+            return cuda.function(CACHE_MODULE, io.github.tornadoattention.ptx.LaunchTable.ptx(CACHE_MODULE), e);
+        });
+    }
+
+    /** Launches {@code function} (see {@link #function}) on this device's stream. */
+    void launch(long function, int gridX, int gridY, int gridZ, int threads, KernelArgs args) {
         cuda.makeCurrent();
-        long function = cuda.function(CACHE_MODULE, io.github.tornadoattention.ptx.LaunchTable.ptx(CACHE_MODULE), entry);
         driver.launch(function, gridX, gridY, gridZ, threads, 0, stream, args.segment());
     }
 
