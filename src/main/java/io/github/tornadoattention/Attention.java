@@ -22,7 +22,12 @@ public final class Attention {
 
     /** A reusable plan on the backend with this id (see {@link Backends#IDS}). */
     public static AttentionPlan plan(AttentionShape shape, String backendId) {
-        return Backends.get(backendId).plan(shape);
+        return plan(shape, backendId, PlanOptions.defaults());
+    }
+
+    /** A reusable plan on the backend with this id, made and run with {@code options} (device, profiling, ...). */
+    public static AttentionPlan plan(AttentionShape shape, String backendId, PlanOptions options) {
+        return Backends.get(backendId).plan(shape, options);
     }
 
     /**
@@ -31,6 +36,11 @@ public final class Attention {
      */
     public static AttentionDevice device(String backendId) {
         return Backends.get(backendId).device();
+    }
+
+    /** {@link #device(String)} on the device {@code options} name (ptx-cuda: {@link PlanOptions#cudaDevice()}). */
+    public static AttentionDevice device(String backendId, PlanOptions options) {
+        return Backends.get(backendId).device(options);
     }
 
     /** Attention plans and cache plans made in this JVM so far: an engine's step makes none. */

@@ -24,12 +24,18 @@ public interface AttentionBackend {
     void checkSupported(AttentionShape shape);
 
     /**
-     * Prepares a reusable plan for {@code shape}: compiles kernels and allocates device buffers.
+     * Prepares a reusable plan for {@code shape} with {@code options} (device, profiling, CUDA graphs, JIT options;
+     * those that do not concern this backend are ignored): compiles kernels and allocates device buffers.
      *
      * @throws BackendUnavailableException if the backend cannot run here
-     * @throws InvalidArgumentException if the shape is not supported
+     * @throws InvalidArgumentException if the shape is not supported or an option cannot be met here
      */
-    AttentionPlan plan(AttentionShape shape);
+    AttentionPlan plan(AttentionShape shape, PlanOptions options);
+
+    /** {@link #plan(AttentionShape, PlanOptions)} with {@link PlanOptions#defaults()}. */
+    default AttentionPlan plan(AttentionShape shape) {
+        return plan(shape, PlanOptions.defaults());
+    }
 
     /**
      * The device this backend computes on, for device tensors, KV caches and cache plans (the
@@ -40,7 +46,19 @@ public interface AttentionBackend {
         throw new UnsupportedOperationException(id() + " has no device-resident inference API yet");
     }
 
+    /** {@link #device()} on the device {@code options} name (ptx-cuda: {@link PlanOptions#cudaDevice()}). */
+    default AttentionDevice device(PlanOptions options) {
+        InvalidArgumentException.requireNonNull("options", options);
+        return device();
+    }
+
     /** Checks availability and support, in that order; the first step of every {@link #plan}. */
+    default void checkCanPlan(AttentionShape shape, PlanOptions options) {
+        InvalidArgumentException.requireNonNull("options", options);
+        checkCanPlan(shape);
+    }
+
+    /** See {@link #checkCanPlan(AttentionShape, PlanOptions)}. */
     default void checkCanPlan(AttentionShape shape) {
         InvalidArgumentException.requireNonNull("shape", shape);
         Availability availability = availability();

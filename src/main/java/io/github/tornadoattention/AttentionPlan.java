@@ -1,5 +1,6 @@
 package io.github.tornadoattention;
 
+import io.github.tornadoattention.measure.BenchmarkHooks;
 import java.util.OptionalDouble;
 
 /**
@@ -109,48 +110,51 @@ public abstract class AttentionPlan implements AutoCloseable {
     }
 
     /**
-     * For benchmarks: runs the computation of the last {@link #forward} call again on the inputs
-     * already on the device, waits for it and copies nothing back. Backends without a device simply
-     * recompute.
+     * The benchmark hooks of this plan (rerun on device-resident inputs, device-timed batches, the last call's device
+     * time): {@link BenchmarkHooks#of(AttentionPlan)}. Not needed for computing attention.
      */
-    public final synchronized void rerunOnDevice() {
-        ensureOpen();
-        if (lastCall == null) {
-            throw new IllegalStateException("rerunOnDevice needs a forward call first");
-        }
-        if (!lastCall.q.isOpen() || !lastCall.k.isOpen() || !lastCall.v.isOpen() || !lastCall.o.isOpen()) {
-            throw new IllegalStateException("a tensor of the last forward call has been closed");
-        }
-        rerun(lastCall.q, lastCall.k, lastCall.v, lastCall.o, lastCall.lse);
+    public final BenchmarkHooks benchmarkHooks() {
+        return hooks;
     }
 
-    /**
-     * How long the device spent on the last call's kernels (timed on the device, e.g. with CUDA
-     * events or TornadoVM's profiler), without launch gaps or host work; empty where the backend
-     * cannot tell (the CPU reference).
-     */
-    public final synchronized OptionalDouble lastDeviceMillis() {
-        return Double.isNaN(lastDeviceMillis) ? OptionalDouble.empty() : OptionalDouble.of(lastDeviceMillis);
-    }
-
-    /**
-     * For benchmarks: launches the last {@link #forward} call's computation {@code calls} times back to
-     * back on the inputs already on the device and returns the device time per call in milliseconds,
-     * timed on the device around the whole batch, so host launch latency is not counted (the way
-     * PyTorch's kernels are timed beside it). Empty where the backend cannot do this.
-     */
-    public final synchronized OptionalDouble timeOnDevice(int calls) {
-        ensureOpen();
-        if (calls < 1) {
-            throw new InvalidArgumentException("calls", calls, "must be >= 1");
+    private final BenchmarkHooks hooks = new BenchmarkHooks() {
+        @Override
+        public void rerunOnDevice() {
+            synchronized (AttentionPlan.this) {
+                ensureOpen();
+                if (lastCall == null) {
+                    throw new IllegalStateException("rerunOnDevice needs a forward call first");
+                }
+                if (!lastCall.q.isOpen() || !lastCall.k.isOpen() || !lastCall.v.isOpen() || !lastCall.o.isOpen()) {
+                    throw new IllegalStateException("a tensor of the last forward call has been closed");
+                }
+                rerun(lastCall.q, lastCall.k, lastCall.v, lastCall.o, lastCall.lse);
+            }
         }
-        if (lastCall == null) {
-            throw new IllegalStateException("timeOnDevice needs a forward call first");
-        }
-        return timeBackToBack(calls);
-    }
 
-    /** See {@link #timeOnDevice(int)}; backends that can launch back to back and time on the device override this. */
+        @Override
+        public OptionalDouble timeOnDevice(int calls) {
+            synchronized (AttentionPlan.this) {
+                ensureOpen();
+                if (calls < 1) {
+                    throw new InvalidArgumentException("calls", calls, "must be >= 1");
+                }
+                if (lastCall == null) {
+                    throw new IllegalStateException("timeOnDevice needs a forward call first");
+                }
+                return timeBackToBack(calls);
+            }
+        }
+
+        @Override
+        public OptionalDouble lastDeviceMillis() {
+            synchronized (AttentionPlan.this) {
+                return Double.isNaN(lastDeviceMillis) ? OptionalDouble.empty() : OptionalDouble.of(lastDeviceMillis);
+            }
+        }
+    };
+
+    /** See {@link BenchmarkHooks#timeOnDevice(int)}; backends that can launch back to back and time on the device override this. */
     protected OptionalDouble timeBackToBack(int calls) {
         return OptionalDouble.empty();
     }
@@ -176,7 +180,11 @@ public abstract class AttentionPlan implements AutoCloseable {
     /** The backend's work; arguments are already validated against {@link #shape()}. */
     protected abstract void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse);
 
-    /** See {@link #rerunOnDevice()}; device backends override this to launch without transfers. */
+    /**
+     * See {@link BenchmarkHooks#rerunOnDevice()}: the last host-tensor {@code forward}'s computation again, on the
+     * inputs already on the device. Device backends override this to launch their kernels without any host-device
+     * copy; the default recomputes (the CPU reference has no device).
+     */
     protected void rerun(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
         compute(q, k, v, o, lse);
     }

@@ -61,19 +61,27 @@ final class AutoBackend implements AttentionBackend {
     }
 
     @Override
-    public AttentionPlan plan(AttentionShape shape) {
-        return choose(shape).plan(shape);
+    public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+        InvalidArgumentException.requireNonNull("options", options);
+        return choose(shape).plan(shape, options);
     }
 
     /** The first available backend with an inference API. */
     @Override
     public AttentionDevice device() {
+        return device(PlanOptions.defaults());
+    }
+
+    /** The first available backend with an inference API, on the device {@code options} name. */
+    @Override
+    public AttentionDevice device(PlanOptions options) {
+        InvalidArgumentException.requireNonNull("options", options);
         for (AttentionBackend candidate : candidates()) {
             if (!candidate.availability().available()) {
                 continue;
             }
             try {
-                return candidate.device();
+                return candidate.device(options);
             } catch (UnsupportedOperationException e) {
                 // next one
             }

@@ -112,7 +112,7 @@ public final class Backends {
         }
 
         @Override
-        public AttentionPlan plan(AttentionShape shape) {
+        public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
             throw new BackendUnavailableException(id, availability().detail());
         }
     }

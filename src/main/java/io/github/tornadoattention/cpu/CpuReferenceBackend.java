@@ -8,6 +8,7 @@ import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.PlanOptions;
 
 /** {@code cpu-reference}: the oracle as a backend. Any head dim, both layouts, runs anywhere. */
 public final class CpuReferenceBackend implements AttentionBackend {
@@ -38,9 +39,10 @@ public final class CpuReferenceBackend implements AttentionBackend {
         return CpuDevice.INSTANCE;
     }
 
+    /** No option concerns the CPU reference. */
     @Override
-    public AttentionPlan plan(AttentionShape shape) {
-        checkCanPlan(shape);
+    public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+        checkCanPlan(shape, options);
         return new AttentionPlan(id(), shape) {
             @Override
             public AttentionDevice device() {

@@ -7,7 +7,11 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.ptx.LaunchTable;
+import java.util.HashMap;
+import java.util.Map;
 
 /**
  * {@code ptx-cuda}: the hand-tuned PTX kernels (ptx-overrides/) launched through the CUDA driver
@@ -36,24 +40,39 @@ public final class PtxCudaBackend implements AttentionBackend {
         LaunchTable.checkSupported(id(), shape);
     }
 
-    private CudaDevice device;
+    private final Map<Integer, CudaDevice> devices = new HashMap<>();
 
-    /** The CUDA device of the process's context, with its own stream (engines may pass theirs: {@link CudaDevice#onStream}). */
+    /** The CUDA device 0, with its own stream (engines may pass theirs: {@link CudaDevice#onStream}). */
     @Override
-    public synchronized AttentionDevice device() {
-        Availability availability = availability();
-        if (!availability.available()) {
-            throw new BackendUnavailableException(id(), availability.detail());
-        }
+    public AttentionDevice device() {
+        return device(PlanOptions.defaults());
+    }
+
+    /** The CUDA device {@link PlanOptions#cudaDevice()}, one per ordinal, with its own stream. */
+    @Override
+    public synchronized AttentionDevice device(PlanOptions options) {
+        InvalidArgumentException.requireNonNull("options", options);
+        int ordinal = options.cudaDevice();
+        CudaDevice device = devices.get(ordinal);
         if (device == null) {
-            device = new CudaDevice(CudaContext.get());
+            CudaContext context;
+            try {
+                context = CudaContext.get(ordinal);
+            } catch (InvalidArgumentException e) {
+                throw e;
+            } catch (RuntimeException e) {
+                throw new BackendUnavailableException(id(), e.getMessage());
+            }
+            device = new CudaDevice(context);
+            devices.put(ordinal, device);
         }
         return device;
     }
 
+    /** Options used: {@link PlanOptions#cudaDevice()} (kernels are always timed with CUDA events). */
     @Override
-    public AttentionPlan plan(AttentionShape shape) {
-        checkCanPlan(shape);
-        return new PtxCudaPlan(id(), shape, (CudaDevice) device());
+    public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+        checkCanPlan(shape, options);
+        return new PtxCudaPlan(id(), shape, (CudaDevice) device(options));
     }
 }

@@ -9,6 +9,7 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.measure.BenchmarkHooks;
 import io.github.tornadoattention.verify.CorrectnessSuite;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.RandomInputs;
@@ -60,13 +61,17 @@ class CpuReferenceBackendTest {
             HalfTensor closed = HalfTensor.allocate(shape.queryElements());
             closed.close();
             assertThrows(InvalidArgumentException.class, () -> plan.forward(closed, in.k(), in.v(), o, null));
-            assertThrows(IllegalStateException.class, () -> plan.timeOnDevice(5), "no forward call yet");
+            BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+            assertThrows(IllegalStateException.class, () -> hooks.timeOnDevice(5), "no forward call yet");
+            assertThrows(IllegalStateException.class, hooks::rerunOnDevice, "no forward call yet");
             plan.forward(in.q(), in.k(), in.v(), o, null);
-            assertTrue(plan.timeOnDevice(5).isEmpty(), "the CPU has no device timer");
-            assertThrows(InvalidArgumentException.class, () -> plan.timeOnDevice(0));
+            assertTrue(hooks.timeOnDevice(5).isEmpty(), "the CPU has no device timer");
+            assertTrue(hooks.lastDeviceMillis().isEmpty(), "the CPU has no device timer");
+            assertThrows(InvalidArgumentException.class, () -> hooks.timeOnDevice(0));
+            hooks.rerunOnDevice();
             plan.close();
             assertThrows(IllegalStateException.class, () -> plan.forward(in.q(), in.k(), in.v(), o, null));
-            assertThrows(IllegalStateException.class, plan::rerunOnDevice);
+            assertThrows(IllegalStateException.class, hooks::rerunOnDevice);
         }
     }
 

@@ -11,6 +11,7 @@ import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.PlanOptions;
 import java.util.List;
 import java.util.function.Consumer;
 import org.junit.jupiter.api.Test;
@@ -95,8 +96,8 @@ class CorrectnessSuiteTest {
         public void checkSupported(AttentionShape shape) {
         }
 
-        public AttentionPlan plan(AttentionShape shape) {
-            AttentionPlan real = inner.plan(shape);
+        public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+            AttentionPlan real = inner.plan(shape, options);
             return new AttentionPlan(id(), shape) {
                 @Override
                 protected void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {

@@ -4,6 +4,8 @@ import com.fasterxml.jackson.jr.ob.JSON;
 import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.PlanOptions;
+import io.github.tornadoattention.measure.BenchmarkHooks;
 import io.github.tornadoattention.verify.RandomInputs;
 import java.io.IOException;
 import java.nio.file.Files;
@@ -27,9 +29,11 @@ import org.openjdk.jmh.runner.IterationType;
 
 /**
  * Attention on one backend and shape, in two modes: {@link #kernel} (inputs resident on the
- * device, no copies: the plan's {@code rerunOnDevice}) and {@link #javaCall} (the whole Java call,
+ * device, no copies: {@link BenchmarkHooks#rerunOnDevice()}) and {@link #javaCall} (the whole Java call,
  * every input re-sent and the output copied back). Device-timed kernel durations seen during
- * {@link #kernel} are saved beside the JMH results when {@value #KERNEL_TIMES_PROPERTY} names a folder.
+ * {@link #kernel} are saved beside the JMH results when {@value #KERNEL_TIMES_PROPERTY} names a folder;
+ * then the plan is made with {@link PlanOptions#profile()}, so that the TornadoVM-hosted backends time
+ * their kernels too.
  */
 @State(Scope.Benchmark)
 @BenchmarkMode(Mode.SampleTime)
@@ -45,18 +49,21 @@ public class AttentionBenchmark {
     public String shape;
 
     private AttentionPlan plan;
+    private BenchmarkHooks hooks;
     private RandomInputs inputs;
     private HalfTensor output;
     private final List<Double> kernelMillis = new ArrayList<>();
     private final List<Double> backToBackMillis = new ArrayList<>();
     private boolean measuring;
-    /** Back-to-back launches per device-timed sample (see AttentionPlan.timeOnDevice). */
+    /** Back-to-back launches per device-timed sample (see BenchmarkHooks.timeOnDevice). */
     private static final int BACK_TO_BACK_CALLS = 20;
 
     @Setup(Level.Trial)
     public void setUp() {
         BenchShape s = BenchShape.parse(shape);
-        plan = Backends.get(backend).plan(s.toShape());
+        boolean keepKernelTimes = System.getProperty(KERNEL_TIMES_PROPERTY) != null;
+        plan = Backends.get(backend).plan(s.toShape(), PlanOptions.builder().profile(keepKernelTimes).build());
+        hooks = BenchmarkHooks.of(plan);
         inputs = RandomInputs.generate(s.toShape(), System.nanoTime());
         output = RandomInputs.poisonedOutput(s.toShape());
         plan.forward(inputs.q(), inputs.k(), inputs.v(), output, null);
@@ -70,9 +77,9 @@ public class AttentionBenchmark {
 
     @Benchmark
     public void kernel() {
-        plan.rerunOnDevice();
+        hooks.rerunOnDevice();
         if (measuring) {
-            plan.lastDeviceMillis().ifPresent(kernelMillis::add);
+            hooks.lastDeviceMillis().ifPresent(kernelMillis::add);
         }
     }
 
@@ -92,7 +99,7 @@ public class AttentionBenchmark {
     public void endIteration(org.openjdk.jmh.infra.BenchmarkParams params) {
         if (measuring && params.getBenchmark().endsWith(".kernel")) {
             for (int i = 0; i < 5; i++) {
-                plan.timeOnDevice(BACK_TO_BACK_CALLS).ifPresent(backToBackMillis::add);
+                hooks.timeOnDevice(BACK_TO_BACK_CALLS).ifPresent(backToBackMillis::add);
             }
         }
     }
