@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Regenerates the shipped PTX from src/*.cu (one ptx/<name>.ptx per src/<name>.cu) and checks
-# every entry with ptxas for sm_89 (L4) and sm_90 (H100/H200).
+# Regenerates the PTX from src/*.cu (one ptx/<name>.ptx per src/<name>.cu) and the launch table
+# ptx/manifest.tsv, and checks every entry with ptxas for sm_89 (L4) and sm_90 (H100/H200).
 #
-#   ./generate.sh           regenerate ptx/*.ptx in place, then check
-#   ./generate.sh --check   regenerate into a temp dir; fail if the committed PTX is stale,
-#                           else check the committed PTX (what CI runs; needs no GPU)
+#   ./generate.sh           regenerate ptx/*.ptx and ptx/manifest.tsv in place, then check
+#   ./generate.sh --check   regenerate into a temp dir; fail if the committed PTX or manifest is
+#                           stale, else check the committed PTX (what CI runs; needs no GPU)
+#
+# The manifest has one row per entry of every PTX file: its kind, ABI, tile configuration and
+# launch selection, printed by each src/*.cu compiled once more for the host with -DFLASH_MANIFEST
+# (src/flash_manifest.cuh: the rows come from the kernel traits, not from entry names), plus
+# registers and static shared memory from ptxas.  Columns: ptx-overrides/README.md.
 #
 # Fails (exit 1) on: an nvcc or ptxas error, any spill or stack frame in a shipped PTX file,
-# static shared memory over 48 KB for a TornadoVM entry (*_tornado) or any static entry, stale
-# or missing PTX.  Benchmark-only files (BENCH_ONLY below: the ablation variants, which keep the
-# launch bounds of the kernel they are compared with, and the D=128 tuning candidates, some of
-# which sit at 255 registers; either may spill a few bytes) are reported but not failed on
-# spills; STRICT_BENCH=1 fails on those too.
+# static shared memory over 48 KB, a TornadoVM entry without static shared memory, an entry
+# without a manifest row (or a row without an entry), stale or missing PTX or manifest.
+# Benchmark-only files (BENCH_ONLY below: the ablation variants, which keep the launch bounds of
+# the kernel they are compared with, and the D=128 tuning candidates, some of which sit at 255
+# registers; either may spill a few bytes) are reported but not failed on spills; STRICT_BENCH=1
+# fails on those too.
 # Needs only the CUDA toolkit (nvcc, ptxas) and bash/awk/cmp.
 set -euo pipefail
 
@@ -24,10 +30,15 @@ PTXAS="${PTXAS:-ptxas}"
 # No -G / -lineinfo: those embed absolute source paths; the output is then byte-for-byte
 # reproducible for a given nvcc (the header names the compiler build).
 NVCC_FLAGS=(-arch=compute_80 -ptx -O3 -std=c++17)
+# The manifest printers: only their host side runs, so the device side is compiled unoptimised.
+MANIFEST_FLAGS=(-std=c++17 -DFLASH_MANIFEST -arch=compute_80 -code=compute_80 -Xcicc -O0)
 ARCHES=(sm_89 sm_90)
 STATIC_SMEM_LIMIT=49152
 BENCH_ONLY=" flash_fwd_ablation flash_fwd_tuning "
 STRICT_BENCH="${STRICT_BENCH:-0}"
+MANIFEST_COLUMNS=(module entry kind abi header_bytes causal head_dim br bc warps threads stages q_in_smem opt
+                  smem_dynamic smem_static regs_sm_89 regs_sm_90)
+MANIFEST_HEADER="$(IFS=$'\t'; echo "${MANIFEST_COLUMNS[*]}")"
 
 mode=generate
 if [[ "${1:-}" == "--check" ]]; then mode=check; elif [[ -n "${1:-}" ]]; then
@@ -41,14 +52,28 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
-# ---- 1. generate (always into the temp dir first; relative paths keep outputs path-free)
-mkdir -p "$tmp/ptx"
+# ---- 1. generate (always into the temp dir first; relative paths keep outputs path-free).
+# The manifest printers build in the background meanwhile.
+mkdir -p "$tmp/ptx" "$tmp/manifest"
 sources=()
+printers=()
 for cu in "$SRC"/*.cu; do
   name="$(basename "$cu" .cu)"
   sources+=("$name")
+  printf '#include "flash_manifest.cuh"\n#include "%s.cu"\n#ifndef __CUDA_ARCH__\nint main() { flash::manifest::print(); }\n#endif\n' \
+    "$name" > "$tmp/manifest/print_$name.cu"
+  (cd "$SRC" && "$NVCC" "${MANIFEST_FLAGS[@]}" -I. -o "$tmp/manifest/print_$name" "$tmp/manifest/print_$name.cu" \
+     > "$tmp/manifest/$name.log" 2>&1) &
+  printers+=($!)
+done
+for name in "${sources[@]}"; do
   if ! (cd "$SRC" && "$NVCC" "${NVCC_FLAGS[@]}" -o "$tmp/ptx/$name.ptx" "$name.cu"); then
     echo "FAIL: nvcc $name.cu" >&2; exit 1
+  fi
+done
+for i in "${!sources[@]}"; do
+  if ! wait "${printers[$i]}"; then
+    cat "$tmp/manifest/${sources[$i]}.log" >&2; echo "FAIL: nvcc -DFLASH_MANIFEST ${sources[$i]}.cu" >&2; exit 1
   fi
 done
 
@@ -75,16 +100,21 @@ else
   [[ $fail == 0 ]] && echo "fresh: committed PTX matches the sources"
 fi
 
-# ---- 2. ptxas resource check of the committed (or just generated) PTX
+# ---- 2. ptxas resource check of the committed (or just generated) PTX; resources.tsv gets
+# "module entry arch regs smem" for the manifest.
 printf '\n%-48s %-6s %5s %7s %9s %6s\n' "entry" "arch" "regs" "smem" "spill s/l" "stack"
-for f in "$PTX"/*.ptx; do
+: > "$tmp/resources.tsv"
+for name in "${sources[@]}"; do
+  f="$PTX/$name.ptx"
+  [[ -f "$f" ]] || continue
   for arch in "${ARCHES[@]}"; do
     if ! "$PTXAS" -arch="$arch" -v -o "$tmp/out.cubin" "$f" > "$tmp/ptxas.log" 2>&1; then
-      cat "$tmp/ptxas.log"; echo "FAIL: ptxas -arch=$arch $(basename "$f")"; fail=1; continue
+      cat "$tmp/ptxas.log"; echo "FAIL: ptxas -arch=$arch $name.ptx"; fail=1; continue
     fi
     bench=0
-    [[ "$BENCH_ONLY" == *" $(basename "$f" .ptx) "* && "$STRICT_BENCH" != 1 ]] && bench=1
-    if ! awk -v arch="$arch" -v limit="$STATIC_SMEM_LIMIT" -v bench="$bench" '
+    [[ "$BENCH_ONLY" == *" $name "* && "$STRICT_BENCH" != 1 ]] && bench=1
+    if ! awk -v arch="$arch" -v limit="$STATIC_SMEM_LIMIT" -v bench="$bench" -v module="$name.ptx" \
+        -v resources="$tmp/resources.tsv" '
         /Compiling entry function/ { match($0, /'\''[A-Za-z0-9_]+'\''/); name = substr($0, RSTART + 1, RLENGTH - 2); next }
         /bytes stack frame/ { stack = $1; sst = $5; sld = $9; next }
         /Used [0-9]+ registers/ {
@@ -96,14 +126,59 @@ for f in "$PTX"/*.ptx; do
             if (bench) flag = flag " spill(bench-only, allowed)"; else { flag = flag " SPILL"; bad = 1 }
           }
           if (smem + 0 > limit) { flag = flag " SMEM>48KB"; bad = 1 }
-          if (name ~ /_tornado$/ && smem + 0 == 0 && name !~ /combine/) { flag = flag " TORNADO-NEEDS-STATIC-SMEM"; bad = 1 }
+          if (name ~ /_tornado(_h128)?$/ && smem + 0 == 0) { flag = flag " TORNADO-NEEDS-STATIC-SMEM"; bad = 1 }
           printf "%-48s %-6s %5s %7s %4s/%-4s %6s%s\n", name, arch, regs, smem, sst, sld, stack, flag
+          printf "%s\t%s\t%s\t%s\t%s\n", module, name, arch, regs, smem >> resources
         }
         END { exit bad }' "$tmp/ptxas.log"; then
       fail=1
     fi
   done
 done
+
+# ---- 3. the manifest: each module's rows (in source order) joined with ptxas's numbers.
+{
+  echo "$MANIFEST_HEADER"
+  for name in "${sources[@]}"; do
+    "$tmp/manifest/print_$name" | awk -v module="$name.ptx" '{ print module "\t" $0 }'
+  done
+} > "$tmp/manifest/rows.tsv"
+if ! awk -F '\t' -v OFS='\t' -v first="${ARCHES[0]}" -v second="${ARCHES[1]}" '
+    FNR == 1 && FILENAME != ARGV[1] { header = $0; next }
+    FILENAME == ARGV[1] {
+      key = $1 SUBSEP $2; regs[key, $3] = $4; if ($3 == first) smem[key] = $5
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+      next
+    }
+    {
+      key = $1 SUBSEP $2
+      if (key in rowed) { print "manifest: two rows for " $2 > "/dev/stderr"; bad = 1; next }
+      rowed[key] = 1
+      if (!(key in seen)) { print "manifest: " $2 " (" $1 ") has a row but no entry in the PTX" > "/dev/stderr"; bad = 1; next }
+      rows[++m] = $0 OFS smem[key] OFS regs[key, first] OFS regs[key, second]
+    }
+    END {
+      for (i = 1; i <= n; i++) if (!(order[i] in rowed)) {
+        split(order[i], k, SUBSEP)
+        print "manifest: entry " k[2] " of ptx/" k[1] " has no row: give its entry macro a FLASH_MANIFEST_ROW (src/flash_manifest.cuh)" > "/dev/stderr"
+        bad = 1
+      }
+      print header
+      for (i = 1; i <= m; i++) print rows[i]
+      exit bad
+    }' "$tmp/resources.tsv" "$tmp/manifest/rows.tsv" > "$tmp/manifest.tsv"; then
+  fail=1
+fi
+if [[ "$mode" == generate ]]; then
+  cp "$tmp/manifest.tsv" "$PTX/manifest.tsv"
+  echo; echo "generated: ptx/manifest.tsv ($(($(wc -l < "$PTX/manifest.tsv") - 1)) entries)"
+elif [[ ! -f "$PTX/manifest.tsv" ]] || ! cmp -s "$tmp/manifest.tsv" "$PTX/manifest.tsv"; then
+  echo; echo "STALE: ptx/manifest.tsv differs from what the sources and ptxas give (run ./generate.sh)"
+  diff "$PTX/manifest.tsv" "$tmp/manifest.tsv" 2>/dev/null | head -20 || true
+  fail=1
+else
+  echo; echo "fresh: ptx/manifest.tsv matches the sources"
+fi
 
 if [[ $fail != 0 ]]; then echo; echo "generate.sh: FAILED"; exit 1; fi
 echo; echo "generate.sh: OK"

@@ -10,6 +10,9 @@
 namespace flash {
 
 constexpr int kCombineThreads = 128;
+// D/8 threads per row, each combining 8 values (one 16-byte fp16 store): rows per block.
+template <int D>
+constexpr int kCombineRows = kCombineThreads / (D / 8);
 
 // A partial result: kL2Only reads it with ld.global.cg (L2, not L1), for the fused decode kernel,
 // where other CTAs of the same launch wrote it and this SM's L1 may hold an older copy of the line.
@@ -65,7 +68,7 @@ __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_
                                                     __half* __restrict__ o, float* __restrict__ lse,
                                                     const int* __restrict__ params) {
   constexpr int kThreadsPerRow = D / 8;
-  constexpr int kRowsPerBlock = kCombineThreads / kThreadsPerRow;
+  constexpr int kRowsPerBlock = kCombineRows<D>;
   const Params p = load_params(params);
   const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
   const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;

@@ -1,12 +1,16 @@
-// Entry-point macros: every configuration gets a CUDA-driver entry and (static shared memory
-// only) a TornadoVM prebuilt-task entry.  Both are thin wrappers around the same body.
-// TornadoVM entries take a leading kernel-context word (ignored) and every array, params
-// included, as a pointer to the TornadoVM array header (payload 16 bytes in).
+// Entry-point macros: every prefill configuration gets a CUDA-driver entry and (static shared
+// memory only) TornadoVM prebuilt-task entries; the decode passes get the entries a host
+// launches (split and combine: CUDA driver; fused: TornadoVM, flash_decode_fused.cuh).  All are
+// thin wrappers around the same body.  TornadoVM entries take a leading kernel-context word
+// (ignored) and every array, params included, as a pointer to the TornadoVM array header.
+// Each entry also writes its row of ptx/manifest.tsv (flash_manifest.cuh).
 #pragma once
 #include "flash_decode_combine.cuh"
 #include "flash_fwd_kernel.cuh"
+#include "flash_manifest.cuh"
 
 #define FLASH_FWD_ENTRY(NAME, KT)                                                                 \
+  FLASH_MANIFEST_ROW("prefill", flash_fwd_##NAME, flash_fwd_##NAME, 0, KT)                        \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_fwd_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,                   \
                    const __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse, \
@@ -15,6 +19,7 @@
   }
 
 #define FLASH_FWD_TORNADO_ENTRY_HDR(NAME, KT, TAIL, HEADER_BYTES)                                \
+  FLASH_MANIFEST_ROW("prefill", flash_fwd_##NAME, flash_fwd_##NAME##TAIL, HEADER_BYTES, KT)       \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_fwd_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,                  \
                          const __half* __restrict__ k, const __half* __restrict__ v,             \
@@ -32,38 +37,22 @@
   FLASH_FWD_TORNADO_ENTRY_HDR(NAME, KT, _tornado_h128, 128)
 
 #define FLASH_DECODE_SPLIT_ENTRY(NAME, KT)                                                        \
+  FLASH_MANIFEST_ROW("decode-split", flash_decode_split_##NAME, flash_decode_split_##NAME, 0, KT) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_decode_split_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,          \
                             const __half* __restrict__ v, float* __restrict__ o_partial,         \
                             float* __restrict__ lse_partial, const int* __restrict__ params) {   \
     flash::run_fwd<KT, true>(q, k, v, nullptr, o_partial, lse_partial, params);                  \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_decode_split_##NAME##_tornado(uint64_t kernel_context, const __half* __restrict__ q,     \
-                                      const __half* __restrict__ k, const __half* __restrict__ v, \
-                                      float* __restrict__ o_partial,                             \
-                                      float* __restrict__ lse_partial,                           \
-                                      const int* __restrict__ params) {                          \
-    flash::run_fwd<KT, true, flash::kTornadoHeaderBytes>(q, k, v, nullptr, o_partial,           \
-                                                         lse_partial, params);                   \
   }
 
 #define FLASH_DECODE_COMBINE_ENTRY(NAME, D)                                                       \
+  FLASH_MANIFEST_PLAIN("decode-combine", flash_decode_combine_##NAME, flash_decode_combine_##NAME, \
+                       0, D, flash::kCombineRows<D>, flash::kCombineThreads)                     \
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
   flash_decode_combine_##NAME(const float* __restrict__ o_partial,                               \
                               const float* __restrict__ lse_partial, __half* __restrict__ o,     \
                               float* __restrict__ lse, const int* __restrict__ params) {         \
     flash::decode_combine_body<D>(o_partial, lse_partial, o, lse, params);                       \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
-  flash_decode_combine_##NAME##_tornado(uint64_t kernel_context,                                 \
-                                        const float* __restrict__ o_partial,                     \
-                                        const float* __restrict__ lse_partial,                   \
-                                        __half* __restrict__ o, float* __restrict__ lse,         \
-                                        const int* __restrict__ params) {                        \
-    flash::decode_combine_body<D>(flash::tornado_data(o_partial), flash::tornado_data(lse_partial), \
-                                  flash::tornado_data(o), flash::tornado_data(lse),              \
-                                  flash::tornado_data(params));                                  \
   }
 
 // One configuration = one traits alias + its entries; the entry name spells the configuration:

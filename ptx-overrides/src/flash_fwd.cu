@@ -1,5 +1,5 @@
-// Shipped prefill entries (ptx/flash_fwd.ptx); the launch table in README.md picks one per
-// head dim and causal flag.  All fit 48 KB of static shared memory, so each has TornadoVM twins.
+// Shipped prefill entries (ptx/flash_fwd.ptx); FLASH_SELECT below picks one per head dim and
+// causal flag (the `causal` column of ptx/manifest.tsv, which both hosts and the harness read).  All fit 48 KB of static shared memory, so each has TornadoVM twins.
 //   D=64:  Br=128 (4 warps x 2 row groups, Q in registers), Bc=64, 2 K/V stages, 32 KB
 //   D=128: Br=64 (4 warps x 1 row group, Q in registers), Bc=48, 2 K/V stages, 48 KB; 168
 //          registers for 3 CTAs/SM (H100/H200).  Bc=48 is the largest key tile whose two stages
@@ -20,3 +20,8 @@ using OptLazyRescale = flash::Opt<true, true, true, true, true, true>;
 FLASH_FWD_BOTH(64, 128, 64, 4, 2, 2, true, , flash::Opt<>)
 FLASH_FWD_BOTH(128, 64, 48, 4, 2, 3, true, , OptLazyRescale)
 FLASH_FWD_BOTH(128, 128, 32, 4, 1, 2, false, _qs_eager, flash::Opt<>)
+
+// The launch table: which configuration runs a call of its head dim with this causal flag.
+FLASH_SELECT(flash_fwd_d64_m128n64w4s2, any)
+FLASH_SELECT(flash_fwd_d128_m128n32w4s1_qs_eager, 0)
+FLASH_SELECT(flash_fwd_d128_m64n48w4s2, 1)

@@ -1,23 +1,27 @@
 package io.github.tornadoattention.cuda;
 
 import io.github.tornadoattention.Availability;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.PlanOptions;
+import io.github.tornadoattention.ptx.KernelManifest;
 import java.util.HashMap;
 import java.util.Map;
 
 /**
- * The process-wide CUDA state of the ptx-cuda host: the driver binding, one device (ordinal from
- * the system property {@value #DEVICE_PROPERTY}, default 0), its primary context and the loaded
- * PTX modules. Made on first use; if the driver or a usable device is missing, {@link #get()}
- * throws and {@link #availability()} says why.
+ * The CUDA state of the ptx-cuda host for one device: the driver binding (one per process), the
+ * device (by ordinal, {@link PlanOptions#cudaDevice()}), its primary context and the loaded PTX
+ * modules. Made on first use per ordinal; if the driver or a usable device is missing,
+ * {@link #get(int)} throws and {@link #availability(int)} says why.
  */
 public final class CudaContext {
-    public static final String DEVICE_PROPERTY = "tornadoattention.cuda.device";
     /** mma.sync m16n8k16 with fp16, ldmatrix and cp.async need sm_80 or newer. */
     private static final int MIN_COMPUTE_CAPABILITY = 80;
 
     private static final Object LOCK = new Object();
-    private static CudaContext instance;
-    private static RuntimeException failure;
+    private static final Map<Integer, CudaContext> INSTANCES = new HashMap<>();
+    private static final Map<Integer, RuntimeException> FAILURES = new HashMap<>();
+    private static CudaDriver sharedDriver;
+    private static RuntimeException driverFailure;
 
     private final CudaDriver driver;
     private final long context;
@@ -31,9 +35,11 @@ public final class CudaContext {
         this.driver = driver;
         driver.init();
         int count = driver.deviceCount();
-        if (ordinal < 0 || ordinal >= count) {
-            throw new IllegalStateException(count == 0 ? "no CUDA device"
-                    : DEVICE_PROPERTY + " = " + ordinal + ": this machine has CUDA devices 0.." + (count - 1));
+        if (count == 0) {
+            throw new IllegalStateException("no CUDA device");
+        }
+        if (ordinal >= count) {
+            throw new InvalidArgumentException("cudaDevice", ordinal, "this machine has CUDA devices 0.." + (count - 1));
         }
         int device = driver.device(ordinal);
         deviceName = driver.deviceName(device);
@@ -47,29 +53,67 @@ public final class CudaContext {
         context = driver.primaryContext(device);
     }
 
-    /** The context, made on first call. */
+    /** The context of device 0. */
     public static CudaContext get() {
+        return get(0);
+    }
+
+    /**
+     * The context of device {@code ordinal}, made on first call.
+     *
+     * @throws InvalidArgumentException naming {@code cudaDevice} if the machine has no such device
+     * @throws IllegalStateException if there is no driver or the device cannot run the kernels
+     */
+    public static CudaContext get(int ordinal) {
+        if (ordinal < 0) {
+            throw new InvalidArgumentException("cudaDevice", ordinal, "must be >= 0 (a CUDA device ordinal)");
+        }
         synchronized (LOCK) {
-            if (instance == null && failure == null) {
+            CudaContext context = INSTANCES.get(ordinal);
+            if (context != null) {
+                return context;
+            }
+            RuntimeException failure = FAILURES.get(ordinal);
+            if (failure == null) {
                 try {
-                    instance = new CudaContext(new CudaDriver(), Integer.getInteger(DEVICE_PROPERTY, 0));
-                } catch (IllegalArgumentException e) {
-                    failure = new IllegalStateException("no NVIDIA driver: " + e.getMessage(), e);
+                    context = new CudaContext(sharedDriver(), ordinal);
+                    INSTANCES.put(ordinal, context);
+                    return context;
                 } catch (RuntimeException e) {
                     failure = e;
+                    FAILURES.put(ordinal, e);
                 }
             }
-            if (failure != null) {
-                throw failure;
-            }
-            return instance;
+            throw failure;
         }
     }
 
-    /** Available with the device's name, or unavailable with the reason. */
+    /** The driver binding, loaded once per process. */
+    private static CudaDriver sharedDriver() {
+        if (sharedDriver == null && driverFailure == null) {
+            try {
+                sharedDriver = new CudaDriver();
+            } catch (IllegalArgumentException e) {
+                driverFailure = new IllegalStateException("no NVIDIA driver: " + e.getMessage(), e);
+            } catch (RuntimeException e) {
+                driverFailure = e;
+            }
+        }
+        if (driverFailure != null) {
+            throw driverFailure;
+        }
+        return sharedDriver;
+    }
+
+    /** {@link #availability(int)} of device 0. */
     public static Availability availability() {
+        return availability(0);
+    }
+
+    /** Available with the device's name, or unavailable with the reason. */
+    public static Availability availability(int ordinal) {
         try {
-            CudaContext c = get();
+            CudaContext c = get(ordinal);
             return Availability.available(c.deviceName + " (sm_" + c.computeCapability + ", " + c.multiprocessors
                     + " SMs, CUDA driver API)");
         } catch (RuntimeException e) {
@@ -94,15 +138,18 @@ public final class CudaContext {
         driver.setCurrent(context);
     }
 
-    /** The kernel {@code entry} of the PTX text {@code ptx} (loaded once per name and kept). */
-    public long function(String moduleName, String ptx, String entry) {
+    /**
+     * The kernel {@code entry} of the shipped PTX module {@code module} (e.g. {@code flash_fwd.ptx}).
+     * Each module's text is read and JIT-compiled once per context, each function looked up once.
+     */
+    public long function(String module, String entry) {
         synchronized (LOCK) {
             makeCurrent();
-            String key = moduleName + ":" + entry;
+            String key = module + ":" + entry;
             Long function = functions.get(key);
             if (function == null) {
-                long module = modules.computeIfAbsent(moduleName, n -> driver.loadModule(ptx));
-                function = driver.function(module, entry);
+                long loaded = modules.computeIfAbsent(module, m -> driver.loadModule(KernelManifest.ptx(m)));
+                function = driver.function(loaded, entry);
                 functions.put(key, function);
             }
             return function;

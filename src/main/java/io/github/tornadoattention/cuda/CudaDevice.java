@@ -236,7 +236,7 @@ public final class CudaDevice extends AttentionDevice {
     long function(String entry) {
         return functions.computeIfAbsent(entry, e -> {
             cuda.makeCurrent();
-            return cuda.function(CACHE_MODULE, io.github.tornadoattention.ptx.LaunchTable.ptx(CACHE_MODULE), e);
+            return cuda.function(CACHE_MODULE, e);
         });
     }
 

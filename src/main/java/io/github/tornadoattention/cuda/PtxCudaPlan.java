@@ -77,11 +77,11 @@ final class PtxCudaPlan extends AttentionPlan {
             long params = alloc(4L * KernelParams.LENGTH);
             MemorySegment hostParams = arena.allocateFrom(JAVA_INT, KernelParams.of(shape, splits));
             driver.copyToDevice(params, hostParams, hostParams.byteSize(), stream);
-            List<LaunchTable.Launch> launches = LaunchTable.launches(shape, splits, "");
+            List<LaunchTable.Launch> launches = LaunchTable.launches(shape, splits);
             if (decode) {
-                long partialRows = LaunchTable.decodeWorkspaceFloats(shape, splits) / (shape.headDim() + 1);
-                long partialO = alloc(4 * partialRows * shape.headDim());
-                long partialLse = alloc(4 * partialRows);
+                LaunchTable.DecodeWorkspace workspace = LaunchTable.decodeWorkspace(shape, splits);
+                long partialO = alloc(4 * workspace.partialOFloats());
+                long partialLse = alloc(4 * workspace.partialLseFloats());
                 kernels.add(kernel(launches.get(0), inputs[0].device, inputs[1].device, inputs[2].device, partialO,
                         partialLse, params));
                 kernels.add(kernel(launches.get(1), partialO, partialLse, deviceO, deviceLse, params));
@@ -103,7 +103,7 @@ final class PtxCudaPlan extends AttentionPlan {
     }
 
     private Kernel kernel(LaunchTable.Launch launch, long... pointers) {
-        long function = cuda.function(launch.module(), LaunchTable.ptx(launch.module()), launch.entry());
+        long function = cuda.function(launch.module(), launch.entry());
         MemorySegment values = arena.allocate(JAVA_LONG, pointers.length);
         MemorySegment arguments = arena.allocate(ADDRESS, pointers.length);
         KernelArgs forDevice = new KernelArgs(arena, pointers.length);

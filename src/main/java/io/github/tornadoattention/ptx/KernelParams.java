@@ -5,10 +5,36 @@ import io.github.tornadoattention.TensorStrides;
 
 /**
  * The {@code params} array every hand-tuned kernel reads (see ptx-overrides/README.md): 32 int32
- * describing the call, so both hosts (ptx-cuda and ptx-tornado) pass the same thing.
+ * describing the call, so both hosts (ptx-cuda and ptx-tornado) pass the same thing. The indices
+ * are {@code ParamIndex} of ptx-overrides/src/flash_params.cuh, name for name (KernelParamsTest
+ * reads that header).
  */
 public final class KernelParams {
-    public static final int LENGTH = 32;
+    public static final int P_B = 0;
+    public static final int P_HQ = 1;
+    public static final int P_HKV = 2;
+    public static final int P_SQ = 3;
+    public static final int P_SKV = 4;
+    public static final int P_D = 5;
+    public static final int P_CAUSAL = 6;
+    /** Float bits of scale * log2(e). */
+    public static final int P_SCALE_LOG2 = 7;
+    public static final int P_WRITE_LSE = 8;
+    /** Q strides in elements: batch, head, row (this index and the next two); K, V and O likewise. */
+    public static final int P_Q_STRIDE = 9;
+    public static final int P_K_STRIDE = 12;
+    public static final int P_V_STRIDE = 15;
+    public static final int P_O_STRIDE = 18;
+    /** Decode only. */
+    public static final int P_NUM_SPLITS = 21;
+    /** Float bits of scale. */
+    public static final int P_SCALE = 22;
+    /** KV-cache calls: tokens per page (0: a contiguous cache). */
+    public static final int P_PAGE_SIZE = 23;
+    /** KV-cache calls: the block table's row stride (pages per sequence). */
+    public static final int P_PAGES_PER_SEQ = 24;
+    public static final int P_COUNT = 32;
+    public static final int LENGTH = P_COUNT;
     private static final double LOG2_E = 1.4426950408889634;
 
     private KernelParams() {
@@ -17,27 +43,28 @@ public final class KernelParams {
     /** Params for {@code shape}; {@code splits} is the decode split count (0 for prefill). */
     public static int[] of(AttentionShape shape, int splits) {
         int[] p = new int[LENGTH];
-        p[0] = shape.batch();
-        p[1] = shape.queryHeads();
-        p[2] = shape.kvHeads();
-        p[3] = shape.queryLength();
-        p[4] = shape.kvLength();
-        p[5] = shape.headDim();
-        p[6] = shape.causal() ? 1 : 0;
-        p[7] = Float.floatToRawIntBits((float) (shape.scale() * LOG2_E));
-        p[8] = 1; // always write logsumexp: it is tiny, and hosts copy it back only on request
+        p[P_B] = shape.batch();
+        p[P_HQ] = shape.queryHeads();
+        p[P_HKV] = shape.kvHeads();
+        p[P_SQ] = shape.queryLength();
+        p[P_SKV] = shape.kvLength();
+        p[P_D] = shape.headDim();
+        p[P_CAUSAL] = shape.causal() ? 1 : 0;
+        p[P_SCALE_LOG2] = Float.floatToRawIntBits((float) (shape.scale() * LOG2_E));
+        p[P_WRITE_LSE] = 1; // always write logsumexp: it is tiny, and hosts copy it back only on request
         TensorStrides q = shape.queryStrides();
         TensorStrides kv = shape.kvStrides();
-        put(p, 9, q);
-        put(p, 12, kv);
-        put(p, 15, kv);
-        put(p, 18, q); // O has Q's shape and layout
-        p[21] = splits;
-        p[22] = Float.floatToRawIntBits(shape.scale());
+        putStrides(p, P_Q_STRIDE, q);
+        putStrides(p, P_K_STRIDE, kv);
+        putStrides(p, P_V_STRIDE, kv);
+        putStrides(p, P_O_STRIDE, q); // O has Q's shape and layout
+        p[P_NUM_SPLITS] = splits;
+        p[P_SCALE] = Float.floatToRawIntBits(shape.scale());
         return p;
     }
 
-    private static void put(int[] p, int at, TensorStrides s) {
+    /** Writes {@code s} (batch, head, row) at {@code at}, one of the {@code P_*_STRIDE} indices. */
+    public static void putStrides(int[] p, int at, TensorStrides s) {
         // Validated shapes keep every tensor under 2^31 elements, so strides fit in int32.
         p[at] = Math.toIntExact(s.batch());
         p[at + 1] = Math.toIntExact(s.head());

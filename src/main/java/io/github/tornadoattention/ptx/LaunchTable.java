@@ -2,27 +2,21 @@ package io.github.tornadoattention.ptx;
 
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.InvalidArgumentException;
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
+import io.github.tornadoattention.ptx.KernelManifest.Kernel;
 import java.util.List;
 
 /**
- * Which hand-tuned kernel runs a shape, and how it is launched: the launch table of
- * ptx-overrides/README.md, shared by the ptx-cuda and ptx-tornado hosts. Prefill picks a tile
- * configuration per head dim and causal flag; a few queries against a long KV cache go to the
- * split-KV decode kernels and their combine step.
+ * Which hand-tuned kernel runs a shape, and how it is launched, for the CUDA-driver ABI. The
+ * kernels, their tiles and which one runs which head dim and causal flag are data in the
+ * {@link KernelManifest}; this class turns a shape into grids. Prefill runs one configuration per
+ * head dim and causal flag; a few queries against a long KV cache go to the split-KV decode kernels
+ * and their combine step.
  */
 public final class LaunchTable {
-    public static final List<Integer> HEAD_DIMS = List.of(64, 128);
-    public static final String FWD_MODULE = "flash_fwd.ptx";
-    public static final String DECODE_MODULE = "flash_decode.ptx";
-    /** The decode kernels pack up to 16 rows (query heads of one KV head x Sq) into one warp. */
+    /** The head dims the prefill and decode kernels cover. */
+    public static final List<Integer> HEAD_DIMS = KernelManifest.shipped().headDims(KernelManifest.PREFILL);
+    /** Up to this many queries run the split-KV decode kernels (their row blocks pack G * Sq rows). */
     public static final int DECODE_MAX_QUERIES = 16;
-    private static final int DECODE_ROWS_PER_BLOCK = 16;
-    private static final int DECODE_THREADS = 32;
-    private static final int COMBINE_THREADS = 128;
     /** Keys per split below which splitting costs more (combine pass, partial writes) than it gains. */
     private static final int MIN_KEYS_PER_SPLIT = 256;
     private static final int MAX_SPLITS = 128;
@@ -32,12 +26,42 @@ public final class LaunchTable {
     private LaunchTable() {
     }
 
-    /** One kernel launch: entry name, grid, threads per block, dynamic shared memory. */
-    public record Launch(String module, String entry, int gridX, int gridY, int gridZ, int threads, int dynamicSharedBytes) {
+    /** One kernel launch: the manifest's entry and the grid of blocks. */
+    public record Launch(Kernel kernel, int gridX, int gridY, int gridZ) {
+        public String module() {
+            return kernel.module();
+        }
+
+        public String entry() {
+            return kernel.entry();
+        }
+
+        public int threads() {
+            return kernel.threads();
+        }
+
+        public int dynamicSharedBytes() {
+            return kernel.dynamicSharedBytes();
+        }
+
+        /** The same grid with {@code other}, which must have this kernel's block (another ABI's twin, a fused pass). */
+        public Launch withKernel(Kernel other) {
+            if (other.threads() != kernel.threads() || other.rowsPerBlock() != kernel.rowsPerBlock()) {
+                throw new IllegalArgumentException(other.entry() + " does not share the block of " + kernel.entry());
+            }
+            return new Launch(other, gridX, gridY, gridZ);
+        }
     }
 
-    /** A prefill tile configuration: Br query rows per block. */
-    record Prefill(String entry, int rowsPerBlock, int threads) {
+    /**
+     * The decode workspace, written completely by the split pass: partial O {@code [splits, rows, D]}
+     * and partial logsumexp {@code [splits, rows]} in fp32, {@code rows} = B * Hq * Sq.
+     */
+    public record DecodeWorkspace(long partialOFloats, long partialLseFloats, long rows, int splits) {
+        static DecodeWorkspace of(AttentionShape shape, int splits) {
+            long rows = (long) shape.batch() * shape.queryHeads() * shape.queryLength();
+            return new DecodeWorkspace(splits * rows * shape.headDim(), splits * rows, rows, splits);
+        }
     }
 
     /** Throws unless the hand-tuned kernels cover {@code shape}. */
@@ -51,22 +75,6 @@ public final class LaunchTable {
         }
     }
 
-    /**
-     * FlashAttention-2's tile choices, tuned on H100/H200 within 48 KB of static shared memory
-     * (ptx-overrides/README.md): D=64 takes 128 query rows per block (Q in registers, K/V tiles of 64
-     * keys). D=128 non-causal takes 128 rows (two 16-row groups per warp, Q in shared memory) and tiles
-     * of 32 keys with K and V pipelined apart; D=128 causal takes 64 rows and tiles of 48 keys, which
-     * measured faster there.
-     */
-    static Prefill prefill(int headDim, boolean causal) {
-        return switch (headDim) {
-            case 64 -> new Prefill("flash_fwd_d64_m128n64w4s2", 128, 128);
-            case 128 -> causal ? new Prefill("flash_fwd_d128_m64n48w4s2", 64, 128)
-                    : new Prefill("flash_fwd_d128_m128n32w4s1_qs_eager", 128, 128);
-            default -> throw new IllegalArgumentException("headDim " + headDim);
-        };
-    }
-
     /** True when the split-KV decode kernels run this shape: a few queries (decode steps). */
     public static boolean isDecode(AttentionShape shape) {
         return shape.queryLength() <= DECODE_MAX_QUERIES;
@@ -77,77 +85,48 @@ public final class LaunchTable {
      * keys per split, at most {@value #MAX_SPLITS}.
      */
     public static int decodeSplits(AttentionShape shape, int multiprocessors) {
-        int blocks = shape.batch() * shape.kvHeads() * packedRowBlocks(shape);
+        int blocks = shape.batch() * shape.kvHeads() * packedRowBlocks(shape, kernel(KernelManifest.DECODE_SPLIT, shape));
         long wanted = Math.round(4.0 * multiprocessors / blocks);
         int byLength = (shape.kvLength() + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT;
         return (int) Math.max(1, Math.min(wanted, Math.min(byLength, MAX_SPLITS)));
     }
 
-    private static int packedRowBlocks(AttentionShape shape) {
-        return (shape.groupSize() * shape.queryLength() + DECODE_ROWS_PER_BLOCK - 1) / DECODE_ROWS_PER_BLOCK;
-    }
-
-    /**
-     * The launches for {@code shape}, in order. {@code entrySuffix} is "" for the CUDA-driver host
-     * and "_tornado" for TornadoVM's prebuilt tasks (same kernels, TornadoVM's argument ABI).
-     */
-    public static List<Launch> launches(AttentionShape shape, int splits, String entrySuffix) {
-        int d = shape.headDim();
+    /** The launches for {@code shape}, in order: prefill, or for decode shapes the split pass then the combine pass. */
+    public static List<Launch> launches(AttentionShape shape, int splits) {
         if (isDecode(shape)) {
-            String split = (d == 128 ? "flash_decode_split_d128_n32s2" : "flash_decode_split_d64_n64s2") + entrySuffix;
-            String combine = "flash_decode_combine_d" + d + entrySuffix;
-            int rows = shape.batch() * shape.queryHeads() * shape.queryLength();
-            int rowsPerCombineBlock = COMBINE_THREADS / (d / 8); // one thread per 8 values of a row
-            return List.of(
-                    new Launch(DECODE_MODULE, split, splits, packedRowBlocks(shape), shape.batch() * shape.kvHeads(),
-                            DECODE_THREADS, 0),
-                    new Launch(DECODE_MODULE, combine, (rows + rowsPerCombineBlock - 1) / rowsPerCombineBlock, 1, 1,
-                            COMBINE_THREADS, 0));
+            Kernel combine = kernel(KernelManifest.DECODE_COMBINE, shape);
+            long rows = DecodeWorkspace.of(shape, splits).rows();
+            return List.of(decodeSplitLaunch(shape, splits),
+                    new Launch(combine, Math.toIntExact(Math.ceilDiv(rows, combine.rowsPerBlock())), 1, 1));
         }
-        return List.of(prefillLaunch(shape, entrySuffix));
-    }
-
-    /**
-     * Split-KV decode in one launch ({@code flash_decode_fused_*}, ptx-overrides/src/flash_decode_fused.cuh):
-     * the split pass's grid, where the last split of each row block to finish also combines it. Used by
-     * the TornadoVM host, whose graph cannot hold the split and combine passes as two tasks (TornadoVM
-     * 5.2.0 crashes). Needs {@link #decodeTickets} zeroed ints besides the workspace.
-     */
-    public static Launch decodeFusedLaunch(AttentionShape shape, int splits, String entrySuffix) {
-        String entry = (shape.headDim() == 128 ? "flash_decode_fused_d128_n32s2" : "flash_decode_fused_d64_n64s2") + entrySuffix;
-        return new Launch(DECODE_MODULE, entry, splits, packedRowBlocks(shape), shape.batch() * shape.kvHeads(),
-                DECODE_THREADS, 0);
-    }
-
-    /** Ints of the fused decode kernel's ticket array: one per row block (grid y times grid z). */
-    public static int decodeTickets(AttentionShape shape) {
-        return packedRowBlocks(shape) * shape.batch() * shape.kvHeads();
+        return List.of(prefillLaunch(shape));
     }
 
     /** The prefill kernel's launch; it is correct for any Sq (decode shapes included), if slower there. */
-    public static Launch prefillLaunch(AttentionShape shape, String entrySuffix) {
-        Prefill p = prefill(shape.headDim(), shape.causal());
-        return new Launch(FWD_MODULE, p.entry() + entrySuffix,
-                (shape.queryLength() + p.rowsPerBlock() - 1) / p.rowsPerBlock(), shape.batch() * shape.queryHeads(), 1,
-                p.threads(), 0);
+    public static Launch prefillLaunch(AttentionShape shape) {
+        Kernel k = kernel(KernelManifest.PREFILL, shape);
+        return new Launch(k, Math.ceilDiv(shape.queryLength(), k.rowsPerBlock()),
+                shape.batch() * shape.queryHeads(), 1);
     }
 
-    /** Floats of the decode workspace: partial O [splits, B, Hq, Sq, D] and partial lse [splits, B, Hq, Sq]. */
-    public static long decodeWorkspaceFloats(AttentionShape shape, int splits) {
-        long rows = (long) splits * shape.batch() * shape.queryHeads() * shape.queryLength();
-        return rows * shape.headDim() + rows;
+    /**
+     * The split pass: one block per (split, row block of the query heads of one KV head times Sq,
+     * batch x KV head), so K and V are read once per KV head.
+     */
+    public static Launch decodeSplitLaunch(AttentionShape shape, int splits) {
+        Kernel k = kernel(KernelManifest.DECODE_SPLIT, shape);
+        return new Launch(k, splits, packedRowBlocks(shape, k), shape.batch() * shape.kvHeads());
     }
 
-    /** The text of a shipped PTX module (a class-path resource built from ptx-overrides/ptx). */
-    public static String ptx(String module) {
-        String resource = "/io/github/tornadoattention/ptx/" + module;
-        try (InputStream in = LaunchTable.class.getResourceAsStream(resource)) {
-            if (in == null) {
-                throw new IllegalStateException("missing class-path resource " + resource);
-            }
-            return new String(in.readAllBytes(), StandardCharsets.US_ASCII);
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
+    public static DecodeWorkspace decodeWorkspace(AttentionShape shape, int splits) {
+        return DecodeWorkspace.of(shape, splits);
+    }
+
+    private static Kernel kernel(String kind, AttentionShape shape) {
+        return KernelManifest.shipped().select(kind, shape.headDim(), shape.causal(), 0);
+    }
+
+    private static int packedRowBlocks(AttentionShape shape, Kernel split) {
+        return Math.toIntExact(Math.ceilDiv((long) shape.groupSize() * shape.queryLength(), split.rowsPerBlock()));
     }
 }

@@ -17,6 +17,7 @@ class LaunchTableTest {
 
     @Test
     void unsupportedHeadDimsAndGridsAreRejectedByName() {
+        assertEquals(List.of(64, 128), LaunchTable.HEAD_DIMS);
         InvalidArgumentException d = assertThrows(InvalidArgumentException.class,
                 () -> Backends.get(Backends.PTX_CUDA).checkSupported(shape().headDim(96).build()));
         assertEquals("headDim", d.argument());
@@ -28,15 +29,19 @@ class LaunchTableTest {
     }
 
     @Test
-    void prefillGridCoversEveryQueryRowOnce() {
-        LaunchTable.Launch l = LaunchTable.prefillLaunch(shape().build(), "");
-        assertEquals("flash_fwd_d128_m128n32w4s1_qs_eager", l.entry());
-        assertEquals(3, l.gridX()); // ceil(300 / 128)
-        assertEquals(16, l.gridY()); // B * Hq
-        assertEquals(128, l.threads());
-        LaunchTable.Launch causal = LaunchTable.prefillLaunch(shape().causal(true).build(), "_tornado");
-        assertEquals("flash_fwd_d128_m64n48w4s2_tornado", causal.entry());
+    void prefillGridCoversEveryQueryRowOnceWithTheManifestsTile() {
+        LaunchTable.Launch full = LaunchTable.prefillLaunch(shape().build());
+        assertEquals("flash_fwd_d128_m128n32w4s1_qs_eager", full.entry());
+        assertEquals("flash_fwd.ptx", full.module());
+        assertEquals(128, full.kernel().rowsPerBlock());
+        assertEquals(3, full.gridX()); // ceil(300 / 128)
+        assertEquals(16, full.gridY()); // B * Hq
+        assertEquals(128, full.threads());
+        assertEquals(0, full.dynamicSharedBytes());
+        LaunchTable.Launch causal = LaunchTable.prefillLaunch(shape().causal(true).build());
+        assertEquals("flash_fwd_d128_m64n48w4s2", causal.entry());
         assertEquals(5, causal.gridX()); // ceil(300 / 64)
+        assertEquals(List.of(LaunchTable.prefillLaunch(shape().build())), LaunchTable.launches(shape().build(), 0));
     }
 
     @Test
@@ -50,30 +55,42 @@ class LaunchTableTest {
         AttentionShape shortCache = AttentionShape.builder().batch(1).heads(8).kvHeads(8).queryLength(1).kvLength(300)
                 .headDim(64).build();
         assertEquals(2, LaunchTable.decodeSplits(shortCache, 132));
-        List<LaunchTable.Launch> launches = LaunchTable.launches(decode, 8, "");
+        List<LaunchTable.Launch> launches = LaunchTable.launches(decode, 8);
         assertEquals(List.of("flash_decode_split_d128_n32s2", "flash_decode_combine_d128"),
                 launches.stream().map(LaunchTable.Launch::entry).toList());
-        assertEquals(8, launches.get(0).gridX());
-        assertEquals(8 * 8, launches.get(0).gridZ());
+        assertEquals(List.of(8, 1, 8 * 8, 32), List.of(launches.get(0).gridX(), launches.get(0).gridY(),
+                launches.get(0).gridZ(), launches.get(0).threads()));
         assertEquals(8 * 32 / 8, launches.get(1).gridX()); // 8 rows of D=128 per 128-thread block
+        assertEquals(128, launches.get(1).threads());
     }
 
     @Test
-    void fusedDecodeHasTheSplitGridAndOneTicketPerRowBlock() {
-        // G * Sq = 4 * 6 = 24 packed rows per KV head: two 16-row blocks.
+    void decodePacksTheQueryHeadsOfAKvHeadIntoRowBlocks() {
+        // G * Sq = 4 * 6 = 24 packed rows per KV head: two 16-row blocks; D=64 combines 16 rows per block.
+        AttentionShape decode = AttentionShape.builder().batch(3).heads(8).kvHeads(2).queryLength(6).kvLength(5000)
+                .headDim(64).causal(true).build();
+        List<LaunchTable.Launch> launches = LaunchTable.launches(decode, 5);
+        assertEquals(List.of(5, 2, 3 * 2), List.of(launches.get(0).gridX(), launches.get(0).gridY(), launches.get(0).gridZ()));
+        assertEquals(launches.get(0), LaunchTable.decodeSplitLaunch(decode, 5));
+        assertEquals((3 * 8 * 6 + 15) / 16, launches.get(1).gridX());
+    }
+
+    @Test
+    void decodeWorkspaceHoldsOnePartialRowPerSplitAndQueryRow() {
         AttentionShape decode = AttentionShape.builder().batch(3).heads(8).kvHeads(2).queryLength(6).kvLength(5000)
                 .headDim(64).build();
-        LaunchTable.Launch fused = LaunchTable.decodeFusedLaunch(decode, 5, "_tornado_h128");
-        assertEquals("flash_decode_fused_d64_n64s2_tornado_h128", fused.entry());
-        assertEquals(List.of(5, 2, 3 * 2, 32), List.of(fused.gridX(), fused.gridY(), fused.gridZ(), fused.threads()));
-        assertEquals(2 * 3 * 2, LaunchTable.decodeTickets(decode));
-        // Every twin the hosts may ask for is in the shipped module.
-        String module = LaunchTable.ptx(LaunchTable.DECODE_MODULE);
-        for (int d : LaunchTable.HEAD_DIMS) {
-            for (String suffix : List.of("", "_tornado", "_tornado_h128")) {
-                String entry = LaunchTable.decodeFusedLaunch(decode.toBuilder().headDim(d).build(), 1, suffix).entry();
-                assertTrue(module.contains(".entry " + entry + "("), entry);
-            }
-        }
+        LaunchTable.DecodeWorkspace w = LaunchTable.decodeWorkspace(decode, 5);
+        assertEquals(3 * 8 * 6, w.rows());
+        assertEquals(5, w.splits());
+        assertEquals(5L * 3 * 8 * 6, w.partialLseFloats());
+        assertEquals(5L * 3 * 8 * 6 * 64, w.partialOFloats());
+    }
+
+    @Test
+    void withKernelKeepsTheGridAndRefusesAnotherBlock() {
+        LaunchTable.Launch split = LaunchTable.decodeSplitLaunch(shape().queryLength(1).kvLength(4096).build(), 3);
+        KernelManifest.Kernel prefill = LaunchTable.prefillLaunch(shape().build()).kernel();
+        assertThrows(IllegalArgumentException.class, () -> split.withKernel(prefill));
+        assertEquals(split, split.withKernel(split.kernel()));
     }
 }

@@ -3,9 +3,11 @@ package io.github.tornadoattention.tornado;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
-import io.github.tornadoattention.ptx.TornadoPrebuiltPtx;
+import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
+import io.github.tornadoattention.tornado.prebuilt.PrebuiltPtx;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Files;
@@ -26,14 +28,15 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * The ptx-tornado task graph for one shape: the launch table's prefill kernel, or for decode shapes
- * the fused split-KV decode kernel, as one prebuilt task inside the task graph of
- * {@link TornadoAttentionPlan}.
+ * the fused split-KV decode kernel ({@link PrebuiltLaunches}), as one prebuilt task inside the task
+ * graph of {@link TornadoAttentionPlan}.
  *
- * <p>TornadoVM's prebuilt ABI, which the {@code _tornado} entries of ptx-overrides/ follow: the first
- * kernel parameter is TornadoVM's kernel context, every array arrives as a pointer to its header (data
- * {@link TornadoNativeArray#ARRAY_HEADER} bytes in, see {@link #entrySuffix}), the kernel is looked up by a mangled name, TornadoVM prepends its own
- * {@code .version/.target} lines and launches with static shared memory only. The PTX each task loads is
- * written to a temporary file, deleted once the plan is built, by {@link TornadoPrebuiltPtx}.
+ * <p>TornadoVM's prebuilt ABI, which the TornadoVM twins in ptx-overrides/ follow: the first kernel
+ * parameter is TornadoVM's kernel context, every array arrives as a pointer to its header (data
+ * {@link TornadoNativeArray#ARRAY_HEADER} bytes in), the kernel is looked up by a mangled name,
+ * TornadoVM prepends its own {@code .version/.target} lines and launches with static shared memory
+ * only. The PTX each task loads ({@link PrebuiltPtx}) is written to a temporary file, deleted once the
+ * plan is built.
  */
 final class PtxTornadoPlan extends TornadoAttentionPlan {
     private final HalfFloatArray o;
@@ -45,9 +48,11 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
         HalfFloatArray v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
         this.o = new HalfFloatArray(Math.toIntExact(s.outputElements()));
-        // Decode shapes (Sq <= 16) run split-KV decode as one fused launch: as two prebuilt tasks (split, then
-        // combine) TornadoVM 5.2.0 crashes the JVM (SIGSEGV in cuEventQuery when the next execution copies
-        // its inputs; measured on an H200).
+        long header = TornadoNativeArray.ARRAY_HEADER;
+        if (!PrebuiltLaunches.headerBytes().contains((int) header)) {
+            throw new BackendUnavailableException(Backends.PTX_TORNADO, "TornadoVM's array header is " + header
+                    + " bytes (tornado.panama.objectHeader); the prebuilt kernels support " + PrebuiltLaunches.headerBytes());
+        }
         int splits = LaunchTable.isDecode(s) ? LaunchTable.decodeSplits(s, device.getPhysicalDevice().getDeviceMaxComputeUnits()) : 0;
         IntArray params = IntArray.fromArray(KernelParams.of(s, splits));
         String graph = prefix + "attend";
@@ -57,17 +62,17 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
                 o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY));
         LaunchTable.Launch launch;
         if (splits > 0) {
-            launch = LaunchTable.decodeFusedLaunch(s, splits, entrySuffix());
+            launch = PrebuiltLaunches.fusedDecode(s, splits, header);
             // The decode workspace, device-only: partial O and logsumexp per split, and the tickets (zeros; the
             // kernel leaves them so).
-            long partialRows = LaunchTable.decodeWorkspaceFloats(s, splits) / (s.headDim() + 1);
-            FloatArray partialO = new FloatArray(Math.toIntExact(partialRows * s.headDim()));
-            FloatArray partialLse = new FloatArray(Math.toIntExact(partialRows));
-            IntArray tickets = new IntArray(LaunchTable.decodeTickets(s));
+            LaunchTable.DecodeWorkspace workspace = LaunchTable.decodeWorkspace(s, splits);
+            FloatArray partialO = new FloatArray(Math.toIntExact(workspace.partialOFloats()));
+            FloatArray partialLse = new FloatArray(Math.toIntExact(workspace.partialLseFloats()));
+            IntArray tickets = new IntArray(PrebuiltLaunches.tickets(launch));
             attend.transferToDevice(DataTransferMode.FIRST_EXECUTION, partialO, partialLse, tickets);
             arguments.addAll(List.of(partialO, Access.READ_WRITE, partialLse, Access.READ_WRITE, tickets, Access.READ_WRITE));
         } else {
-            launch = LaunchTable.prefillLaunch(s, entrySuffix());
+            launch = PrebuiltLaunches.prefill(s, header);
         }
         arguments.addAll(List.of(params, Access.READ_ONLY));
         GridScheduler scheduler = new GridScheduler();
@@ -96,30 +101,13 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
             accessors.set(i, array, (Access) arrayAccessPairs[2 * i + 1]);
             types.add(array.getClass());
         }
-        String kernelName = TornadoPrebuiltPtx.mangledName(graphName, task, launch.entry(), types);
-        Path file = writePtx(TornadoPrebuiltPtx.adapt(LaunchTable.ptx(launch.module()), launch.entry(), kernelName));
+        String kernelName = PrebuiltPtx.mangledName(graphName, task, launch.entry(), types);
+        Path file = writePtx(PrebuiltPtx.adapt(KernelManifest.ptx(launch.module()), launch.entry(), kernelName));
         graph.prebuiltTask(task, launch.entry(), file.toString(), accessors);
 
         WorkerGrid3D grid = new WorkerGrid3D(launch.gridX() * launch.threads(), launch.gridY(), launch.gridZ());
         grid.setLocalWork(launch.threads(), 1, 1);
         scheduler.addWorkerGrid(graphName + "." + task, grid);
-    }
-
-    /**
-     * The kernels' TornadoVM twins read the data {@link TornadoNativeArray#ARRAY_HEADER} bytes after each
-     * array pointer: 16 by default, 128 with {@code -Dtornado.panama.objectHeader=128}, which keeps the
-     * rows 128-byte aligned (faster; see ptx-overrides/README.md).
-     */
-    static String entrySuffix() {
-        long header = TornadoNativeArray.ARRAY_HEADER;
-        if (header == 16) {
-            return "_tornado";
-        }
-        if (header == 128) {
-            return "_tornado_h128";
-        }
-        throw new BackendUnavailableException(Backends.PTX_TORNADO, "TornadoVM's array header is " + header
-                + " bytes (tornado.panama.objectHeader); the prebuilt kernels support 16 and 128");
     }
 
     private Path writePtx(String ptx) {

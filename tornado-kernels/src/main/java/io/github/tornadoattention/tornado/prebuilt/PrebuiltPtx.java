@@ -1,4 +1,4 @@
-package io.github.tornadoattention.ptx;
+package io.github.tornadoattention.tornado.prebuilt;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -10,12 +10,12 @@ import java.util.Locale;
  * ours is removed; and it looks the kernel up by a mangled name, {@code <graph>_<task>_<entry>}
  * followed by one token per argument (see {@link #mangledName}), so the entry is renamed. Only the
  * one entry (plus the module-scope declarations it may use) is kept, which keeps TornadoVM's JIT
- * step short. Pure text work, kept out of tornado-kernels so it is tested without TornadoVM.
+ * step short. Pure text work, tested without TornadoVM.
  */
-public final class TornadoPrebuiltPtx {
+public final class PrebuiltPtx {
     private static final String TORNADO_TYPES_PACKAGE = "uk_ac_manchester_tornado_api_types_";
 
-    private TornadoPrebuiltPtx() {
+    private PrebuiltPtx() {
     }
 
     /**

@@ -1,0 +1,123 @@
+// The rows of ptx/manifest.tsv, the one launch table of the shipped and benchmark entries.
+//
+// Every entry macro names its entry here once more, with its kind and its tile configuration
+// (the traits type it is compiled from), and a .cu file says which configuration a host runs
+// for which head dim and causal flag (FLASH_SELECT).  In the PTX build these macros expand to
+// nothing.  generate.sh compiles each src/*.cu once more with -DFLASH_MANIFEST: on the host side
+// the macros then register rows, and main() prints them; ptxas adds registers and static shared
+// memory.  So Br, Bc, warps, threads and shared memory come from the same constexprs the kernel
+// is compiled with, never from its name.
+#pragma once
+
+#if defined(FLASH_MANIFEST) && !defined(__CUDA_ARCH__)
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace flash::manifest {
+
+struct Row {
+  std::string kind, config, entry;
+  int header_bytes;  // 0: CUDA-driver ABI; > 0: TornadoVM prebuilt ABI, arrays behind this header
+  std::string causal = "-";  // which causal flag selects the entry (0, 1, any); - = none
+  int head_dim = 0, br = 0, bc = 0, warps = 0, threads = 0, stages = 0, q_in_smem = 0;
+  std::string opt = "-";
+  int smem_dynamic = 0;
+};
+
+inline std::vector<Row>& rows() {
+  static std::vector<Row> r;
+  return r;
+}
+
+// The switches of an ablation or tuning entry that differ from the shipped kernel body.
+template <class O>
+std::string opt_name() {
+  std::string s;
+  auto add = [&](bool on, const char* name) { if (on) s += (s.empty() ? "" : "+") + std::string(name); };
+  add(!O::kCpAsyncPipeline, "no_cpasync");
+  add(!O::kLdmatrix, "no_ldmatrix");
+  add(!O::kSwizzle, "no_swizzle");
+  add(!O::kPInRegs, "p_smem");
+  add(!O::kCausalSkip, "no_causal_skip");
+  add(O::kLazyRescale, "lazy_rescale");
+  if (O::kLean != 0) add(true, ("lean" + std::to_string(O::kLean)).c_str());
+  return s.empty() ? "-" : s;
+}
+
+// An entry compiled from a FwdTraits configuration (prefill and split-KV decode tiles).
+template <class KT>
+bool add(const char* kind, const char* config, const char* entry, int header_bytes) {
+  Row r{kind, config, entry, header_bytes};
+  r.head_dim = KT::kHeadDim;
+  r.br = KT::kBlockM;
+  r.bc = KT::kBlockN;
+  r.warps = KT::kNWarps;
+  r.threads = KT::kNThreads;
+  r.stages = KT::kStages;
+  r.q_in_smem = KT::kQInRegs ? 0 : 1;
+  r.opt = opt_name<typename KT::O>();
+  r.smem_dynamic = KT::kDynamicSmem ? KT::kSmemBytes : 0;
+  rows().push_back(r);
+  return true;
+}
+
+// An entry without a tile configuration: `rows` rows of `head_dim` values per block.
+inline bool add_plain(const char* kind, const char* config, const char* entry, int header_bytes, int head_dim,
+                      int rows_per_block, int threads) {
+  Row r{kind, config, entry, header_bytes};
+  r.head_dim = head_dim;
+  r.br = rows_per_block;
+  r.warps = threads / 32;
+  r.threads = threads;
+  rows().push_back(r);
+  return true;
+}
+
+inline bool select(const char* config, const char* causal) {
+  bool found = false;
+  for (Row& r : rows()) {
+    if (r.config == config) {
+      r.causal = causal;
+      found = true;
+    }
+  }
+  if (!found) {
+    std::fprintf(stderr, "FLASH_SELECT(%s, %s): no entry of that configuration above it\n", config, causal);
+    std::exit(1);
+  }
+  return true;
+}
+
+// One line per entry, tab-separated, in the order the entries are defined (generate.sh adds
+// the module and the ptxas columns).
+inline void print() {
+  for (const Row& r : rows()) {
+    std::printf("%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", r.entry.c_str(), r.kind.c_str(),
+                r.header_bytes == 0 ? "cuda" : "tornado", r.header_bytes, r.causal.c_str(), r.head_dim, r.br, r.bc,
+                r.warps, r.threads, r.stages, r.q_in_smem, r.opt.c_str(), r.smem_dynamic);
+  }
+}
+
+}  // namespace flash::manifest
+
+// KIND: prefill, decode-split, decode-combine, decode-fused, ...; CONFIG: the name the twins of
+// one configuration share (FLASH_SELECT names it); ENTRY: the .entry name; HEADER: bytes before
+// each array's data (0 for the CUDA-driver entries, TornadoVM's header for its twins).
+#define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT) \
+  static const bool ENTRY##_in_manifest = flash::manifest::add<KT>(KIND, #CONFIG, #ENTRY, HEADER);
+#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, D, ROWS, THREADS) \
+  static const bool ENTRY##_in_manifest =                                    \
+      flash::manifest::add_plain(KIND, #CONFIG, #ENTRY, HEADER, D, ROWS, THREADS);
+// The launch table: configuration CONFIG runs calls of its head dim whose causal flag is CAUSAL
+// (0, 1 or any).  Must follow the configuration's entries.
+#define FLASH_SELECT(CONFIG, CAUSAL) \
+  static const bool CONFIG##_selected = flash::manifest::select(#CONFIG, #CAUSAL);
+#else
+#define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT)
+#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, D, ROWS, THREADS)
+#define FLASH_SELECT(CONFIG, CAUSAL)
+#endif

@@ -1,0 +1,51 @@
+package io.github.tornadoattention.tornado.prebuilt;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.ptx.LaunchTable.Launch;
+import java.util.List;
+
+/**
+ * The ptx-tornado host's launches: the launch table's kernels in their TornadoVM twins, which take
+ * TornadoVM's kernel-context word first and read every array behind its object header
+ * ({@code TornadoNativeArray.ARRAY_HEADER} bytes: 16 by default, 128 with
+ * {@code -Dtornado.panama.objectHeader=128}, which keeps the rows 128-byte aligned and is faster).
+ * The twins are rows of the {@link KernelManifest} with that header. Decode shapes run the split-KV
+ * decode as one fused launch (TornadoVM 5.2.0 crashes the JVM with the split and combine passes as
+ * two prebuilt tasks of one graph: SIGSEGV in cuEventQuery when the next execution copies its
+ * inputs, measured on an H200).
+ */
+public final class PrebuiltLaunches {
+    /** Split pass + combine in one launch (ptx-overrides/src/flash_decode_fused.cuh). */
+    public static final String DECODE_FUSED = "decode-fused";
+
+    private PrebuiltLaunches() {
+    }
+
+    /** The array header sizes the twins are compiled for. */
+    public static List<Integer> headerBytes() {
+        return KernelManifest.shipped().headerBytes(KernelManifest.PREFILL);
+    }
+
+    /** The prefill launch of {@code shape} with the twin reading arrays behind {@code headerBytes}. */
+    public static Launch prefill(AttentionShape shape, long headerBytes) {
+        return LaunchTable.prefillLaunch(shape).withKernel(
+                KernelManifest.shipped().select(KernelManifest.PREFILL, shape.headDim(), shape.causal(), headerBytes));
+    }
+
+    /**
+     * Split-KV decode in one launch: the split pass's grid, where the last split of each row block to
+     * finish also combines it. Its arguments: q, k, v, o, lse, the {@link LaunchTable.DecodeWorkspace}'s
+     * partial O and partial lse, {@link #tickets} zeroed ints (the kernel leaves them zero), params.
+     */
+    public static Launch fusedDecode(AttentionShape shape, int splits, long headerBytes) {
+        return LaunchTable.decodeSplitLaunch(shape, splits).withKernel(
+                KernelManifest.shipped().select(DECODE_FUSED, shape.headDim(), shape.causal(), headerBytes));
+    }
+
+    /** Ints of the fused decode kernel's ticket array: one per row block (grid y times grid z). */
+    public static int tickets(Launch fusedDecode) {
+        return fusedDecode.gridY() * fusedDecode.gridZ();
+    }
+}

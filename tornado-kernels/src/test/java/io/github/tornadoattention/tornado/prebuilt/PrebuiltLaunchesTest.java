@@ -1,0 +1,58 @@
+package io.github.tornadoattention.tornado.prebuilt;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.ptx.LaunchTable.Launch;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+class PrebuiltLaunchesTest {
+    private static final AttentionShape.Builder SHAPE = AttentionShape.builder().batch(2).heads(8).kvHeads(2).queryLength(300);
+
+    @Test
+    void prefillRunsTheTwinOfTheLaunchTablesKernelOnItsGrid() {
+        assertEquals(List.of(16, 128), PrebuiltLaunches.headerBytes());
+        for (int d : LaunchTable.HEAD_DIMS) {
+            for (boolean causal : List.of(false, true)) {
+                AttentionShape s = SHAPE.headDim(d).causal(causal).build();
+                Launch driver = LaunchTable.prefillLaunch(s);
+                for (int header : PrebuiltLaunches.headerBytes()) {
+                    Launch twin = PrebuiltLaunches.prefill(s, header);
+                    assertEquals(header, twin.kernel().headerBytes());
+                    assertEquals(List.of(driver.gridX(), driver.gridY(), driver.gridZ(), driver.threads(), 0),
+                            List.of(twin.gridX(), twin.gridY(), twin.gridZ(), twin.threads(), twin.dynamicSharedBytes()));
+                    assertEquals(driver.module(), twin.module());
+                    assertTrue(twin.entry().startsWith(driver.entry()), twin.entry() + " twin of " + driver.entry());
+                }
+            }
+        }
+        assertEquals("flash_fwd_d128_m64n48w4s2_tornado_h128",
+                PrebuiltLaunches.prefill(SHAPE.headDim(128).causal(true).build(), 128).entry());
+        assertThrows(IllegalArgumentException.class, () -> PrebuiltLaunches.prefill(SHAPE.headDim(64).build(), 24));
+    }
+
+    @Test
+    void fusedDecodeHasTheSplitGridAndOneTicketPerRowBlock() {
+        // G * Sq = 4 * 6 = 24 packed rows per KV head: two 16-row blocks.
+        AttentionShape decode = AttentionShape.builder().batch(3).heads(8).kvHeads(2).queryLength(6).kvLength(5000)
+                .headDim(64).build();
+        Launch fused = PrebuiltLaunches.fusedDecode(decode, 5, 128);
+        assertEquals("flash_decode_fused_d64_n64s2_tornado_h128", fused.entry());
+        assertEquals(List.of(5, 2, 3 * 2, 32), List.of(fused.gridX(), fused.gridY(), fused.gridZ(), fused.threads()));
+        assertEquals(2 * 3 * 2, PrebuiltLaunches.tickets(fused));
+        for (int d : LaunchTable.HEAD_DIMS) {
+            for (int header : PrebuiltLaunches.headerBytes()) {
+                AttentionShape s = decode.toBuilder().headDim(d).causal(true).build();
+                Launch twin = PrebuiltLaunches.fusedDecode(s, 3, header);
+                Launch split = LaunchTable.decodeSplitLaunch(s, 3);
+                assertEquals(List.of(split.gridX(), split.gridY(), split.gridZ(), split.threads()),
+                        List.of(twin.gridX(), twin.gridY(), twin.gridZ(), twin.threads()));
+                assertEquals(header, twin.kernel().headerBytes());
+            }
+        }
+    }
+}
