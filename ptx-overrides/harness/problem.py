@@ -1,0 +1,121 @@
+"""One attention problem on the GPU: fresh N(0,1) fp16 inputs in BHSD or BSHD storage, poisoned
+outputs, its params block, the float64 reference of the project's semantics and the comparison
+with it (the tolerances of the Java suite)."""
+import math
+import struct
+
+import torch
+
+import manifest
+
+P = manifest.param_index()
+DEVICE = "cuda"  # "cpu" runs the references and checks of this module without a GPU
+LOG2E = 1.4426950408889634
+
+
+def f32_bits(x):
+    return struct.unpack("<i", struct.pack("<f", float(x)))[0]
+
+
+class Problem:
+    """Q, K, V (fp16, N(0,1)) as logical [B, H, S, D] views of BHSD or BSHD storage."""
+
+    def __init__(self, B, Hq, Hkv, Sq, Skv, D, causal, layout="bhsd", scale=None, lse=True, gen=None):
+        self.B, self.Hq, self.Hkv, self.Sq, self.Skv, self.D = B, Hq, Hkv, Sq, Skv, D
+        self.causal, self.layout, self.want_lse = causal, layout, lse
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(D)
+        self.q = self._rand(B, Hq, Sq, D, gen)
+        self.k = self._rand(B, Hkv, Skv, D, gen)
+        self.v = self._rand(B, Hkv, Skv, D, gen)
+
+    def _rand(self, B, H, S, D, gen):
+        if self.layout == "bhsd":
+            return torch.randn(B, H, S, D, device=DEVICE, dtype=torch.float32, generator=gen).half()
+        return torch.randn(B, S, H, D, device=DEVICE, dtype=torch.float32, generator=gen).half().permute(0, 2, 1, 3)
+
+    def new_out(self):
+        o = torch.empty(self.B, self.Hq, self.Sq, self.D, device=DEVICE, dtype=torch.half) if self.layout == "bhsd" else \
+            torch.empty(self.B, self.Sq, self.Hq, self.D, device=DEVICE, dtype=torch.half).permute(0, 2, 1, 3)
+        o.fill_(float("nan"))
+        lse = torch.full((self.B, self.Hq, self.Sq), float("nan"), device=DEVICE, dtype=torch.float32)
+        return o, lse
+
+    def params(self, o, splits=0, header=0):
+        """The params block (flash_params.cuh), behind `header` zero bytes for a TornadoVM entry."""
+        p = [0] * P["P_COUNT"]
+        for name, value in (("P_B", self.B), ("P_HQ", self.Hq), ("P_HKV", self.Hkv), ("P_SQ", self.Sq),
+                            ("P_SKV", self.Skv), ("P_D", self.D), ("P_CAUSAL", int(self.causal)),
+                            ("P_SCALE_LOG2", f32_bits(self.scale * LOG2E)), ("P_WRITE_LSE", int(self.want_lse)),
+                            ("P_NUM_SPLITS", splits), ("P_SCALE", f32_bits(self.scale))):
+            p[P[name]] = value
+        for name, t in (("P_Q_STRIDE", self.q), ("P_K_STRIDE", self.k), ("P_V_STRIDE", self.v), ("P_O_STRIDE", o)):
+            p[P[name]:P[name] + 3] = [t.stride(0), t.stride(1), t.stride(2)]
+        if header:
+            p = [0] * (header // 4) + p
+        return torch.tensor(p, dtype=torch.int32, device=DEVICE)
+
+    def flops(self):
+        f = 4.0 * self.B * self.Hq * self.Sq * self.Skv * self.D
+        return f / 2 if (self.causal and self.Sq == self.Skv) else f
+
+    def reference(self):
+        """float64 reference; rows that see no key give O = 0, lse = -inf."""
+        G = self.Hq // self.Hkv
+        os_, lses = [], []
+        hstep = max(1, min(self.Hq, int(2e8 // max(1, self.Sq * self.Skv * self.B))))
+        for h0 in range(0, self.Hq, hstep):
+            h1 = min(self.Hq, h0 + hstep)
+            q = self.q[:, h0:h1].double()
+            kv_idx = torch.arange(h0, h1, device=DEVICE) // G
+            k = self.k[:, kv_idx].double()
+            v = self.v[:, kv_idx].double()
+            s = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+            if self.causal:
+                i = torch.arange(self.Sq, device=DEVICE)[:, None]
+                j = torch.arange(self.Skv, device=DEVICE)[None, :]
+                s = s.masked_fill(~(j <= i + (self.Skv - self.Sq)), float("-inf"))
+            lse = torch.logsumexp(s, dim=-1)
+            p = torch.exp(s - lse[..., None])
+            p = torch.nan_to_num(p, nan=0.0)
+            os_.append(torch.matmul(p, v))
+            lses.append(lse)
+        return torch.cat(os_, 1), torch.cat(lses, 1)
+
+
+def with_header(t, header=16):
+    """Copy a tensor's storage behind a TornadoVM-style header; returns (buffer, view)."""
+    n = t.numel()
+    el = t.element_size()
+    buf = torch.empty(n + header // el, device=DEVICE, dtype=t.dtype)
+    body = buf[header // el:]
+    # keep the same (contiguous) storage order as t
+    base = t.permute(0, 2, 1, 3).contiguous() if not t.is_contiguous() else t.contiguous()
+    body.copy_(base.reshape(-1))
+    view = body.view(base.shape)
+    if not t.is_contiguous():
+        view = view.permute(0, 2, 1, 3)
+    return buf, view
+
+
+def compare(pb, o, lse, oref, lref):
+    od = o.double()
+    if torch.isnan(o).any():
+        return dict(ok=False, why="NaN in O", max_abs=float("nan"), rel=float("nan"), lse_err=float("nan"))
+    err = od - oref
+    max_abs = err.abs().max().item() if err.numel() else 0.0
+    nref = oref.norm().item()
+    rel = err.norm().item() / nref if nref > 0 else (0.0 if max_abs == 0 else float("inf"))
+    ok = max_abs <= 1e-2 and rel <= 2e-3
+    why = "" if ok else f"O err max {max_abs:.3g} rel {rel:.3g}"
+    lse_err = 0.0
+    if pb.want_lse:
+        fin = torch.isfinite(lref)
+        if torch.isnan(lse).any():
+            ok, why = False, why + " NaN in lse"
+        elif not torch.equal(torch.isneginf(lse), torch.isneginf(lref)):
+            ok, why = False, why + " lse -inf mismatch"
+        else:
+            lse_err = (lse.double()[fin] - lref[fin]).abs().max().item() if fin.any() else 0.0
+            if lse_err > 1e-3:
+                ok, why = False, why + f" lse err {lse_err:.3g}"
+    return dict(ok=ok, why=why.strip(), max_abs=max_abs, rel=rel, lse_err=lse_err)
