@@ -54,7 +54,8 @@ if want correctness; then
   step "correctness: selftest of $BACKENDS with $RANDOM_SHAPES random shapes, seed $SEED"
   # One JVM per backend, side by side: a TornadoVM failure cannot take the others down with it.
   for backend in ${BACKENDS//,/ }; do
-    bin/tornado-attention selftest --backend "$backend" --random "$RANDOM_SHAPES" --seed "$SEED" \
+    # --json: the report reads the JSON object on the log's last line (every case, totals, seed).
+    bin/tornado-attention selftest --backend "$backend" --random "$RANDOM_SHAPES" --seed "$SEED" --json \
       > "$raw/selftest-$backend.log" 2>&1 &
   done
   wait
@@ -75,10 +76,11 @@ fi
 if want jmh; then
   step "JMH: $JMH_BACKENDS on $SHAPES"
   part=$(date +%H%M%S)
-  # tornado.attention.profile: TornadoVM's profiler times the kernels of the TornadoVM-hosted backends.
+  # The benchmarks make their plans with PlanOptions.profile (TornadoVM's profiler times the kernels of the
+  # TornadoVM-hosted backends) because BenchmarkRunner collects kernel times.
   # tornado.panama.objectHeader=128: as bin/tornado-attention (128-byte aligned array data).
   timeout "$JMH_TIMEOUT" "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
-    -Dtornado.recover.bailout=False -Dtornado.attention.profile=true -Dtornado.panama.objectHeader=128 ${JAVA_OPTS:-} \
+    -Dtornado.recover.bailout=False -Dtornado.panama.objectHeader=128 ${JAVA_OPTS:-} \
     -cp "$cp" io.github.tornadoattention.bench.BenchmarkRunner jmh \
     --backends "$JMH_BACKENDS" --shapes "$SHAPES" $JMH_ARGS --out "$raw" --name "jmh-$part" > "$raw/jmh-$part.log" 2>&1
   grep -E "^AttentionBenchmark\.[a-zA-Z]+ " "$raw/jmh-$part.log" | tail -n 80

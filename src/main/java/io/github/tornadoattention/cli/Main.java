@@ -11,8 +11,8 @@ import picocli.CommandLine.Command;
 
 /**
  * The command line: {@code run}, {@code backends}, {@code selftest}. Exit codes: 0 success, 1 a
- * check or the suite failed (or an unexpected error), 2 bad options or a bad shape (one line, no
- * stack trace), 3 the chosen backend cannot run here.
+ * check or the suite failed (or an unexpected error), 2 bad options, a bad shape or work over the
+ * {@link Limits} without {@code --force} (one line, no stack trace), 3 the chosen backend cannot run here.
  */
 @Command(name = "tornado-attention", mixinStandardHelpOptions = true, version = "tornado-attention 0.1.0",
         description = "FlashAttention forward for Java: CPU reference, TornadoVM kernels, hand-tuned PTX.",
@@ -57,6 +57,10 @@ public final class Main implements Runnable {
             if (e instanceof InvalidArgumentException bad) {
                 String option = OPTION_OF_ARGUMENT.getOrDefault(bad.argument(), bad.argument());
                 err.println("error: " + option + " = " + bad.value() + ": " + bad.allowed());
+                return EXIT_BAD_INPUT;
+            }
+            if (e instanceof Limits.Exceeded tooMuch) {
+                err.println("error: " + tooMuch.getMessage());
                 return EXIT_BAD_INPUT;
             }
             if (e instanceof BackendUnavailableException unavailable) {

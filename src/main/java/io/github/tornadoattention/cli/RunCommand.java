@@ -5,8 +5,9 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
-import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.PlanOptions;
+import io.github.tornadoattention.measure.BenchmarkHooks;
 import io.github.tornadoattention.measure.TimingStats;
 import io.github.tornadoattention.verify.CorrectnessSuite;
 import io.github.tornadoattention.verify.ErrorStats;
@@ -50,8 +51,9 @@ final class RunCommand implements Callable<Integer> {
     @Option(names = "--causal", description = "causal mask, bottom-right aligned")
     boolean causal;
 
-    @Option(names = "--scale", paramLabel = "X", description = "softmax scale (default: 1/sqrt(D))")
-    Float scale;
+    @Option(names = "--scale", paramLabel = "X",
+            description = "softmax scale (default: 1/sqrt(D)); > 0 and at most 3.4e38/(2*D*65504^2), 6.19e26 at D=64")
+    String scale;
 
     @Option(names = "--layout", paramLabel = "bhsd|bshd", defaultValue = "bhsd", description = "memory layout (default: ${DEFAULT-VALUE})")
     Layout layout;
@@ -75,98 +77,151 @@ final class RunCommand implements Callable<Integer> {
     @Option(names = "--json", description = "also print one JSON object on the last line")
     boolean json;
 
+    @Option(names = "--force", description = "run even when the estimated memory or CPU time is over the limits")
+    boolean force;
+
+    @Option(names = "--profile", description = "TornadoVM backends: time each call's kernels on the device (TornadoVM's profiler)")
+    boolean profile;
+
+    @Option(names = "--cuda-graph", description = "TornadoVM backends: replay the plan as CUDA graphs")
+    boolean cudaGraph;
+
+    @Option(names = "--cuda-device", paramLabel = "N", defaultValue = "0", description = "ptx-cuda: CUDA device ordinal (default: ${DEFAULT-VALUE})")
+    int cudaDevice;
+
+    @Option(names = "--mma-jit-flags", paramLabel = "FLAGS", description = "tornado-mma: CUDA JIT options for tuning, NAME,VALUE pairs (e.g. CU_JIT_MAX_REGISTERS,168)")
+    String mmaJitFlags;
+
     @Override
     public Integer call() throws IOException {
-        if (warmup < 0) {
-            throw new InvalidArgumentException("--warmup", warmup, "must be >= 0");
-        }
-        if (iters < 1) {
-            throw new InvalidArgumentException("--iters", iters, "must be >= 1");
-        }
+        Limits.calls("--warmup", warmup, 0);
+        Limits.calls("--iters", iters, 1);
         AttentionShape shape = AttentionShape.builder().batch(batch).heads(heads).kvHeads(kvHeads).queryLength(seq)
-                .kvLength(kvSeq).headDim(dim).causal(causal).scale(scale).layout(layout).build();
+                .kvLength(kvSeq).headDim(dim).causal(causal).scale(Limits.scale(scale, dim)).layout(layout).build();
         long inputSeed = seed != null ? seed : System.nanoTime();
         PrintWriter out = spec.commandLine().getOut();
-        try (AttentionPlan plan = Backends.get(backend).plan(shape);
-             RandomInputs in = RandomInputs.generate(shape, inputSeed);
-             HalfTensor o = RandomInputs.poisonedOutput(shape)) {
-            String device = Backends.get(plan.backendId()).availability().detail();
-            for (int i = 0; i < warmup; i++) {
-                plan.forward(in.q(), in.k(), in.v(), o, null);
+        PlanOptions options = PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).cudaDevice(cudaDevice)
+                .mmaJitFlags(mmaJitFlags).build();
+        try (AttentionPlan plan = Backends.get(backend).plan(shape, options)) {
+            // cpu-reference computes every call on the CPU; a check runs a CPU oracle once more.
+            boolean onCpu = plan.backendId().equals(Backends.CPU_REFERENCE);
+            long referencePasses = (onCpu ? warmup + iters : 0) + (check ? (onCpu ? 2 : 1) : 0);
+            Limits.Work.of(shape, referencePasses).check(typedOptions(onCpu), force);
+            try (RandomInputs in = RandomInputs.generate(shape, inputSeed);
+                 HalfTensor o = RandomInputs.poisonedOutput(shape)) {
+                return measure(out, plan, shape, in, o, inputSeed, onCpu);
             }
-            TimingStats call = time(() -> plan.forward(in.q(), in.k(), in.v(), o, null));
+        }
+    }
+
+    private int measure(PrintWriter out, AttentionPlan plan, AttentionShape shape, RandomInputs in, HalfTensor o,
+                        long inputSeed, boolean onCpu) throws IOException {
+        String device = Backends.get(plan.backendId()).availability().detail();
+        for (int i = 0; i < warmup; i++) {
+            plan.forward(in.q(), in.k(), in.v(), o, null);
+        }
+        TimingStats call = time(() -> plan.forward(in.q(), in.k(), in.v(), o, null));
+        // The CPU reference has no device: its call is all there is to time.
+        TimingStats resident = null;
+        TimingStats kernel = null;
+        TimingStats perLaunch = null;
+        if (!onCpu) {
             double[] kernelMillis = new double[iters];
-            TimingStats resident = time(i -> {
-                plan.rerunOnDevice();
-                kernelMillis[i] = plan.lastDeviceMillis().orElse(Double.NaN);
+            BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+            resident = time(i -> {
+                hooks.rerunOnDevice();
+                kernelMillis[i] = hooks.lastDeviceMillis().orElse(Double.NaN);
             });
             // Back-to-back batches timed on the device where the backend can (no launch latency), else per call.
             double[] batches = new double[iters];
             for (int i = 0; i < iters; i++) {
-                batches[i] = plan.timeOnDevice(10).orElse(Double.NaN);
+                batches[i] = hooks.timeOnDevice(10).orElse(Double.NaN);
             }
-            TimingStats perLaunch = Double.isNaN(kernelMillis[0]) ? null : TimingStats.of(kernelMillis);
-            TimingStats kernel = !Double.isNaN(batches[0]) ? TimingStats.of(batches) : perLaunch;
-
-            out.printf("backend     %s (%s)%n", plan.backendId(), device);
-            out.printf("shape       %s, seed %d%n", shape, inputSeed);
-            printTiming(out, "call", call, shape, "whole Java call, host transfers included");
-            printTiming(out, "on device", resident, shape, "inputs already on the device, no copies");
-            if (kernel != null) {
-                printTiming(out, "kernel", kernel, shape, kernel == perLaunch ? "device-timed kernels only"
-                        : "device-timed kernels only, launched back to back");
-            }
-            if (perLaunch != null && kernel != perLaunch) {
-                printTiming(out, "per launch", perLaunch, shape, "events around each launch, launch latency included");
-            }
-
-            Map<String, Object> result = new LinkedHashMap<>();
-            result.put("backend", plan.backendId());
-            result.put("device", device);
-            result.put("batch", batch);
-            result.put("heads", heads);
-            result.put("kv_heads", shape.kvHeads());
-            result.put("seq", seq);
-            result.put("kv_seq", shape.kvLength());
-            result.put("dim", dim);
-            result.put("causal", causal);
-            result.put("scale", shape.scale());
-            result.put("layout", layout.name().toLowerCase());
-            result.put("iters", iters);
-            result.put("median_ms", call.medianMillis());
-            result.put("ci95_low_ms", call.lowMillis());
-            result.put("ci95_high_ms", call.highMillis());
-            result.put("tflops", call.teraflops(shape.flops()));
-            result.put("device_median_ms", resident.medianMillis());
-            result.put("device_tflops", resident.teraflops(shape.flops()));
-            if (kernel != null) {
-                result.put("kernel_median_ms", kernel.medianMillis());
-                result.put("kernel_tflops", kernel.teraflops(shape.flops()));
-                result.put("kernel_timing", kernel == perLaunch ? "per launch" : "back to back");
-            }
-            if (perLaunch != null) {
-                result.put("per_launch_median_ms", perLaunch.medianMillis());
-            }
-
-            int exit = 0;
-            if (check) {
-                o.fill(Float.NaN);
-                float[] lse = RandomInputs.poisonedLogSumExp(shape);
-                plan.forward(in.q(), in.k(), in.v(), o, lse);
-                ErrorStats errors = CorrectnessSuite.compareWithOracle(plan.backendId(), shape, in, o, lse);
-                out.printf("check       %s: %s%n", errors.passes() ? "PASS" : "FAIL", errors);
-                result.put("max_abs_error", errors.maxAbsError());
-                result.put("rel_error", errors.relativeError());
-                result.put("lse_error", errors.maxLseError());
-                result.put("bad_values", errors.badValues());
-                result.put("check_passed", errors.passes());
-                exit = errors.passes() ? 0 : Main.EXIT_FAILED;
-            }
-            if (json) {
-                out.println(JSON.std.asString(result));
-            }
-            return exit;
+            perLaunch = Double.isNaN(kernelMillis[0]) ? null : TimingStats.of(kernelMillis);
+            kernel = !Double.isNaN(batches[0]) ? TimingStats.of(batches) : perLaunch;
         }
+
+        out.printf("backend     %s (%s)%n", plan.backendId(), device);
+        out.printf("shape       %s, seed %d%n", shape, inputSeed);
+        printTiming(out, "call", call, shape, onCpu ? "whole Java call" : "whole Java call, host transfers included");
+        if (resident != null) {
+            printTiming(out, "on device", resident, shape, "inputs already on the device, no copies");
+        }
+        if (kernel != null) {
+            printTiming(out, "kernel", kernel, shape, kernel == perLaunch ? "device-timed kernels only"
+                    : "device-timed kernels only, launched back to back");
+        }
+        if (perLaunch != null && kernel != perLaunch) {
+            printTiming(out, "per launch", perLaunch, shape, "events around each launch, launch latency included");
+        }
+
+        Map<String, Object> result = new LinkedHashMap<>();
+        result.put("backend", plan.backendId());
+        result.put("device", device);
+        result.put("batch", batch);
+        result.put("heads", heads);
+        result.put("kv_heads", shape.kvHeads());
+        result.put("seq", seq);
+        result.put("kv_seq", shape.kvLength());
+        result.put("dim", dim);
+        result.put("causal", causal);
+        result.put("scale", shape.scale());
+        result.put("layout", layout.name().toLowerCase());
+        result.put("seed", inputSeed);
+        result.put("warmup", warmup);
+        result.put("iters", iters);
+        putTiming(result, "", call, shape);
+        if (resident != null) {
+            putTiming(result, "device_", resident, shape);
+        }
+        if (kernel != null) {
+            putTiming(result, "kernel_", kernel, shape);
+            result.put("kernel_timing", kernel == perLaunch ? "per launch" : "back to back");
+        }
+        if (perLaunch != null) {
+            result.put("per_launch_median_ms", Numbers.json(perLaunch.medianMillis()));
+        }
+
+        int exit = 0;
+        if (check) {
+            o.fill(Float.NaN);
+            float[] lse = RandomInputs.poisonedLogSumExp(shape);
+            plan.forward(in.q(), in.k(), in.v(), o, lse);
+            ErrorStats errors = CorrectnessSuite.compareWithOracle(plan.backendId(), shape, in, o, lse);
+            out.printf("check       %s: %s (against the %s)%n", errors.passes() ? "PASS" : "FAIL", errors,
+                    CorrectnessSuite.oracleName(plan.backendId()));
+            result.put("checked_against", CorrectnessSuite.oracleName(plan.backendId()));
+            result.put("max_abs_error", Numbers.json(errors.maxAbsError()));
+            result.put("rel_error", Numbers.json(errors.relativeError()));
+            result.put("lse_error", Numbers.json(errors.maxLseError()));
+            result.put("bad_values", errors.badValues());
+            result.put("check_passed", errors.passes());
+            exit = errors.passes() ? 0 : Main.EXIT_FAILED;
+        }
+        if (json) {
+            out.println(JSON.std.asString(result));
+        }
+        return exit;
+    }
+
+    /** The options that size the work, as the user typed them (for the line that refuses too much work). */
+    private String typedOptions(boolean onCpu) {
+        StringBuilder s = new StringBuilder("--batch " + batch + " --heads " + heads);
+        if (kvHeads != null) {
+            s.append(" --kv-heads ").append(kvHeads);
+        }
+        s.append(" --seq ").append(seq);
+        if (kvSeq != null) {
+            s.append(" --kv-seq ").append(kvSeq);
+        }
+        s.append(" --dim ").append(dim);
+        if (causal) {
+            s.append(" --causal");
+        }
+        if (onCpu) {
+            s.append(" --warmup ").append(warmup).append(" --iters ").append(iters);
+        }
+        return check ? s.append(" --check").toString() : s.toString();
     }
 
     private TimingStats time(Runnable call) {
@@ -185,7 +240,16 @@ final class RunCommand implements Callable<Integer> {
     }
 
     private static void printTiming(PrintWriter out, String label, TimingStats t, AttentionShape shape, String what) {
-        out.printf("%-11s median %.4f ms (95%% CI %.4f..%.4f), %.3f TFLOP/s  [%s]%n", label, t.medianMillis(),
-                t.lowMillis(), t.highMillis(), t.teraflops(shape.flops()), what);
+        out.printf("%-11s median %s ms (95%% CI %s..%s), %s  [%s]%n", label, Numbers.text(t.medianMillis()),
+                Numbers.text(t.lowMillis()), Numbers.text(t.highMillis()), Numbers.throughput(shape.flops(), t.medianMillis()),
+                what);
+    }
+
+    /** median_ms, ci95_low_ms, ci95_high_ms and tflops, each key after {@code prefix}. */
+    private static void putTiming(Map<String, Object> result, String prefix, TimingStats t, AttentionShape shape) {
+        result.put(prefix + "median_ms", Numbers.json(t.medianMillis()));
+        result.put(prefix + "ci95_low_ms", Numbers.json(t.lowMillis()));
+        result.put(prefix + "ci95_high_ms", Numbers.json(t.highMillis()));
+        result.put(prefix + "tflops", Numbers.json(t.teraflops(shape.flops())));
     }
 }

@@ -1,13 +1,20 @@
 package io.github.tornadoattention.cli;
 
+import com.fasterxml.jackson.jr.ob.JSON;
 import io.github.tornadoattention.AttentionBackend;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.verify.CorrectnessSuite;
+import io.github.tornadoattention.verify.ErrorStats;
+import java.io.IOException;
 import java.io.PrintWriter;
 import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.stream.Stream;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
@@ -20,12 +27,15 @@ import picocli.CommandLine.Spec;
 @Command(name = "selftest", mixinStandardHelpOptions = true,
         description = "Run the correctness suite against the CPU reference; exit 1 if any case fails.")
 final class SelftestCommand implements Callable<Integer> {
+    /** Random cases drawn to estimate the work of --random N (all of them when N is smaller). */
+    private static final int RANDOM_SAMPLE = 1000;
+
     @Spec
     CommandSpec spec;
 
-    @Option(names = "--backend", paramLabel = "ID", split = ",", defaultValue = Backends.AUTO,
+    @Option(names = "--backend", paramLabel = "ID[,ID...]", defaultValue = Backends.AUTO,
             description = "backend to test, or several separated by commas (default: ${DEFAULT-VALUE})")
-    List<String> backendIds;
+    String backendOption;
 
     @Option(names = "--random", paramLabel = "N", defaultValue = "0", description = "also run N random shapes (default: ${DEFAULT-VALUE})")
     int random;
@@ -41,64 +51,166 @@ final class SelftestCommand implements Callable<Integer> {
             + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, D=64 and 128")
     boolean inference;
 
+    @Option(names = "--json", description = "also print one JSON object on the last line: every case, the totals, the seed")
+    boolean json;
+
+    @Option(names = "--force", description = "run even when the estimated CPU time or memory is over the limits")
+    boolean force;
+
     @Override
-    public Integer call() {
+    public Integer call() throws IOException {
         if (inference) {
             return inferenceSuite();
         }
         if (random < 0) {
             throw new InvalidArgumentException("--random", random, "must be >= 0");
         }
-        List<AttentionBackend> backends = new ArrayList<>();
-        for (String id : backendIds) {
-            backends.add(Backends.require(id));
-        }
+        List<AttentionBackend> backends = backends();
         long baseSeed = seed != null ? seed : System.nanoTime();
-        List<CorrectnessSuite.Case> cases = new ArrayList<>(CorrectnessSuite.fullSuite());
-        cases.addAll(CorrectnessSuite.randomCases(random, baseSeed));
-        int[] range = range(caseRange, cases.size());
-        cases = cases.subList(range[0] - 1, range[1]);
+        List<CorrectnessSuite.Case> suite = CorrectnessSuite.fullSuite();
+        long total = (long) suite.size() + random;
+        long[] range = range(caseRange, total);
+        long from = range[0];
+        long count = range[1] - range[0] + 1;
+        estimate(backends, suite, from, count, baseSeed).check(random > 0 ? "--random " + random : "selftest", force);
+
         PrintWriter out = spec.commandLine().getOut();
         for (AttentionBackend backend : backends) {
-            out.printf("selftest of %s (%s)%n", backend.id(), backend.availability().detail());
+            out.printf("selftest of %s (%s), %s%n", backend.id(), backend.availability().detail(), checkedAgainst(backend));
         }
-        out.printf("seed %d, %d cases%n", baseSeed, cases.size());
+        out.printf("seed %d, %d cases%n", baseSeed, count);
+        // Random cases are drawn as they are run, so --random N needs no memory for N cases.
+        Iterator<CorrectnessSuite.Case> cases = Stream.concat(suite.stream(), CorrectnessSuite.randomCases(baseSeed))
+                .skip(from - 1).limit(count).iterator();
         int[] passed = new int[backends.size()];
-        for (int i = 0; i < cases.size(); i++) {
-            int number = range[0] + i;
-            List<CorrectnessSuite.Outcome> outcomes = CorrectnessSuite.check(backends, cases.get(i), baseSeed + number - 1);
+        List<Map<String, Object>> caseResults = new ArrayList<>();
+        for (long number = from; cases.hasNext(); number++) {
+            List<CorrectnessSuite.Outcome> outcomes = CorrectnessSuite.check(backends, cases.next(), baseSeed + number - 1);
             for (int b = 0; b < backends.size(); b++) {
                 CorrectnessSuite.Outcome outcome = outcomes.get(b);
                 String who = backends.size() > 1 ? backends.get(b).id() + " " : "";
-                out.printf("[%d/%d] %s%s%n", number, range[2], who, outcome);
+                out.printf("[%d/%d] %s%s%n", number, total, who, outcome);
                 passed[b] += outcome.passed() ? 1 : 0;
+                if (json) {
+                    caseResults.add(caseJson(number, backends.get(b).id(), outcome));
+                }
             }
             out.flush();
         }
-        int failed = 0;
-        int total = 0;
+        long failed = 0;
+        long passedAll = 0;
+        List<Map<String, Object>> totals = new ArrayList<>();
         for (int b = 0; b < backends.size(); b++) {
             if (backends.size() > 1) {
-                out.printf("%s: %d passed, %d failed%n", backends.get(b).id(), passed[b], cases.size() - passed[b]);
+                out.printf("%s: %d passed, %d failed%n", backends.get(b).id(), passed[b], count - passed[b]);
             }
-            failed += cases.size() - passed[b];
-            total += passed[b];
+            Map<String, Object> t = new LinkedHashMap<>();
+            t.put("backend", backends.get(b).id());
+            t.put("passed", passed[b]);
+            t.put("failed", count - passed[b]);
+            totals.add(t);
+            failed += count - passed[b];
+            passedAll += passed[b];
         }
-        out.printf("%d passed, %d failed%n", total, failed);
+        out.printf("%d passed, %d failed%n", passedAll, failed);
+        if (json) {
+            Map<String, Object> result = new LinkedHashMap<>();
+            result.put("seed", baseSeed);
+            result.put("random", random);
+            result.put("cases_run", count);
+            result.put("passed", passedAll);
+            result.put("failed", failed);
+            result.put("backends", totals);
+            result.put("cases", caseResults);
+            out.println(JSON.std.asString(result));
+        }
         return failed == 0 ? 0 : Main.EXIT_FAILED;
     }
 
-    /** {from, to, total} of a 1-based inclusive range such as "5" or "3-9"; all cases when null. */
-    private static int[] range(String spec, int total) {
+    /** The ids named by --backend; an empty one (as in "--backend ,") is an error. */
+    private List<String> backendIds() {
+        List<String> ids = List.of(backendOption.split(",", -1));
+        if (ids.stream().anyMatch(String::isBlank)) {
+            throw new InvalidArgumentException("--backend", "'" + backendOption + "'",
+                    "must name one or more of " + String.join(", ", Backends.IDS) + ", separated by commas");
+        }
+        return ids.stream().map(String::trim).toList();
+    }
+
+    private List<AttentionBackend> backends() {
+        return backendIds().stream().map(Backends::require).toList();
+    }
+
+    /** Says what the backend's results are compared with, and when it is the oracle itself. */
+    private static String checkedAgainst(AttentionBackend backend) {
+        if (!CorrectnessSuite.usesCpuReference(backend)) {
+            return "checked against the " + CorrectnessSuite.oracleName(backend.id());
+        }
+        String who = backend.id().equals(Backends.CPU_REFERENCE) ? "cpu-reference" : "auto runs cpu-reference here, which";
+        return who + " is the CPU reference itself: checked against the independent "
+                + CorrectnessSuite.oracleName(Backends.CPU_REFERENCE) + " instead";
+    }
+
+    /**
+     * The CPU work of the chosen cases: per case one oracle pass (the CPU reference, and the
+     * online-softmax reference where cpu-reference is tested) plus a pass per backend that is the CPU
+     * reference. Random cases count at the mean of the first {@value #RANDOM_SAMPLE}.
+     */
+    private static Limits.Work estimate(List<AttentionBackend> backends, List<CorrectnessSuite.Case> suite, long from,
+                                        long count, long baseSeed) {
+        long onCpu = backends.stream().filter(CorrectnessSuite::usesCpuReference).count();
+        long passes = (onCpu < backends.size() ? 1 : 0) + (onCpu > 0 ? 1 : 0) + onCpu;
+        Limits.Work work = Limits.Work.NONE;
+        long end = from - 1 + count; // cases from..end, 1-based
+        for (int i = (int) Math.min(from - 1, suite.size()); i < Math.min(end, suite.size()); i++) {
+            work = work.then(Limits.Work.of(suite.get(i).shape(), passes));
+        }
+        long randomCount = end - Math.max(from - 1, suite.size());
+        if (randomCount > 0) {
+            List<CorrectnessSuite.Case> sample = CorrectnessSuite.randomCases((int) Math.min(randomCount, RANDOM_SAMPLE),
+                    baseSeed);
+            Limits.Work sampled = Limits.Work.NONE;
+            for (CorrectnessSuite.Case c : sample) {
+                sampled = sampled.then(Limits.Work.of(c.shape(), passes));
+            }
+            work = work.then(sampled.times((double) randomCount / sample.size()));
+        }
+        return work;
+    }
+
+    private static Map<String, Object> caseJson(long number, String backendId, CorrectnessSuite.Outcome outcome) {
+        Map<String, Object> c = new LinkedHashMap<>();
+        c.put("number", number);
+        c.put("name", outcome.testCase().name());
+        c.put("shape", outcome.testCase().shape().toString());
+        c.put("backend", backendId);
+        c.put("ran_on", outcome.backendId());
+        c.put("checked_against", outcome.oracle());
+        c.put("passed", outcome.passed());
+        ErrorStats e = outcome.errors();
+        if (e != null) {
+            c.put("max_abs_error", Numbers.json(e.maxAbsError()));
+            c.put("rel_error", Numbers.json(e.relativeError()));
+            c.put("lse_error", Numbers.json(e.maxLseError()));
+            c.put("bad_values", e.badValues());
+        }
+        if (outcome.failure() != null) {
+            c.put("failure", outcome.failure());
+        }
+        return c;
+    }
+
+    /** {from, to} of a 1-based inclusive range such as "5" or "3-9"; all cases when null. */
+    private static long[] range(String spec, long total) {
         if (spec == null) {
-            return new int[] {1, total, total};
+            return new long[] {1, total};
         }
         try {
             String[] parts = spec.split("-", 2);
-            int from = Integer.parseInt(parts[0].trim());
-            int to = parts.length == 2 ? Integer.parseInt(parts[1].trim()) : from;
+            long from = Long.parseLong(parts[0].trim());
+            long to = parts.length == 2 ? Long.parseLong(parts[1].trim()) : from;
             if (from >= 1 && from <= to && to <= total) {
-                return new int[] {from, to, total};
+                return new long[] {from, to};
             }
         } catch (NumberFormatException e) {
             // reported below
@@ -112,7 +224,7 @@ final class SelftestCommand implements Callable<Integer> {
         PrintWriter out = spec.commandLine().getOut();
         int failed = 0;
         int total = 0;
-        for (String id : backendIds) {
+        for (String id : backendIds()) {
             io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id);
             out.printf("inference selftest of %s on %s, seed %d%n", device.backendId(), device.name(), baseSeed);
             for (int d : new int[] {64, 128}) {

@@ -10,6 +10,7 @@ import io.github.tornadoattention.cpu.CpuReference;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
+import java.util.stream.Stream;
 
 /**
  * The correctness suite every backend must pass: the seven seed cases (128 to 2048 tokens, causal
@@ -25,10 +26,18 @@ public final class CorrectnessSuite {
     public record Case(String name, AttentionShape shape) {
     }
 
-    /** One case's result; {@code failure} is set when the backend threw instead of answering. */
-    public record Outcome(Case testCase, long seed, ErrorStats errors, String failure) {
+    /**
+     * One case's result. {@code backendId} is the backend that ran it (what {@code auto} chose);
+     * {@code failure} is set when the backend threw instead of answering.
+     */
+    public record Outcome(Case testCase, long seed, String backendId, ErrorStats errors, String failure) {
         public boolean passed() {
             return failure == null && errors.passes();
+        }
+
+        /** What the result was compared with: see {@link #oracleName(String)}. */
+        public String oracle() {
+            return oracleName(backendId);
         }
 
         @Override
@@ -75,9 +84,14 @@ public final class CorrectnessSuite {
 
     /** {@code count} random shapes (D 64 or 128, lengths up to 1500, GQA/MQA, both layouts, odd scales). */
     public static List<Case> randomCases(int count, long seed) {
+        return randomCases(seed).limit(count).toList();
+    }
+
+    /** The random shapes of {@link #randomCases(int, long)} one at a time, as many as are taken. */
+    public static Stream<Case> randomCases(long seed) {
         SplittableRandom random = new SplittableRandom(seed);
-        List<Case> cases = new ArrayList<>();
-        for (int n = 0; n < count; n++) {
+        int[] n = {0};
+        return Stream.generate(() -> {
             int kvHeads = 1 << random.nextInt(3);
             int queryHeads = kvHeads * (1 << random.nextInt(2));
             int queryLength = 1 + random.nextInt(700);
@@ -88,9 +102,8 @@ public final class CorrectnessSuite {
                     .layout(random.nextBoolean() ? Layout.BHSD : Layout.BSHD)
                     .scale(random.nextInt(4) == 0 ? (float) (0.05 + 0.45 * random.nextDouble()) : null)
                     .build();
-            cases.add(new Case("random-" + n, shape));
-        }
-        return cases;
+            return new Case("random-" + n[0]++, shape);
+        });
     }
 
     /**
@@ -108,15 +121,18 @@ public final class CorrectnessSuite {
         try (RandomInputs in = RandomInputs.generate(shape, seed)) {
             // The oracle runs before any backend, so a backend that wrote into its inputs cannot hide it.
             Oracle oracle = new Oracle(shape, in);
-            backends.forEach(backend -> oracle.expectedFor(backend.id()));
+            backends.forEach(backend -> oracle.expectedFor(usesCpuReference(backend) ? Backends.CPU_REFERENCE : backend.id()));
             for (AttentionBackend backend : backends) {
+                String ranOn = backend.id();
                 try (HalfTensor o = RandomInputs.poisonedOutput(shape); AttentionPlan plan = backend.plan(shape)) {
+                    ranOn = plan.backendId(); // auto's choice: cpu-reference must not be compared with itself
                     float[] lse = RandomInputs.poisonedLogSumExp(shape);
                     plan.forward(in.q(), in.k(), in.v(), o, lse);
-                    double[][] expected = oracle.expectedFor(backend.id());
-                    outcomes.add(new Outcome(testCase, seed, ErrorStats.compare(o, expected[0], lse, expected[1]), null));
+                    double[][] expected = oracle.expectedFor(ranOn);
+                    outcomes.add(new Outcome(testCase, seed, ranOn, ErrorStats.compare(o, expected[0], lse, expected[1]),
+                            null));
                 } catch (RuntimeException e) {
-                    outcomes.add(new Outcome(testCase, seed, null, e.getClass().getSimpleName() + ": " + e.getMessage()));
+                    outcomes.add(new Outcome(testCase, seed, ranOn, null, e.getClass().getSimpleName() + ": " + e.getMessage()));
                 }
             }
         }
@@ -124,8 +140,25 @@ public final class CorrectnessSuite {
     }
 
     /**
-     * Compares a backend's output for {@code in} with the oracle: the CPU reference, or, for the CPU
-     * reference itself, the independent {@link OnlineSoftmaxReference}. {@code lse} may be null.
+     * What a backend's results are compared with: the CPU reference, or, for {@code cpu-reference}
+     * itself (never compared with itself), the independent {@link OnlineSoftmaxReference}.
+     */
+    public static String oracleName(String backendId) {
+        return backendId.equals(Backends.CPU_REFERENCE) ? "online-softmax reference" : "CPU reference";
+    }
+
+    /** True when {@code backend} computes with the CPU reference: cpu-reference, or auto where nothing else is available. */
+    public static boolean usesCpuReference(AttentionBackend backend) {
+        if (backend.id().equals(Backends.AUTO)) {
+            return Backends.list().stream().filter(s -> s.availability().available())
+                    .allMatch(s -> s.id().equals(Backends.CPU_REFERENCE) || s.id().equals(Backends.AUTO));
+        }
+        return backend.id().equals(Backends.CPU_REFERENCE);
+    }
+
+    /**
+     * Compares a backend's output for {@code in} with the oracle named by {@link #oracleName(String)}.
+     * {@code lse} may be null.
      */
     public static ErrorStats compareWithOracle(String backendId, AttentionShape shape, RandomInputs in,
                                                HalfTensor o, float[] lse) {

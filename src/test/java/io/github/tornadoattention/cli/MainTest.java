@@ -5,9 +5,17 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.jr.ob.JSON;
+import io.github.tornadoattention.verify.CorrectnessSuite;
 import java.io.PrintWriter;
 import java.io.StringWriter;
+import java.math.BigDecimal;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -33,7 +41,7 @@ class MainTest {
                 "--dim", "32", "--causal", "--layout", "BSHD", "--backend", "cpu-reference", "--check",
                 "--warmup", "1", "--iters", "3", "--json");
         assertEquals(0, r.exit(), r.err());
-        assertTrue(r.out().contains("TFLOP/s"), r.out());
+        assertTrue(r.out().contains("FLOP/s"), r.out());
         assertTrue(r.out().contains("check       PASS"), r.out());
         String[] lines = r.outLines();
         Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
@@ -47,6 +55,110 @@ class MainTest {
     }
 
     @Test
+    void runPrintsTheSeedAndFourSignificantDigits() throws Exception {
+        Result r = run("run", "--batch", "1", "--heads", "2", "--seq", "16", "--dim", "16", "--backend", "cpu-reference",
+                "--seed", "42", "--warmup", "0", "--iters", "3", "--check", "--json");
+        assertEquals(0, r.exit(), r.err());
+        assertFalse(r.out().contains("on device"), "cpu-reference has no device:\n" + r.out());
+        assertTrue(r.out().contains("GFLOP/s"), r.out()); // a tiny shape, not "0.000 TFLOP/s"
+        assertFalse(r.out().contains(" 0.000 "), r.out());
+        String[] lines = r.outLines();
+        String jsonLine = lines[lines.length - 1];
+        Map<String, Object> json = JSON.std.mapFrom(jsonLine);
+        assertEquals(42L, ((Number) json.get("seed")).longValue());
+        assertEquals("online-softmax reference", json.get("checked_against"));
+        assertFalse(json.containsKey("device_median_ms"), jsonLine);
+        Matcher number = Pattern.compile("\"(median_ms|ci95_low_ms|tflops|max_abs_error|rel_error)\":([-0-9.eE]+)")
+                .matcher(jsonLine);
+        int numbers = 0;
+        while (number.find()) {
+            numbers++;
+            assertTrue(new BigDecimal(number.group(2)).stripTrailingZeros().precision() <= 4, number.group());
+        }
+        assertEquals(5, numbers, jsonLine);
+    }
+
+    @Test
+    void runAcceptsTheScaleRangesEndsAndTheCheckPasses() {
+        for (String scale : new String[] {Float.toString(Float.MIN_VALUE), Float.toString(Limits.maxScale(64))}) {
+            Result r = run("run", "--batch", "1", "--heads", "2", "--kv-heads", "1", "--seq", "33", "--kv-seq", "70",
+                    "--dim", "64", "--causal", "--scale", scale, "--backend", "cpu-reference", "--check", "--warmup", "0",
+                    "--iters", "1", "--json");
+            assertEquals(0, r.exit(), scale + ": " + r.out() + r.err());
+            assertTrue(r.out().contains("check       PASS"), r.out());
+        }
+        Result over = run("run", "--batch", "1", "--heads", "2", "--seq", "33", "--dim", "64",
+                "--scale", Float.toString(Math.nextUp(Limits.maxScale(64))));
+        assertEquals(Main.EXIT_BAD_INPUT, over.exit(), over.err());
+    }
+
+    /** The issue's commands, in a JVM with a given heap: refused at once with one line. */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', quoteCharacter = '"', value = {
+        "1g | run --batch 1 --heads 8 --seq 65536 --kv-seq 1 --dim 1024 --backend cpu-reference | --batch 1 --heads 8 --seq 65536 --kv-seq 1 --dim 1024 --warmup 3 --iters 10: needs about | of Java heap for the CPU reference, over the JVM's maximum of",
+        "4g | run --seq 100000 --batch 1 --heads 8 --dim 64 --backend cpu-reference | --batch 1 --heads 8 --seq 100000 --dim 64 --warmup 3 --iters 10: needs about | FLOPs of CPU reference work, about",
+        "1g | selftest --backend cpu-reference --random 1000000000 | --random 1000000000: needs about | FLOPs of CPU reference work",
+    })
+    void tooMuchWorkIsRefusedBeforeItStarts(String heap, String commandLine, String start, String estimate) throws Exception {
+        List<String> command = new ArrayList<>(List.of(ProcessHandle.current().info().command().orElseThrow(),
+                "-Xmx" + heap.trim(), "-cp", System.getProperty("java.class.path"), Main.class.getName()));
+        command.addAll(List.of(commandLine.trim().split("\\s+")));
+        Process p = new ProcessBuilder(command).start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        String err = new String(p.getErrorStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(60, TimeUnit.SECONDS));
+        assertEquals(Main.EXIT_BAD_INPUT, p.exitValue(), out + err);
+        assertEquals("", out);
+        String[] lines = err.strip().split("\\R");
+        assertEquals(1, lines.length, err);
+        assertTrue(lines[0].startsWith("error: " + start.trim()), err);
+        assertTrue(lines[0].contains(estimate.trim()), err);
+        assertTrue(lines[0].endsWith("; pass --force to run anyway"), err);
+    }
+
+    @Test
+    void selftestSaysWhenItChecksTheOracleAndPrintsJson() throws Exception {
+        Result r = run("selftest", "--backend", "cpu-reference", "--random", "1", "--seed", "5", "--cases", "21-23", "--json");
+        assertEquals(0, r.exit(), r.out() + r.err());
+        assertTrue(r.outLines()[0].contains("cpu-reference is the CPU reference itself: checked against the independent"
+                + " online-softmax reference instead"), r.out());
+        String[] lines = r.outLines();
+        assertEquals("3 passed, 0 failed", lines[lines.length - 2]);
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals(5L, ((Number) json.get("seed")).longValue());
+        assertEquals(3, ((Number) json.get("passed")).intValue());
+        assertEquals(0, ((Number) json.get("failed")).intValue());
+        @SuppressWarnings("unchecked")
+        List<Map<String, Object>> cases = (List<Map<String, Object>>) json.get("cases");
+        assertEquals(3, cases.size());
+        assertEquals(23, ((Number) cases.get(2).get("number")).intValue());
+        assertEquals("random-0", cases.get(2).get("name"));
+        for (Map<String, Object> c : cases) {
+            assertEquals("cpu-reference", c.get("ran_on"));
+            assertEquals("online-softmax reference", c.get("checked_against"));
+            assertEquals(Boolean.TRUE, c.get("passed"));
+            assertTrue(((Number) c.get("max_abs_error")).doubleValue() < 1e-2);
+        }
+        @SuppressWarnings("unchecked")
+        List<Map<String, Object>> totals = (List<Map<String, Object>>) json.get("backends");
+        assertEquals(List.of(Map.of("backend", "cpu-reference", "passed", 3, "failed", 0)), totals);
+    }
+
+    /** auto runs cpu-reference where nothing else is available: then it must not be compared with itself. */
+    @Test
+    void autoIsNeverComparedWithItself() throws Exception {
+        Result r = run("selftest", "--backend", "auto", "--cases", "8", "--seed", "1", "--json");
+        assertEquals(0, r.exit(), r.out() + r.err());
+        String[] lines = r.outLines();
+        @SuppressWarnings("unchecked")
+        Map<String, Object> c = ((List<Map<String, Object>>) JSON.std.mapFrom(lines[lines.length - 1]).get("cases")).get(0);
+        assertEquals(CorrectnessSuite.oracleName((String) c.get("ran_on")), c.get("checked_against"));
+        if (c.get("ran_on").equals("cpu-reference")) {
+            assertTrue(lines[0].contains("auto runs cpu-reference here, which is the CPU reference itself"), r.out());
+        }
+    }
+
+    @Test
     void backendsListsEveryIdWithAReason() {
         Result r = run("backends");
         assertEquals(0, r.exit());
@@ -56,22 +168,31 @@ class MainTest {
     }
 
     @ParameterizedTest
-    @CsvSource(delimiter = '|', value = {
+    @CsvSource(delimiter = '|', quoteCharacter = '"', value = {
         "run --heads 8 --seq 16 --dim 64                          | --batch",
         "run --batch 0 --heads 8 --seq 16 --dim 64                | --batch = 0: must be >= 1",
         "run --batch 1 --heads 8 --kv-heads 3 --seq 16 --dim 64   | --kv-heads = 3: must divide queryHeads (8)",
         "run --batch 1 --heads 8 --seq -4 --dim 64                | --seq = -4: must be >= 1",
         "run --batch 1 --heads 8 --seq 4 --kv-seq 0 --dim 64      | --kv-seq = 0: must be >= 1",
         "run --batch 1 --heads 8 --seq 4 --dim 0                  | --dim = 0: must be >= 1",
-        "run --batch 1 --heads 8 --seq 4 --dim 64 --scale -1      | --scale = -1.0: must be finite and > 0",
-        "run --batch 1 --heads 8 --seq 4 --dim 64 --scale NaN     | --scale = NaN: must be finite and > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --scale -1      | --scale = -1: must be a number > 0 and at most 6.195749E26 at --dim 64",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --scale NaN     | --scale = NaN: must be a number > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --scale 1e40    | --scale = 1e40: must be a number > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --scale 3.4e38  | --scale = 3.4e38: must be a number > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 128 --scale 0x1p90 | --scale = 0x1p90: must be a number > 0 and at most 3.0978746E26 at --dim 128",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --scale big     | --scale = big: must be a number > 0",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --layout sbhd   | --layout",
         "run --batch x --heads 8 --seq 4 --dim 64                 | --batch",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --backend cuda  | --backend = cuda: must be one of",
-        "run --batch 1 --heads 8 --seq 4 --dim 64 --iters 0       | --iters = 0: must be >= 1",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --iters 0       | --iters = 0: must be in 1..1000000",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --iters 2147483647 | --iters = 2147483647: must be in 1..1000000",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --warmup 1000001 | --warmup = 1000001: must be in 0..1000000",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --bogus         | --bogus",
         "selftest --random -1                                     | --random = -1: must be >= 0",
         "selftest --backend cpu-reference,nope                    | --backend = nope: must be one of",
+        "selftest --backend ,                                     | --backend = ',': must name one or more of",
+        "selftest --backend cpu-reference,,auto                   | --backend = 'cpu-reference,,auto': must name one or more",
+        "selftest --random 1000000000                             | --random 1000000000: needs about",
         "selftest --backend cpu-reference --cases 0               | --cases = 0: must be N or FROM-TO within 1..22",
         "selftest --backend cpu-reference --cases 3-99            | --cases = 3-99: must be N or FROM-TO within 1..22",
         "frobnicate                                               | frobnicate",

@@ -10,8 +10,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 import java.util.stream.Stream;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -23,7 +21,7 @@ import picocli.CommandLine.Option;
  */
 @Command(name = "report", mixinStandardHelpOptions = true, description = "Write the GPU report from a results folder.")
 final class GpuReport implements Callable<Integer> {
-    @Option(names = "--results", required = true, description = "folder with jmh*.json, kernel-times/, sdpa.json, selftest*.log, env.json")
+    @Option(names = "--results", required = true, description = "folder with jmh*.json, kernel-times/, sdpa.json, selftest*.log (selftest --json), env.json")
     Path results;
 
     @Option(names = "--name", required = true, description = "report file name without extension, e.g. h100-2026-11-21")
@@ -175,42 +173,49 @@ final class GpuReport implements Callable<Integer> {
     }
 
     /**
-     * One table line per backend from the selftest logs ({@code selftest*.log}): pass/fail counts and
-     * the largest errors seen. A log of several backends prefixes each case line with the backend id
-     * and ends with one {@code <id>: N passed, M failed} line per backend.
+     * One table line per backend from the selftest results: each {@code selftest*.log} ends with the
+     * JSON object of {@code selftest --json} (per-backend totals and every case's errors). A log
+     * without it is a run that did not finish.
      */
+    @SuppressWarnings("unchecked")
     private List<String> readSelftests() throws IOException {
-        Pattern caseLine = Pattern.compile("^\\[\\d+/\\d+\\] (?:(\\S+) )?(?:PASS|FAIL) .*max abs ([0-9.eE+-]+), rel ([0-9.eE+-]+)");
-        Pattern summary = Pattern.compile("^(?:(\\S+): )?(\\d+ passed, \\d+ failed)$");
-        Map<String, double[]> worst = new LinkedHashMap<>();
-        Map<String, String> summaries = new LinkedHashMap<>();
+        List<String> lines = new ArrayList<>();
         try (Stream<Path> files = Files.list(results)) {
             for (Path file : files.filter(f -> f.getFileName().toString().matches("selftest.*\\.log")).sorted().toList()) {
-                String single = file.getFileName().toString().replaceAll("selftest-?(.*)\\.log", "$1");
-                for (String line : Files.readAllLines(file)) {
-                    Matcher c = caseLine.matcher(line);
-                    if (c.find()) {
-                        String backend = c.group(1) != null ? c.group(1) : single;
-                        double[] w = worst.computeIfAbsent(backend, k -> new double[2]);
-                        w[0] = Math.max(w[0], Double.parseDouble(c.group(2)));
-                        w[1] = Math.max(w[1], Double.parseDouble(c.group(3)));
+                Map<String, Object> result = lastJsonObject(file);
+                if (result == null) {
+                    String backend = file.getFileName().toString().replaceAll("selftest-?(.*)\\.log", "$1");
+                    lines.add(String.format("| %s | did not finish | n/a | n/a |", backend.isEmpty() ? file.getFileName() : backend));
+                    continue;
+                }
+                List<Map<String, Object>> cases = (List<Map<String, Object>>) result.get("cases");
+                for (Map<String, Object> total : (List<Map<String, Object>>) result.get("backends")) {
+                    Object backend = total.get("backend");
+                    double maxAbs = 0;
+                    double maxRel = 0;
+                    for (Map<String, Object> c : cases) {
+                        if (backend.equals(c.get("backend")) && c.get("max_abs_error") != null) {
+                            maxAbs = Math.max(maxAbs, ((Number) c.get("max_abs_error")).doubleValue());
+                            maxRel = Math.max(maxRel, ((Number) c.get("rel_error")).doubleValue());
+                        }
                     }
-                    Matcher m = summary.matcher(line);
-                    if (m.find() && (m.group(1) != null || !single.isEmpty())) {
-                        summaries.put(m.group(1) != null ? m.group(1) : single, m.group(2));
-                    }
+                    lines.add(String.format("| %s | %s passed, %s failed (seed %s) | %.2e | %.2e |", backend,
+                            total.get("passed"), total.get("failed"), result.get("seed"), maxAbs, maxRel));
                 }
             }
         }
-        List<String> lines = new ArrayList<>();
-        java.util.Set<String> backends = new java.util.LinkedHashSet<>(worst.keySet());
-        backends.addAll(summaries.keySet());
-        for (String backend : backends) {
-            double[] w = worst.getOrDefault(backend, new double[2]);
-            lines.add(String.format("| %s | %s | %.2e | %.2e |", backend, summaries.getOrDefault(backend, "did not finish"),
-                    w[0], w[1]));
-        }
         return lines;
+    }
+
+    /** The last line of {@code file} that is a JSON object, or null. */
+    private static Map<String, Object> lastJsonObject(Path file) throws IOException {
+        List<String> lines = Files.readAllLines(file);
+        for (int i = lines.size() - 1; i >= 0; i--) {
+            if (lines.get(i).startsWith("{")) {
+                return JSON.std.mapFrom(lines.get(i));
+            }
+        }
+        return null;
     }
 
     private String markdown(Map<String, Object> env, List<String> correctness, List<Row> rows) {
@@ -233,8 +238,8 @@ final class GpuReport implements Callable<Integer> {
         md.append("data, per launch, as SDPA is timed; for the TornadoVM-hosted backends TornadoVM's profiler around each launch, ");
         md.append("which waits for every kernel before the next launch, so launch latency is inside its events), ");
         md.append("*device-timed, per launch* (ptx-cuda: CUDA events around each single launch, the TornadoVM profiler's method: ");
-        md.append("compare ptx-tornado with this row), *JMH resident* (`rerunOnDevice` from Java, launch and wait; ptx-cuda copies nothing, the TornadoVM-hosted ");
-        md.append("backends in their default one-graph mode send Q, K and V again), *JMH java call* (every input sent, O copied back), ");
+        md.append("compare ptx-tornado with this row), *JMH resident* (`BenchmarkHooks.rerunOnDevice` from Java, launch and wait, ");
+        md.append("no host-device copy on any backend), *JMH java call* (every input sent, O copied back), ");
         md.append("*cuda events* (SDPA, back-to-back calls on resident data).\n\n");
         md.append("| shape | backend | mode | n | median ms | 95% CI ms | TFLOP/s | × SDPA-FLASH | × SDPA-CUDNN |\n");
         md.append("|---|---|---|---|---|---|---|---|---|\n");

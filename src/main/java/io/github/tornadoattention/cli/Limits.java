@@ -1,0 +1,167 @@
+package io.github.tornadoattention.cli;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.InvalidArgumentException;
+import java.lang.management.ManagementFactory;
+import java.util.Locale;
+
+/**
+ * The command line's limits, and the estimates checked against them before any work starts: the
+ * one place they live. A command whose estimate is over a limit stops with one line (exit 2) unless
+ * the user passes {@code --force}.
+ */
+public final class Limits {
+    /** Most timed or warm-up calls: each timed call keeps a sample, and the interval is bootstrapped. */
+    static final int MAX_CALLS = 1_000_000;
+    /** Longest estimated CPU time a command may take without {@code --force}. */
+    static final double CPU_SECONDS_LIMIT = 600;
+    /**
+     * The speed assumed for the CPU reference (and the online-softmax oracle), per core. They measure
+     * 1-2 GFLOP/s per core; assuming faster makes the estimate a lower bound, so a run that is refused
+     * would really take longer than the limit.
+     */
+    static final double CPU_FLOPS_PER_CORE = 3e9;
+    private static final double FP16_MAX = 65504;
+
+    private Limits() {
+    }
+
+    /**
+     * The largest softmax scale accepted at head dim {@code headDim}: every score scale·q·k of fp16
+     * inputs (|q·k| <= headDim·65504²) then stays within half the fp32 range, so scores, their
+     * exp2 form (times log2 e) and the logsumexp are finite in every backend.
+     */
+    public static float maxScale(int headDim) {
+        return (float) (Float.MAX_VALUE / (2.0 * headDim * FP16_MAX * FP16_MAX));
+    }
+
+    /** {@code --scale} as typed: a number in (0, maxScale(headDim)]; errors quote the text. */
+    static Float scale(String typed, int headDim) {
+        if (typed == null) {
+            return null;
+        }
+        int d = Math.max(headDim, 1); // a bad --dim is reported by the shape
+        String allowed = "must be a number > 0 and at most " + maxScale(d) + " at --dim " + d
+                + " (so every score of fp16 inputs stays finite in fp32)";
+        float value;
+        try {
+            value = Float.parseFloat(typed.trim());
+        } catch (NumberFormatException e) {
+            throw new InvalidArgumentException("--scale", typed, allowed);
+        }
+        if (!(value > 0f && value <= maxScale(d))) { // NaN fails too
+            throw new InvalidArgumentException("--scale", typed, allowed);
+        }
+        return value;
+    }
+
+    /** A count of calls ({@code --warmup}, {@code --iters}) in [min, MAX_CALLS]. */
+    static int calls(String option, int value, int min) {
+        if (value < min || value > MAX_CALLS) {
+            throw new InvalidArgumentException(option, value, "must be in " + min + ".." + MAX_CALLS);
+        }
+        return value;
+    }
+
+    /** A command's estimated needs: CPU reference work, peak Java heap, off-heap (HalfTensor) memory. */
+    record Work(double cpuFlops, long heapBytes, long offHeapBytes) {
+        static final Work NONE = new Work(0, 0, 0);
+
+        /** One shape: its inputs and output as HalfTensors and {@code referencePasses} runs of a CPU reference. */
+        static Work of(AttentionShape shape, long referencePasses) {
+            long q = shape.queryElements();
+            long kv = shape.kvElements();
+            long lse = shape.logSumExpElements();
+            long offHeap = 2 * (2 * q + 2 * kv); // q, k, v, o in fp16
+            long heap;
+            if (referencePasses == 0) {
+                heap = 4 * Math.max(q, kv) + 4 * lse; // the random values before they become fp16
+            } else {
+                // Inputs as float[], O as double[] and float[], lse, and per thread a score row and
+                // (online softmax) a head's accumulators.
+                long perThread = 8L * (shape.kvLength() + (long) shape.queryLength() * shape.headDim());
+                heap = 4 * (q + 2 * kv) + 12 * q + 12 * lse + cores() * perThread;
+            }
+            return new Work(shape.flops() * referencePasses, heap, offHeap);
+        }
+
+        /** Run one after the other: the work adds up, memory is the larger peak. */
+        Work then(Work next) {
+            return new Work(cpuFlops + next.cpuFlops, Math.max(heapBytes, next.heapBytes),
+                    Math.max(offHeapBytes, next.offHeapBytes));
+        }
+
+        /** The CPU work {@code factor} times over (memory is reused). */
+        Work times(double factor) {
+            return new Work(cpuFlops * factor, heapBytes, offHeapBytes);
+        }
+
+        double cpuSeconds() {
+            return cpuFlops / (CPU_FLOPS_PER_CORE * cores());
+        }
+
+        /**
+         * Throws {@link Exceeded} naming {@code what} (the options as typed) if the work is over a limit,
+         * unless {@code force}.
+         */
+        void check(String what, boolean force) {
+            if (force) {
+                return;
+            }
+            long maxHeap = Runtime.getRuntime().maxMemory();
+            long physical = physicalMemory();
+            String problem = null;
+            if (heapBytes > maxHeap) {
+                problem = "needs about " + bytes(heapBytes) + " of Java heap for the CPU reference, over the JVM's"
+                        + " maximum of " + bytes(maxHeap) + " (raise it with JAVA_OPTS=-Xmx...)";
+            } else if (offHeapBytes > physical) {
+                problem = "needs about " + bytes(offHeapBytes) + " of off-heap memory for its tensors, over the "
+                        + bytes(physical) + " of memory of this machine";
+            } else if (cpuSeconds() > CPU_SECONDS_LIMIT) {
+                problem = String.format(Locale.ROOT, "needs about %.3g FLOPs of CPU reference work, about %s at an"
+                                + " assumed %.3g GFLOP/s (%.3g per core x %d cores), over the %s limit",
+                        cpuFlops, duration(cpuSeconds()), CPU_FLOPS_PER_CORE * cores() / 1e9,
+                        CPU_FLOPS_PER_CORE / 1e9, cores(), duration(CPU_SECONDS_LIMIT));
+            }
+            if (problem != null) {
+                throw new Exceeded(what + ": " + problem + "; pass --force to run anyway");
+            }
+        }
+    }
+
+    /** An estimate over a limit: one line for the user (exit 2). */
+    static final class Exceeded extends RuntimeException {
+        Exceeded(String message) {
+            super(message);
+        }
+    }
+
+    static int cores() {
+        return Runtime.getRuntime().availableProcessors();
+    }
+
+    private static long physicalMemory() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+                .getTotalMemorySize();
+    }
+
+    static String bytes(long bytes) {
+        return String.format(Locale.ROOT, "%.3g GiB (%d bytes)", bytes / (double) (1L << 30), bytes);
+    }
+
+    static String duration(double seconds) {
+        if (seconds < 120) {
+            return String.format(Locale.ROOT, "%.3g s", seconds);
+        }
+        if (seconds < 2 * 3600) {
+            return String.format(Locale.ROOT, "%.3g min", seconds / 60);
+        }
+        if (seconds < 2 * 86400) {
+            return String.format(Locale.ROOT, "%.3g h", seconds / 3600);
+        }
+        if (seconds < 2 * 365 * 86400.0) {
+            return String.format(Locale.ROOT, "%.3g days", seconds / 86400);
+        }
+        return String.format(Locale.ROOT, "%.3g years", seconds / (365 * 86400.0));
+    }
+}
