@@ -30,8 +30,9 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
             throw new InvalidArgumentException("kvHeads", kvHeads,
                     "must divide queryHeads (" + queryHeads + ") evenly: MHA, GQA or MQA");
         }
-        if (!Float.isFinite(scale) || scale <= 0f) {
-            throw new InvalidArgumentException("scale", scale, "must be finite and > 0");
+        if (!(scale > 0f && scale <= maxScale(headDim))) { // NaN fails too
+            throw new InvalidArgumentException("scale", scale, "must be > 0 and at most " + maxScale(headDim)
+                    + " at headDim " + headDim + " (so every score of fp16 inputs, and the logsumexp, stays finite in fp32)");
         }
         InvalidArgumentException.requireNonNull("layout", layout);
         requireAddressable("q", (long) batch * queryHeads * queryLength * headDim);
@@ -49,6 +50,14 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
             throw new InvalidArgumentException(tensor + " elements", elements,
                     "a tensor may hold at most " + MAX_TENSOR_ELEMENTS + " elements");
         }
+    }
+
+    /**
+     * The largest accepted scale at {@code headDim}: scale * headDim * 65504^2 (the largest score of fp16
+     * inputs) times 2 stays below Float.MAX_VALUE, so scores and the logsumexp are finite in fp32.
+     */
+    public static float maxScale(int headDim) {
+        return (float) (Float.MAX_VALUE / (2.0 * Math.max(1, headDim) * 65504.0 * 65504.0));
     }
 
     /** The default softmax scale, 1/sqrt(headDim). */

@@ -58,6 +58,9 @@ class AttentionShapeTest {
         assertRejected("scale", "0.0", () -> valid().scale(0f).build());
         assertRejected("scale", "-0.5", () -> valid().scale(-0.5f).build());
         assertEquals(3.5f, valid().scale(3.5f).build().scale());
+        float max = AttentionShape.maxScale(64);
+        assertEquals(max, valid().headDim(64).scale(max).build().scale());
+        assertRejected("scale", Float.toString(Math.nextUp(max)), () -> valid().headDim(64).scale(Math.nextUp(max)).build());
     }
 
     @Test

@@ -21,7 +21,6 @@ public final class Limits {
      * would really take longer than the limit.
      */
     static final double CPU_FLOPS_PER_CORE = 3e9;
-    private static final double FP16_MAX = 65504;
 
     private Limits() {
     }
@@ -32,7 +31,7 @@ public final class Limits {
      * exp2 form (times log2 e) and the logsumexp are finite in every backend.
      */
     public static float maxScale(int headDim) {
-        return (float) (Float.MAX_VALUE / (2.0 * headDim * FP16_MAX * FP16_MAX));
+        return io.github.tornadoattention.AttentionShape.maxScale(headDim);
     }
 
     /** {@code --scale} as typed: a number in (0, maxScale(headDim)]; errors quote the text. */
