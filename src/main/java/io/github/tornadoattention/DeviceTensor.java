@@ -16,7 +16,7 @@ public final class DeviceTensor implements AutoCloseable {
     private final DType dtype;
     private final long length;
     private final long address;
-    private final boolean owned;
+    private final LeakGuard guard;
     private boolean closed;
 
     DeviceTensor(AttentionDevice device, DType dtype, long length, long address, boolean owned) {
@@ -24,7 +24,9 @@ public final class DeviceTensor implements AutoCloseable {
         this.dtype = dtype;
         this.length = length;
         this.address = address;
-        this.owned = owned;
+        long bytes = length * dtype.bytes();
+        this.guard = owned ? LeakGuard.register(this, "a " + dtype + " DeviceTensor of length " + length + " on "
+                + device.backendId(), () -> device.free(address, bytes)) : null;
     }
 
     public AttentionDevice device() {
@@ -122,8 +124,8 @@ public final class DeviceTensor implements AutoCloseable {
     public void close() {
         if (!closed) {
             closed = true;
-            if (owned) {
-                device.free(address, byteSize());
+            if (guard != null) {
+                guard.close();
             }
         }
     }

@@ -38,7 +38,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
     static final int P_PAGES_PER_SEQ = 24;
 
     private final CudaDevice device;
-    private final Arena arena = Arena.ofShared();
+    /** Argument blocks and params staging: freed by the collector with the plan (its device buffers are guarded tensors). */
+    private final Arena arena = Arena.ofAuto();
     private final DeviceTensor denseParams;
     private final DeviceTensor packedParams;
     private final DeviceTensor partialO;
@@ -89,7 +90,6 @@ final class CudaCachePlan extends CacheAttentionPlan {
                     t.close();
                 }
             }
-            arena.close();
             throw e;
         }
         denseParams = dp;
@@ -196,6 +196,5 @@ final class CudaCachePlan extends CacheAttentionPlan {
         for (DeviceTensor t : new DeviceTensor[] {denseParams, packedParams, partialO, partialLse}) {
             t.close();
         }
-        arena.close();
     }
 }

@@ -27,8 +27,9 @@ final class PtxCudaPlan extends AttentionPlan {
     private final CudaDevice device;
     private final CudaContext cuda;
     private final CudaDriver driver;
-    private final Arena arena = Arena.ofShared();
-    private final List<Long> allocations = new ArrayList<>();
+    private final Resources resources;
+    private final Arena arena;
+    private final io.github.tornadoattention.LeakGuard guard;
     private final long stream;
     private final long start;
     private final long end;
@@ -43,6 +44,26 @@ final class PtxCudaPlan extends AttentionPlan {
 
     /** A launch with its function handle and its prepared {@code void**} argument array. */
     private record Kernel(long function, LaunchTable.Launch launch, MemorySegment arguments) {
+    }
+
+    /** What the plan holds on the device and off-heap, apart from the plan so that a leak guard can free it. */
+    private static final class Resources implements Runnable {
+        final CudaContext cuda;
+        final Arena arena = Arena.ofShared();
+        final List<Long> allocations = new ArrayList<>();
+        final List<Long> events = new ArrayList<>();
+
+        Resources(CudaContext cuda) {
+            this.cuda = cuda;
+        }
+
+        @Override
+        public void run() {
+            cuda.makeCurrent();
+            allocations.forEach(cuda.driver()::free);
+            events.forEach(cuda.driver()::destroyEvent);
+            arena.close();
+        }
     }
 
     /** An input's device copy and what was last sent to it (tensor and version), to skip resends. */
@@ -62,11 +83,16 @@ final class PtxCudaPlan extends AttentionPlan {
         this.cuda = device.context();
         this.driver = cuda.driver();
         cuda.makeCurrent();
+        resources = new Resources(cuda);
+        arena = resources.arena;
+        guard = io.github.tornadoattention.LeakGuard.register(this, "a ptx-cuda plan (" + shape + ")", resources);
         // The device's stream: host-tensor and device-tensor calls are ordered with the engine's caches and copies.
         stream = device.stream();
         try {
             start = driver.createEvent();
+            resources.events.add(start);
             end = driver.createEvent();
+            resources.events.add(end);
             inputs = new Input[] {new Input(alloc(2 * shape.queryElements())), new Input(alloc(2 * shape.kvElements())),
                 new Input(alloc(2 * shape.kvElements()))};
             deviceO = alloc(2 * shape.outputElements());
@@ -98,7 +124,7 @@ final class PtxCudaPlan extends AttentionPlan {
 
     private long alloc(long bytes) {
         long pointer = device.allocateCounted(bytes);
-        allocations.add(pointer);
+        resources.allocations.add(pointer);
         return pointer;
     }
 
@@ -205,17 +231,6 @@ final class PtxCudaPlan extends AttentionPlan {
 
     @Override
     protected void release() {
-        cuda.makeCurrent();
-        for (long pointer : allocations) {
-            driver.free(pointer);
-        }
-        allocations.clear();
-        if (start != 0) {
-            driver.destroyEvent(start);
-        }
-        if (end != 0) {
-            driver.destroyEvent(end);
-        }
-        arena.close();
+        guard.close();
     }
 }

@@ -35,6 +35,20 @@ class DeviceTensorTest {
     }
 
     @Test
+    void droppedTensorsAreFreedByTheLeakGuard() throws InterruptedException {
+        long before = io.github.tornadoattention.LeakGuard.leaksFreed();
+        for (int i = 0; i < 200; i++) {
+            device.allocate(DType.FP16, 1024); // dropped unclosed
+        }
+        for (int i = 0; i < 50 && io.github.tornadoattention.LeakGuard.leaksFreed() - before < 200; i++) {
+            System.gc();
+            Thread.sleep(20);
+        }
+        long freed = io.github.tornadoattention.LeakGuard.leaksFreed() - before;
+        org.junit.jupiter.api.Assertions.assertTrue(freed >= 200, "freed " + freed);
+    }
+
+    @Test
     void aClosedTensorIsRefusedByName() {
         DeviceTensor t = device.allocate(DType.FP16, 4);
         t.close();
