@@ -3,6 +3,7 @@ package io.github.tornadoattention.tornado;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
@@ -42,8 +43,8 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
     private final HalfFloatArray o;
     private final List<Path> ptxFiles = new ArrayList<>();
 
-    PtxTornadoPlan(AttentionShape s, TornadoDevice device) {
-        super(Backends.PTX_TORNADO, s);
+    PtxTornadoPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
+        super(Backends.PTX_TORNADO, s, options);
         HalfFloatArray q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
         HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
         HalfFloatArray v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
@@ -55,11 +56,9 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         }
         int splits = LaunchTable.isDecode(s) ? LaunchTable.decodeSplits(s, device.getPhysicalDevice().getDeviceMaxComputeUnits()) : 0;
         IntArray params = IntArray.fromArray(KernelParams.of(s, splits));
-        String graph = prefix + "attend";
-        TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v)
-                .transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
         List<Object> arguments = new ArrayList<>(List.of(q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
                 o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY));
+        List<Object> deviceOnly = new ArrayList<>(List.of(params));
         LaunchTable.Launch launch;
         if (splits > 0) {
             launch = PrebuiltLaunches.fusedDecode(s, splits, header);
@@ -69,21 +68,22 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
             FloatArray partialO = new FloatArray(Math.toIntExact(workspace.partialOFloats()));
             FloatArray partialLse = new FloatArray(Math.toIntExact(workspace.partialLseFloats()));
             IntArray tickets = new IntArray(PrebuiltLaunches.tickets(launch));
-            attend.transferToDevice(DataTransferMode.FIRST_EXECUTION, partialO, partialLse, tickets);
+            deviceOnly.addAll(List.of(partialO, partialLse, tickets));
             arguments.addAll(List.of(partialO, Access.READ_WRITE, partialLse, Access.READ_WRITE, tickets, Access.READ_WRITE));
         } else {
             launch = PrebuiltLaunches.prefill(s, header);
         }
         arguments.addAll(List.of(params, Access.READ_ONLY));
-        GridScheduler scheduler = new GridScheduler();
-        try {
-            addTask(attend, scheduler, graph, "flash", launch, arguments.toArray());
-            attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
-            build(device, q, k, v, attend, scheduler);
-        } finally {
-            // build() has compiled every task (TornadoVM caches the module per execution plan).
-            deletePtxFiles();
-        }
+        build(device, q, k, v, (graph, name, scheduler) -> {
+            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, deviceOnly.toArray());
+            addTask(graph, scheduler, name, "flash", launch, arguments.toArray());
+        }, null);
+    }
+
+    /** Each execution plan has compiled its tasks (TornadoVM caches the module per plan): the PTX files can go. */
+    @Override
+    protected void compiled() {
+        deletePtxFiles();
     }
 
     /**
