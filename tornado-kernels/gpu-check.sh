@@ -55,11 +55,10 @@ if want diag; then
   # compiled into tornado-kernels/target/diag by the build machine).
   cp_diag="tornado-kernels/target/diag:src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar"
   best=0; best_opts=""
-  for variant in "tornado-mma" "tornado-simt" "tornado-mma noreuse" "tornado-mma keep"; do
+  for variant in "tornado-mma" "tornado-simt" "tornado-mma noreuse"; do
     read -r backend extra <<< "$variant"
     opts=""
     [ "$extra" = noreuse ] && opts="-Dtornado.reuse.device.buffers=False"
-    [ "$extra" = keep ] && opts="-Dtornado.attention.debug.keepClosedPlans=true"
     timeout 55 "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
       -Dtornado.recover.bailout=False $opts -cp "$cp_diag" DeviceDiagnostics "$backend" \
       > "$OUT/diag-$backend${extra:+-$extra}.txt" 2>&1
@@ -103,7 +102,7 @@ if want time; then
     done
   done
   # CUDA-graph replay of the execution plan (TornadoExecutionPlan.withCUDAGraph), one shape.
-  line=$(JAVA_OPTS="-Dtornado.attention.cudaGraph=true" timeout 90 bin/tornado-attention run --batch 16 --heads 8 \
+  line=$(timeout 90 bin/tornado-attention run --cuda-graph --batch 16 --heads 8 \
     --seq 512 --dim 64 --backend tornado-mma --warmup 5 --iters 30 --check --json 2> "$OUT/run.err" | tail -n 1)
   if [[ "$line" == \{* ]]; then
     echo "${line%\}},\"cuda_graph\":true}" >> "$OUT/timing.jsonl"

@@ -13,9 +13,7 @@ import org.slf4j.LoggerFactory;
 /**
  * A flat array of IEEE fp16 values in off-heap memory (a {@link MemorySegment}).
  *
- * <p>The data is preceded by {@value #HEADER_BYTES} spare bytes so that TornadoVM can wrap the
- * same memory as a {@code HalfFloatArray} (which keeps its header in front of the data) without a
- * copy; GPU hosts copy straight from {@link #data()} to the device.
+ * <p>The data starts 64-byte aligned; GPU hosts copy straight from {@link #data()} to the device.
  *
  * <p>Every write through this class bumps {@link #version()}, which GPU plans use to skip
  * re-sending inputs that are already on the device (a KV cache). Whoever writes through
@@ -28,12 +26,10 @@ import org.slf4j.LoggerFactory;
  * its {@link #data()} is in use.
  */
 public final class HalfTensor implements AutoCloseable {
-    /** Room left in front of the data for TornadoVM's array header. */
-    public static final long HEADER_BYTES = 16;
     private static final long ALIGNMENT = 64;
     private static final ValueLayout.OfShort FP16 = ValueLayout.JAVA_SHORT_UNALIGNED;
-    /** The most elements a tensor can hold: its bytes, header included, must fit in a {@code long}. */
-    public static final long MAX_LENGTH = (Long.MAX_VALUE - HEADER_BYTES - ALIGNMENT) / Short.BYTES;
+    /** The most elements a tensor can hold: its bytes, with room for the alignment, must fit in a {@code long}. */
+    public static final long MAX_LENGTH = (Long.MAX_VALUE - ALIGNMENT) / Short.BYTES;
 
     private static final Logger LOG = LoggerFactory.getLogger(HalfTensor.class);
     private static final Cleaner CLEANER = Cleaner.create();
@@ -43,7 +39,6 @@ public final class HalfTensor implements AutoCloseable {
 
     private final Memory memory;
     private final Cleaner.Cleanable cleanable;
-    private final MemorySegment withHeader;
     private final MemorySegment data;
     private final long length;
     private long version;
@@ -54,12 +49,11 @@ public final class HalfTensor implements AutoCloseable {
         }
         this.memory = new Memory(Arena.ofShared(), length);
         try {
-            this.withHeader = memory.arena.allocate(HEADER_BYTES + 2 * length, ALIGNMENT);
+            this.data = memory.arena.allocate(2 * length, ALIGNMENT);
         } catch (RuntimeException | OutOfMemoryError e) {
             memory.arena.close();
             throw e;
         }
-        this.data = withHeader.asSlice(HEADER_BYTES);
         this.length = length;
         this.cleanable = CLEANER.register(this, memory);
     }
@@ -192,14 +186,6 @@ public final class HalfTensor implements AutoCloseable {
     /** The fp16 data, {@code 2 * length()} bytes. */
     public MemorySegment data() {
         return data;
-    }
-
-    /**
-     * The data with {@value #HEADER_BYTES} spare bytes in front, for runtimes that keep an array
-     * header before the data (TornadoVM's {@code HalfFloatArray.fromSegmentShallow}).
-     */
-    public MemorySegment dataWithHeaderRoom() {
-        return withHeader;
     }
 
     /** Incremented by every write through this class and by {@link #markModified()}. */

@@ -1,5 +1,22 @@
 package io.github.tornadoattention.tornado;
 
+import static io.github.tornadoattention.tornado.MmaLayout.aSwizzle;
+import static io.github.tornadoattention.tornado.MmaLayout.aTileAt;
+import static io.github.tornadoattention.tornado.MmaLayout.kSubTile;
+import static io.github.tornadoattention.tornado.MmaLayout.kTileAt;
+import static io.github.tornadoattention.tornado.MmaLayout.kvLoadColumn;
+import static io.github.tornadoattention.tornado.MmaLayout.kvLoadKey;
+import static io.github.tornadoattention.tornado.MmaLayout.outputTAt;
+import static io.github.tornadoattention.tornado.MmaLayout.pTileAt;
+import static io.github.tornadoattention.tornado.MmaLayout.qStageChunk;
+import static io.github.tornadoattention.tornado.MmaLayout.qStageQuery;
+import static io.github.tornadoattention.tornado.MmaLayout.qSubTile;
+import static io.github.tornadoattention.tornado.MmaLayout.scoreAt;
+import static io.github.tornadoattention.tornado.MmaLayout.vtAt;
+import static io.github.tornadoattention.tornado.MmaLayout.vtItemPair;
+import static io.github.tornadoattention.tornado.MmaLayout.vtItemQuad;
+import static io.github.tornadoattention.tornado.MmaLayout.vtSubTile;
+
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.enums.MMAShape;
 import uk.ac.manchester.tornado.api.math.TornadoMath;
@@ -11,26 +28,23 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /**
  * tornado-mma: FlashAttention-2 forward with both matrix products on tensor cores, through
  * KernelContext's MMA intrinsics ({@code mma.sync.m16n8k16}, fp16 in, fp32 accumulate; operands read
- * from local memory with {@code ldmatrix}).
+ * from local memory with {@code ldmatrix}). The tile sizes are {@link MmaTileConfig}'s, the places of the
+ * tile elements {@link MmaLayout}'s.
  *
  * <p><b>Structure.</b> A CTA of 4 warps works on a tile of Br = 64 query rows of one (batch, head); the
  * grid loops over tiles when there are more than {@link MmaTileConfig#MAX_CTAS}. Q is loaded once per
  * tile, transposed, as the B operand. Per K/V tile (Bc keys):
  * <ol>
- *   <li>K and V are staged in local memory (K as A operand in its natural row-major layout; V as B operand
- *       likewise in the synchronous kernels, transposed as the A operand V^T in the pipelined ones, see
- *       below).</li>
+ *   <li>K and V are staged in local memory (K as A operand in its natural row-major layout, V transposed as
+ *       the A operand V^T, see below).</li>
  *   <li>S^T = K Q^T on tensor cores. Computing S transposed lets K be the A operand: the API's B load is
  *       {@code ldmatrix .trans} only, so S = Q K^T would need K transposed in local memory every tile,
  *       whereas Q^T is built once per query tile.</li>
  *   <li>Softmax in fp32: each lane reads back the S values that its own {@code mmaStore} wrote (same thread,
- *       no barrier; warp w computes S for its own 16 query rows) and writes P to local memory: in the pipelined
- *       kernels P^T = e^z as fp16 values into a {@code HalfFloat[]} (the B operand of O^T = V^T P^T), in the
- *       synchronous ones P as fp16 bits computed in float/int arithmetic ({@link #fp16Pow2}), the A operand of
- *       O = P V.</li>
- *   <li>O^T += V^T P^T (pipelined) or O += P V (synchronous) on tensor cores; the row sums of P come from the
- *       same MMAs (a tile of ones times P^T, or P times one), so the accumulator fragments hold both numerator
- *       and denominator.</li>
+ *       no barrier; warp w computes S for its own 16 query rows) and writes P^T = e^z as fp16 values into a
+ *       {@code HalfFloat[]} in local memory, the B operand of O^T = V^T P^T.</li>
+ *   <li>O^T += V^T P^T on tensor cores; the row sums of P come from the same MMAs (a tile of ones times P^T),
+ *       so the accumulator fragments hold both numerator and denominator.</li>
  * </ol>
  *
  * <p><b>What the API lacks, and the detours taken.</b>
@@ -39,18 +53,17 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *       the only way out, {@code mmaFragment(v)} and {@code mma} the only ways in. FlashAttention-2 keeps
  *       S in registers and turns it into the fp16 A fragment of P V in registers; here S^T goes through an
  *       fp32 scratch in global memory (per CTA, L1/L2 resident; MmaTileConfig#scratchFloatsPerCta), is read
- *       back by the lane that stored it, and P goes to local memory for {@code ldmatrix}.</li>
+ *       back by the lane that stored it, and P^T goes to local memory for {@code ldmatrix}.</li>
  *   <li>fp32 to fp16: TornadoVM's PTX backend has no float-to-int bit cast, and {@code new HalfFloat(x)} converts
  *       only where x was just read from a FloatArray or where it is stored into a {@code HalfFloat[]} (then
  *       {@code cvt.rn.f16.f32} and a 16-bit store). {@code mmaLoadA} reads an {@code int[]} only, whereas
- *       {@code mmaLoadBSwizzled} reads a {@code HalfFloat[]}: so the pipelined kernels store P^T = e^z straight into
- *       a {@code HalfFloat[]} ({@link #pTileAt}) and compute O^T = V^T P^T, with V staged transposed as the A
- *       operand ({@link #vtAt}: each int holds two keys of one d). This replaced an fp16 encoding by hand (a floor,
- *       an {@code ex2} and a float-to-int conversion that TornadoVM guards with {@code testp}: about 19 instructions
- *       per score against 8), which the synchronous kernels keep ({@link #fp16Pow2}, packing keys g and g + 8 into
- *       one int of P, so that P's columns are permuted within each 16-key block and V is staged in the same row
- *       order, {@link #valueRow}). O is written in fp32 and converted with {@code new HalfFloat(scratch.get(i))}
- *       at the end.</li>
+ *       {@code mmaLoadBSwizzled} reads a {@code HalfFloat[]}: so the kernels store P^T = e^z straight into
+ *       a {@code HalfFloat[]} ({@link MmaLayout#pTileAt}) and compute O^T = V^T P^T, with V staged transposed as the
+ *       A operand ({@link MmaLayout#vtAt}: each int holds two keys of one d). This replaced an fp16 encoding by hand
+ *       (a floor, an {@code ex2} and a float-to-int conversion that TornadoVM guards with {@code testp}: about 19
+ *       instructions per score against 8), which the synchronous kernels of the tests keep
+ *       ({@code MmaSynchronousKernels}: O = P V, the measured baseline of these kernels). O is written in fp32 and
+ *       converted with {@code new HalfFloat(scratch.get(i))} at the end.</li>
  *   <li>No rescaling of O: FlashAttention-2 multiplies the O accumulator row-wise by exp(m_old - m_new)
  *       whenever a row's running max grows, which needs the fragment's elements. Moreover TornadoVM
  *       types a fragment that flows through an {@code if}/{@code else} merge as a 64-bit scalar (wrong
@@ -65,9 +78,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * <p><b>Right shifts are written {@code >>>}, never {@code >>}.</b> TornadoVM 5.2's PTX backend lowers
  * both to {@code shr.b32}/{@code shr.b64}, which PTX defines as a logical shift (zero fill): {@code >>} of
  * a negative value is wrong on the GPU while right in Java (and in the CPU emulator of the tests). All
- * shifted values here are non-negative, where both agree; {@code MmaKernelsTest} checks that the class
- * has no arithmetic right shift. (Graal's own lowering of a signed division by a power of two uses one
- * too, so no negative value may be divided either.)
+ * shifted values here are non-negative, where both agree; {@code MmaKernelsTest} checks that this class and
+ * {@link MmaLayout} have no arithmetic right shift. (Graal's own lowering of a signed division by a power of
+ * two uses one too, so no negative value may be divided either.)
  *
  * <p><b>Every {@code mmaStore} column carries {@link #MMA_STORE_SKEW}.</b> TornadoVM lowers {@code mmaStore}
  * with the Java heap's float[] header (16 bytes) where {@code FloatArray.get/set} use
@@ -79,30 +92,28 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * store moves four values (the API has no wider access). Scalar arguments are specialised by TornadoVM
  * into the compiled kernel (the plan compiles one kernel per shape).
  *
- * <p>{@link #attentionD64} and {@link #attentionD128} are the same kernel with the constants of their
- * {@link MmaTileConfig}: TornadoVM sizes local and private arrays only from compile-time constants, and
- * reaches a local array correctly only in the method that allocates it, so the body cannot be shared
- * through a helper. Keep the two in step. {@link #attentionD64Pipelined} and {@link #attentionD128Pipelined},
- * the kernels that run by default, are the same again with O^T = V^T P^T (above), the global K/V loads overlapped
- * with compute (TornadoVM's PTX backend has no cp.async: the next K tile is loaded into registers during P V, this V
- * tile during the softmax at D = 128; at D = 64 V is loaded right before it is stored, because held through the
- * softmax it slowed the kernel), the first tile's row max by warp shuffles and 2 barriers per K/V tile instead of 3.
+ * <p>{@link #attentionD64Pipelined} and {@link #attentionD128Pipelined} are the same kernel with the constants of
+ * their {@link MmaTileConfig}: TornadoVM sizes local and private arrays only from compile-time constants, and
+ * reaches a local array correctly only in the method that allocates it, so the body cannot be shared through a
+ * helper. Keep the two in step. Against the synchronous kernels they were derived from (kept in the tests as
+ * {@code MmaSynchronousKernels}) they have O^T = V^T P^T (above), the global K/V loads overlapped with compute
+ * (TornadoVM's PTX backend has no cp.async: the next K tile is loaded into registers during P V, this V tile during
+ * the softmax at D = 128; at D = 64 V is loaded right before it is stored, because held through the softmax it
+ * slowed the kernel), the first tile's row max by warp shuffles and 2 barriers per K/V tile instead of 3.
  *
  * <p><b>Shared-memory layouts without bank conflicts.</b> The tiles keep the layouts the intrinsics read, but where
- * they sit is ours: K's, V's and V^T's sub-tiles are padded ({@link #kSubTile}, {@link #vSubTile}, {@link #vtSubTile})
- * and Q^T's shifted ({@link #qSubTile}) so that the staging stores reach every bank, and the A-operand tiles (K, V^T,
- * P) are swizzled
- * ({@link #aTileAt}) with each lane's {@code ldmatrix} row address moved to match ({@link #aSwizzle}: the byte
- * offset of {@code mmaLoadA} is a per-lane register operand), so that {@code ldmatrix.x4} reads each 8x8 matrix in
- * one wavefront instead of two. SharedLayoutTest checks both properties.
- *
- * <p>{@code -Dtornado.attention.mma.pipeline=false} selects the synchronous ones, kept as the baseline
- * of those changes and as the reference of the shuffled row max in the tests.
+ * they sit is ours: K's and V^T's sub-tiles are padded ({@link MmaLayout#kSubTile}, {@link MmaLayout#vtSubTile}) and
+ * Q^T's shifted ({@link MmaLayout#qSubTile}) so that the staging stores reach every bank, and the A-operand tiles
+ * (K, V^T) are swizzled ({@link MmaLayout#aTileAt}) with each lane's {@code ldmatrix} row address moved to match
+ * ({@link MmaLayout#aSwizzle}: the byte offset of {@code mmaLoadA} is a per-lane register operand), so that
+ * {@code ldmatrix.x4} reads each 8x8 matrix in one wavefront instead of two. SharedLayoutTest checks both
+ * properties.
  */
 public final class MmaKernels {
     /** Largest excess of a score over its row's reference max that P may carry (natural log units). */
     static final float MAX_EXCESS = 5.0f;
-    private static final int HALF_ONE_PAIR = 0x3C003C00;
+    /** Two fp16 ones in an int (the constant tiles of ones). */
+    static final int HALF_ONE_PAIR = 0x3C003C00;
     /**
      * The Java heap's float[] base offset (HotSpot, compressed class pointers: 16 bytes), which TornadoVM's
      * {@code mmaStore} lowering adds to every index it stores to (PTXGraphBuilderPlugins: {@code
@@ -116,537 +127,18 @@ public final class MmaKernels {
      * A static final, folded into the kernel as a constant.
      */
     static final int MMA_STORE_SKEW = mmaStoreSkew(TornadoNativeArray.ARRAY_HEADER);
-    static final float LOG2E = 1.4426950408889634f;
-    static final float LN2 = 0.6931471805599453f;
 
     private MmaKernels() {
     }
 
-    /** {@link MmaTileConfig#D64}: D = 64, Br = 64, Bc = 64, 4 warps (128 threads). */
-    public static void attentionD64(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
-                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
-                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
-        final int d = 64;
-        final int bq = 64;
-        final int bkv = 64;
-        int[] qT = kc.allocateIntLocalArray(2064);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
-        int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
-        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
-        int[] pT = kc.allocateIntLocalArray(2048);      // Br x Bc / 2: P, A operand
-        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
-        float[] rowMax = kc.allocateFloatLocalArray(64);
-        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
-
-        int t = kc.localIdx;
-        int warp = t >>> 5;
-        int lane = t & 31;
-        int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
-        if (t < 64) {
-            ones[t] = HALF_ONE_PAIR;
-        }
-        if (t == 0) {
-            flag[0] = -1;
-        }
-
-        int heads = batch * queryHeads;
-        int queryTiles = (queryLength + bq - 1) / bq;
-        int tiles = queryTiles * heads;
-        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
-        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
-        int oBase = sBase + 2 * bkv * bq;
-        int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
-        float scaleLog2 = scale * LOG2E;
-        int stamp = 0;
-
-        for (int round = 0; round * gridSize < tiles; round++) {
-            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
-            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
-            int tile = round * gridSize + position;
-            if (tile < tiles) {
-                int bh = tile % heads;
-                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
-                int b = bh / queryHeads;
-                int h = bh % queryHeads;
-                int hkv = h / (queryHeads / kvHeads);
-                int q0 = qt * bq;
-                int qRow = bshd == 1 ? queryHeads * d : d;
-                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
-                int kvRow = bshd == 1 ? kvHeads * d : d;
-                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
-                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
-                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
-
-                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
-
-                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
-                // the values of two queries for one d share an int. Rows past the end are zeros.
-                for (int i = 0; i < (bq / 2) * (d / 4) / 128; i++) {
-                    int it = t + 128 * i;
-                    int qa = qStageQuery(it);          // even query of the pair
-                    int dq = qStageChunk(it);          // d = 4 dq .. 4 dq + 3
-                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
-                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
-                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
-                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
-                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
-                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
-                    // comment.
-                    int ra = q0 + qa;
-                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
-                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
-                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
-                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
-                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
-                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
-                }
-                if (t < bq) {
-                    rowMax[t] = Float.NEGATIVE_INFINITY;
-                }
-
-                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
-                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
-                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
-                int attempts = 1;
-                for (int attempt = 0; attempt < attempts; attempt++) {
-                    stamp++;
-                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
-                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
-                        // exact max first. Sweep 1 accumulates O and l.
-                        float[] o0 = kc.mmaFragment(0.0f);
-                        float[] o1 = kc.mmaFragment(0.0f);
-                        float[] o2 = kc.mmaFragment(0.0f);
-                        float[] o3 = kc.mmaFragment(0.0f);
-                        float[] o4 = kc.mmaFragment(0.0f);
-                        float[] o5 = kc.mmaFragment(0.0f);
-                        float[] o6 = kc.mmaFragment(0.0f);
-                        float[] o7 = kc.mmaFragment(0.0f);
-                        float[] rowSum = kc.mmaFragment(0.0f);
-                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
-                        for (int kvt = 0; kvt < kvTiles; kvt++) {
-                            int j0 = kvt * bkv;
-                            // aSwizzle, but not loop-invariant to Graal (j0 >>> 31 is 0): hoisted, each mmaLoadA's offset would hold a register.
-                            int aRow = aSwizzle + (j0 >>> 31);
-                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
-                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
-                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
-                            int sTile = sBase + (kvt & 1) * (bkv * bq);
-                            kc.localBarrier();
-
-                            // K into A-operand sub-tiles (16 keys x 16 d, sub-tile (key / 16, d / 16)) and V into
-                            // B-operand sub-tiles (16 keys x 8 d, sub-tile (key / 16, d / 8)), 64 bits at a time.
-                            // Consecutive threads take four consecutive words of 8 rows: 32-byte sectors fully used,
-                            // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
-                            for (int it = t; it < bkv * (d / 4); it += 128) {
-                                int dqL = it & 3;
-                                int jj = (it >>> 2) & 15;
-                                int dqH = (it >>> 6) % (d / 16);
-                                int kb = (it >>> 6) / (d / 16);
-                                int row = j0 + kb * 16 + jj;
-                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
-                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
-                                long lk = k.get(at) * keep;
-                                long lv = v.get(at) * keep;
-                                int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
-                                kT[kAt] = (int) lk;
-                                kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + valueRow(jj) * 4 + 2 * (dqL & 1);
-                                vT[vAt] = (int) lv;
-                                vT[vAt + 1] = (int) (lv >>> 32);
-                            }
-                            kc.localBarrier();
-
-                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
-                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
-                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
-                            for (int kb = 0; kb < 4; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
-                                for (int nb = 0; nb < 2; nb++) {
-                                    int qn = warp * 2 + nb;
-                                    float[] s = kc.mmaFragment(0.0f);
-                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, qSubTile(0, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, qSubTile(1, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, qSubTile(2, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, qSubTile(3, qn, bq)), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
-                                }
-                            }
-
-                            if (sweep == 0 || kvt == 0 && attempt == 0) {
-                                kc.localBarrier();   // S^T complete in the scratch
-                                // One thread per row: fold this tile's max over visible scores into rowMax (the
-                                // reference max is the first tile's on attempt 0, the exact max on attempt 1).
-                                if (t < bq) {
-                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
-                                    float tileMax = Float.NEGATIVE_INFINITY;
-                                    for (int jl = 0; jl < bkv; jl++) {
-                                        if (j0 + jl <= limit) {
-                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
-                                        }
-                                    }
-                                    rowMax[t] = Math.max(rowMax[t], tileMax);
-                                }
-                                kc.localBarrier();
-                            }
-
-                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
-                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
-                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
-                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
-                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
-                            int g = lane >>> 2;
-                            int kbEnd = 4 + (j0 >>> 31);   // 4, but not a constant to Graal: the kb loop stays a loop (8 scores per trip)
-                            for (int kb = 0; kb < kbEnd; kb++) {
-                                for (int nb = 0; nb < 2; nb++) {
-                                    for (int e = 0; e < 2; e++) {
-                                        int rw = nb * 8 + ((lane & 3) << 1) + e;
-                                        int r = warp * 16 + rw;
-                                        float mLog2 = rowMax[r] * LOG2E;
-                                        int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
-                                        int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
-                                                (below >>> 31) * -2.0e30f + 1.0e30f);
-                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
-                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
-                                        excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 4 + kb) * 128 + aTileAt(rw, g)] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
-                                    }
-                                }
-                            }
-                            kc.localBarrier();   // P complete (ldmatrix reads rows that other lanes of the warp wrote)
-
-                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
-                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
-                            // fragment update unconditional.)
-                            for (int kbb = 0; kbb < 4; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 4 + kbb) * 512 + aRow);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
-                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
-                            }
-                        }
-                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
-                            flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
-                        }
-                        int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
-                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
-                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
-                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
-                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
-                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
-                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
-                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
-                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
-                    }
-                    kc.localBarrier();   // every thread has set the flag or not
-                    if (flag[0] == stamp) {
-                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
-                        if (t < bq) {
-                            rowMax[t] = Float.NEGATIVE_INFINITY;
-                        }
-                    }
-                }
-                normaliseOwnRows(scratch, oBase, warp, lane, d);
-                kc.localBarrier();
-                float m = t < bq ? rowMax[t] : 0.0f;
-                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
-                        (b * queryHeads + h) * queryLength, d, bq);
-            }
-        }
-    }
-
-    /** {@link MmaTileConfig#D128}: D = 128, Br = 64, Bc = 32, 4 warps (128 threads). */
-    public static void attentionD128(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
-                                    FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
-                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
-        final int d = 128;
-        final int bq = 64;
-        final int bkv = 32;
-        int[] qT = kc.allocateIntLocalArray(4128);      // D x Br / 2 and padding (qSubTile): Q^T, B operand
-        int[] kT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (kSubTile): K, A operand
-        int[] vT = kc.allocateIntLocalArray(2304);      // Bc x D / 2 and padding (vSubTile): V, B operand
-        int[] pT = kc.allocateIntLocalArray(1024);      // Br x Bc / 2: P, A operand
-        int[] ones = kc.allocateIntLocalArray(64);      // a 16x8 B tile of ones: P times it gives the row sums
-        float[] rowMax = kc.allocateFloatLocalArray(64);
-        int[] flag = kc.allocateIntLocalArray(4);      // one used; 16 bytes keep every local array 16-byte aligned (ldmatrix)
-
-        int t = kc.localIdx;
-        int warp = t >>> 5;
-        int lane = t & 31;
-        int aSwizzle = aSwizzle(lane);   // this lane's ldmatrix row address in the swizzled A-operand tiles
-        if (t < 64) {
-            ones[t] = HALF_ONE_PAIR;
-        }
-        if (t == 0) {
-            flag[0] = -1;
-        }
-
-        int heads = batch * queryHeads;
-        int queryTiles = (queryLength + bq - 1) / bq;
-        int tiles = queryTiles * heads;
-        int offset = kvLength - queryLength;          // bottom-right causal: key j visible to query i iff j <= i + offset
-        int sBase = kc.groupIdx * (2 * bkv * bq + bq * (d + 8));   // this CTA's scratch: S^T (two buffers), O | l
-        int oBase = sBase + 2 * bkv * bq;
-        int oStore = oBase + MMA_STORE_SKEW;          // O's index for mmaStore (see MMA_STORE_SKEW)
-        float scaleLog2 = scale * LOG2E;
-        int stamp = 0;
-
-        for (int round = 0; round * gridSize < tiles; round++) {
-            // Zig-zag over rounds: a CTA that got a heavy (causal) tile gets a light one next.
-            int position = (round & 1) == 0 ? kc.groupIdx : gridSize - 1 - kc.groupIdx;
-            int tile = round * gridSize + position;
-            if (tile < tiles) {
-                int bh = tile % heads;
-                int qt = queryTiles - 1 - tile / heads;      // late (heavy) query tiles first
-                int b = bh / queryHeads;
-                int h = bh % queryHeads;
-                int hkv = h / (queryHeads / kvHeads);
-                int q0 = qt * bq;
-                int qRow = bshd == 1 ? queryHeads * d : d;
-                int qBase = bshd == 1 ? b * queryLength * queryHeads * d + h * d : (b * queryHeads + h) * queryLength * d;
-                int kvRow = bshd == 1 ? kvHeads * d : d;
-                int kvBase = bshd == 1 ? b * kvLength * kvHeads * d + hkv * d : (b * kvHeads + hkv) * kvLength * d;
-                int lastKey = causal == 1 ? Math.min(kvLength - 1, q0 + bq - 1 + offset) : kvLength - 1;
-                int kvTiles = lastKey < 0 ? 0 : lastKey / bkv + 1;   // tiles above the diagonal are never visited
-
-                kc.localBarrier();   // the previous tile's readers of local memory and scratch are done
-
-                // Q^T into B-operand sub-tiles (16 d-rows x 8 queries, 256 bytes, sub-tile (d / 16, query / 8)):
-                // the values of two queries for one d share an int. Rows past the end are zeros.
-                for (int i = 0; i < (bq / 2) * (d / 4) / 128; i++) {
-                    int it = t + 128 * i;
-                    int qa = qStageQuery(it);          // even query of the pair
-                    int dq = qStageChunk(it);          // d = 4 dq .. 4 dq + 3
-                    // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
-                    // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
-                    // a constant (the branch tests an unset predicate), which the shape specialisation makes
-                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
-                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
-                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
-                    // comment.
-                    int ra = q0 + qa;
-                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
-                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
-                    int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
-                    qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
-                    qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
-                    qT[at + 8] = (int) ((la >>> 32) & 0xFFFF) | ((int) ((lb >>> 32) & 0xFFFF) << 16);
-                    qT[at + 12] = (int) ((la >>> 48) & 0xFFFF) | ((int) ((lb >>> 48) & 0xFFFF) << 16);
-                }
-                if (t < bq) {
-                    rowMax[t] = Float.NEGATIVE_INFINITY;
-                }
-
-                // Fragments live only inside one sweep (declared in its body, stored at its end): TornadoVM
-                // mistypes a fragment carried through an if/else merge or from one loop's phi into another's.
-                // (Loops keep their condition at the top: TornadoVM's PTX block scheduler needs it there.)
-                int attempts = 1;
-                for (int attempt = 0; attempt < attempts; attempt++) {
-                    stamp++;
-                    for (int sweep = attempt == 1 ? 0 : 1; sweep < 2; sweep++) {
-                        // Sweep 0 only when a score exceeded its row's reference max (attempt 1): every row's
-                        // exact max first. Sweep 1 accumulates O and l.
-                        float[] o0 = kc.mmaFragment(0.0f);
-                        float[] o1 = kc.mmaFragment(0.0f);
-                        float[] o2 = kc.mmaFragment(0.0f);
-                        float[] o3 = kc.mmaFragment(0.0f);
-                        float[] o4 = kc.mmaFragment(0.0f);
-                        float[] o5 = kc.mmaFragment(0.0f);
-                        float[] o6 = kc.mmaFragment(0.0f);
-                        float[] o7 = kc.mmaFragment(0.0f);
-                        float[] o8 = kc.mmaFragment(0.0f);
-                        float[] o9 = kc.mmaFragment(0.0f);
-                        float[] o10 = kc.mmaFragment(0.0f);
-                        float[] o11 = kc.mmaFragment(0.0f);
-                        float[] o12 = kc.mmaFragment(0.0f);
-                        float[] o13 = kc.mmaFragment(0.0f);
-                        float[] o14 = kc.mmaFragment(0.0f);
-                        float[] o15 = kc.mmaFragment(0.0f);
-                        float[] rowSum = kc.mmaFragment(0.0f);
-                        float excess = Float.NEGATIVE_INFINITY;   // largest z of this sweep (log2 units)
-                        for (int kvt = 0; kvt < kvTiles; kvt++) {
-                            int j0 = kvt * bkv;
-                            // aSwizzle, but not loop-invariant to Graal (j0 >>> 31 is 0): hoisted, each mmaLoadA's offset would hold a register.
-                            int aRow = aSwizzle + (j0 >>> 31);
-                            // S^T alternates between the scratch's two Bc x Br regions: the addresses then depend on
-                            // kvt, so Graal does not hoist all 2 Bc / 8 of this lane's 64-bit read addresses out of the
-                            // loop (which kept them live in registers: 255 registers and spills at D = 64).
-                            int sTile = sBase + (kvt & 1) * (bkv * bq);
-                            kc.localBarrier();
-
-                            // K into A-operand sub-tiles (16 keys x 16 d, sub-tile (key / 16, d / 16)) and V into
-                            // B-operand sub-tiles (16 keys x 8 d, sub-tile (key / 16, d / 8)), 64 bits at a time.
-                            // Consecutive threads take four consecutive words of 8 rows: 32-byte sectors fully used,
-                            // at most 2-way bank conflicts. Keys past the end are zeros (0 * garbage could be NaN).
-                            for (int it = t; it < bkv * (d / 4); it += 128) {
-                                int dqL = it & 3;
-                                int jj = (it >>> 2) & 15;
-                                int dqH = (it >>> 6) % (d / 16);
-                                int kb = (it >>> 6) / (d / 16);
-                                int row = j0 + kb * 16 + jj;
-                                int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
-                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
-                                long lk = k.get(at) * keep;
-                                long lv = v.get(at) * keep;
-                                int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
-                                kT[kAt] = (int) lk;
-                                kT[kAt + 1] = (int) (lk >>> 32);
-                                int vAt = vSubTile(kb, 2 * dqH + (dqL >>> 1), d) / 4 + valueRow(jj) * 4 + 2 * (dqL & 1);
-                                vT[vAt] = (int) lv;
-                                vT[vAt + 1] = (int) (lv >>> 32);
-                            }
-                            kc.localBarrier();
-
-                            // S^T = K Q^T into the scratch (Bc key rows x Br query columns, stride Br). Warp w computes the
-                            // columns of its own query rows [16 w, 16 w + 16) for all Bc keys, so that each lane turns the S
-                            // values it stored itself into P below, and only the warp's own rows of P are read by its P V.
-                            for (int kb = 0; kb < 2; kb++) {
-                                HalfFloat[] a0 = kc.mmaLoadA(kT, 16, kSubTile(kb, 0, d) + aRow);
-                                HalfFloat[] a1 = kc.mmaLoadA(kT, 16, kSubTile(kb, 1, d) + aRow);
-                                HalfFloat[] a2 = kc.mmaLoadA(kT, 16, kSubTile(kb, 2, d) + aRow);
-                                HalfFloat[] a3 = kc.mmaLoadA(kT, 16, kSubTile(kb, 3, d) + aRow);
-                                HalfFloat[] a4 = kc.mmaLoadA(kT, 16, kSubTile(kb, 4, d) + aRow);
-                                HalfFloat[] a5 = kc.mmaLoadA(kT, 16, kSubTile(kb, 5, d) + aRow);
-                                HalfFloat[] a6 = kc.mmaLoadA(kT, 16, kSubTile(kb, 6, d) + aRow);
-                                HalfFloat[] a7 = kc.mmaLoadA(kT, 16, kSubTile(kb, 7, d) + aRow);
-                                for (int nb = 0; nb < 2; nb++) {
-                                    int qn = warp * 2 + nb;
-                                    float[] s = kc.mmaFragment(0.0f);
-                                    s = kc.mma(a0, kc.mmaLoadB(qT, 16, qSubTile(0, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a1, kc.mmaLoadB(qT, 16, qSubTile(1, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a2, kc.mmaLoadB(qT, 16, qSubTile(2, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a3, kc.mmaLoadB(qT, 16, qSubTile(3, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a4, kc.mmaLoadB(qT, 16, qSubTile(4, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a5, kc.mmaLoadB(qT, 16, qSubTile(5, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a6, kc.mmaLoadB(qT, 16, qSubTile(6, qn, bq)), s, MMAShape.M16N8K16);
-                                    s = kc.mma(a7, kc.mmaLoadB(qT, 16, qSubTile(7, qn, bq)), s, MMAShape.M16N8K16);
-                                    kc.mmaStore(s, scratch, kb * 16, sTile + MMA_STORE_SKEW + qn * 8, bq);
-                                }
-                            }
-
-                            if (sweep == 0 || kvt == 0 && attempt == 0) {
-                                kc.localBarrier();   // S^T complete in the scratch
-                                // One thread per row: fold this tile's max over visible scores into rowMax (the
-                                // reference max is the first tile's on attempt 0, the exact max on attempt 1).
-                                if (t < bq) {
-                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + t + offset) : kvLength - 1;
-                                    float tileMax = Float.NEGATIVE_INFINITY;
-                                    for (int jl = 0; jl < bkv; jl++) {
-                                        if (j0 + jl <= limit) {
-                                            tileMax = Math.max(tileMax, scratch.get(sTile + jl * bq + t) * scale);
-                                        }
-                                    }
-                                    rowMax[t] = Math.max(rowMax[t], tileMax);
-                                }
-                                kc.localBarrier();
-                            }
-
-                            // P = 2^z, z = (scale s - m) log2(e), as fp16 bits into the warp's A-operand sub-tiles (16 queries
-                            // x 16 keys). Lane (g = lane / 4, c = 2 (lane % 4)) stored S^T rows g and g + 8 of every key block
-                            // at query columns c, c + 1 of the warp's two 8-query blocks; it reads its own values back (same
-                            // thread: no barrier) and packs keys g and g + 8 of a row into one int. So within each 16-key block
-                            // P's column 2 g + e holds key g + 8 e, and V is staged with its rows in that order (above). Masked
-                            // keys get z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
-                            int g = lane >>> 2;
-                            for (int nb = 0; nb < 2; nb++) {
-                                for (int e = 0; e < 2; e++) {
-                                    int rw = nb * 8 + ((lane & 3) << 1) + e;
-                                    int r = warp * 16 + rw;
-                                    float mLog2 = rowMax[r] * LOG2E;
-                                    int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
-                                    for (int kb = 0; kb < 2; kb++) {
-                                        int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
-                                        float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
-                                                (below >>> 31) * -2.0e30f + 1.0e30f);
-                                        float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
-                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
-                                        excess = Math.max(excess, Math.max(z0, z1));
-                                        pT[(warp * 2 + kb) * 128 + aTileAt(rw, g)] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
-                                    }
-                                }
-                            }
-                            kc.localBarrier();   // P complete (ldmatrix reads rows that other lanes of the warp wrote)
-
-                            // O += P V and l += P 1; warp w owns query rows [16 w, 16 w + 16). (On the rare sweep 0
-                            // this multiplies a stale P: wasted, and overwritten by sweep 1, but it keeps every
-                            // fragment update unconditional.)
-                            for (int kbb = 0; kbb < 2; kbb++) {
-                                HalfFloat[] p = kc.mmaLoadA(pT, 16, (warp * 2 + kbb) * 512 + aRow);
-                                o0 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 0, d)), o0, MMAShape.M16N8K16);
-                                o1 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 1, d)), o1, MMAShape.M16N8K16);
-                                o2 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 2, d)), o2, MMAShape.M16N8K16);
-                                o3 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 3, d)), o3, MMAShape.M16N8K16);
-                                o4 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 4, d)), o4, MMAShape.M16N8K16);
-                                o5 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 5, d)), o5, MMAShape.M16N8K16);
-                                o6 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 6, d)), o6, MMAShape.M16N8K16);
-                                o7 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 7, d)), o7, MMAShape.M16N8K16);
-                                o8 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 8, d)), o8, MMAShape.M16N8K16);
-                                o9 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 9, d)), o9, MMAShape.M16N8K16);
-                                o10 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 10, d)), o10, MMAShape.M16N8K16);
-                                o11 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 11, d)), o11, MMAShape.M16N8K16);
-                                o12 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 12, d)), o12, MMAShape.M16N8K16);
-                                o13 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 13, d)), o13, MMAShape.M16N8K16);
-                                o14 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 14, d)), o14, MMAShape.M16N8K16);
-                                o15 = kc.mma(p, kc.mmaLoadB(vT, 16, vSubTile(kbb, 15, d)), o15, MMAShape.M16N8K16);
-                                rowSum = kc.mma(p, kc.mmaLoadB(ones, 16, 0), rowSum, MMAShape.M16N8K16);
-                            }
-                        }
-                        if (sweep == 1 && excess > MAX_EXCESS * LOG2E) {
-                            flag[0] = stamp;     // some score exceeded its row's reference max by more than MAX_EXCESS
-                        }
-                        int rows = warp * 16;
-                        kc.mmaStore(o0, scratch, 0, oStore + outputAt(rows, 0, d), 8);
-                        kc.mmaStore(o1, scratch, 0, oStore + outputAt(rows, 8, d), 8);
-                        kc.mmaStore(o2, scratch, 0, oStore + outputAt(rows, 16, d), 8);
-                        kc.mmaStore(o3, scratch, 0, oStore + outputAt(rows, 24, d), 8);
-                        kc.mmaStore(o4, scratch, 0, oStore + outputAt(rows, 32, d), 8);
-                        kc.mmaStore(o5, scratch, 0, oStore + outputAt(rows, 40, d), 8);
-                        kc.mmaStore(o6, scratch, 0, oStore + outputAt(rows, 48, d), 8);
-                        kc.mmaStore(o7, scratch, 0, oStore + outputAt(rows, 56, d), 8);
-                        kc.mmaStore(o8, scratch, 0, oStore + outputAt(rows, 64, d), 8);
-                        kc.mmaStore(o9, scratch, 0, oStore + outputAt(rows, 72, d), 8);
-                        kc.mmaStore(o10, scratch, 0, oStore + outputAt(rows, 80, d), 8);
-                        kc.mmaStore(o11, scratch, 0, oStore + outputAt(rows, 88, d), 8);
-                        kc.mmaStore(o12, scratch, 0, oStore + outputAt(rows, 96, d), 8);
-                        kc.mmaStore(o13, scratch, 0, oStore + outputAt(rows, 104, d), 8);
-                        kc.mmaStore(o14, scratch, 0, oStore + outputAt(rows, 112, d), 8);
-                        kc.mmaStore(o15, scratch, 0, oStore + outputAt(rows, 120, d), 8);
-                        kc.mmaStore(rowSum, scratch, 0, oStore + outputAt(rows, d, d), 8);
-                    }
-                    kc.localBarrier();   // every thread has set the flag or not
-                    if (flag[0] == stamp) {
-                        attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
-                        if (t < bq) {
-                            rowMax[t] = Float.NEGATIVE_INFINITY;
-                        }
-                    }
-                }
-                normaliseOwnRows(scratch, oBase, warp, lane, d);
-                kc.localBarrier();
-                float m = t < bq ? rowMax[t] : 0.0f;
-                writeOutput(scratch, o, lse, m, t, oBase, qBase, qRow, q0, queryLength,
-                        (b * queryHeads + h) * queryLength, d, bq);
-            }
-        }
-    }
-
     /**
-     * {@link #attentionD64}, the default kernel ({@link MmaPlan#PIPELINE_PROPERTY}), with:
+     * D = 64 ({@link MmaTileConfig#D64}: Br = 64, Bc = 64, 4 warps, 128 threads). Against the synchronous kernel
+     * it was derived from ({@code MmaSynchronousKernels.attentionD64} in the tests), with:
      * <ul>
      *   <li>O^T = V^T P^T instead of O = P V: P^T goes to a {@code HalfFloat[]} as fp16 values that TornadoVM converts
-     *       ({@link #pTileAt}; the class comment says why), V is staged transposed ({@link #vtAt}), the row sums come
-     *       from a tile of ones times P^T, and O^T leaves through the scratch ({@link #outputTAt});</li>
+     *       ({@link MmaLayout#pTileAt}; the class comment says why), V is staged transposed ({@link MmaLayout#vtAt}), the
+     *       row sums come from a tile of ones times P^T, and O^T leaves through the scratch
+     *       ({@link MmaLayout#outputTAt});</li>
      *   <li>the global K/V loads overlapped with compute: K of tile j + 1 is loaded into registers during tile
      *       j's P V (and stored to local memory at the top of tile j + 1), V of tile j after the softmax, right
      *       before it is stored (at D = 128 after S^T, landing during the softmax); 8 words of 64 bits in flight per
@@ -1013,7 +505,7 @@ public final class MmaKernels {
                         kc.mmaStore(rowSum1, scratch, 0, oStore + bq * d + qb * 8 + 8, 0);
                     }
                     // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
-                    // overwrites them), so that the flag's barrier also publishes O for writeOutput.
+                    // overwrites them), so that the flag's barrier also publishes O for writeOutputTransposed.
                     normaliseOwnColumns(scratch, oBase, warp, lane, d, bq);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
                     if (flag[0] == stamp) {
@@ -1418,7 +910,7 @@ public final class MmaKernels {
                         kc.mmaStore(rowSum1, scratch, 0, oStore + bq * d + qb * 8 + 8, 0);
                     }
                     // Each lane divides the O it stored by its row sums (no barrier: its own values; a recompute
-                    // overwrites them), so that the flag's barrier also publishes O for writeOutput.
+                    // overwrites them), so that the flag's barrier also publishes O for writeOutputTransposed.
                     normaliseOwnColumns(scratch, oBase, warp, lane, d, bq);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
                     if (flag[0] == stamp) {
@@ -1446,173 +938,9 @@ public final class MmaKernels {
                 : a.get((row * kvRow + col) >>> 2);
     }
 
-    /**
-     * The key (0..15) whose words thread {@code t} loads in the pipelined kernels' K/V staging: each warp
-     * instruction reads four keys, eight lanes each, and the lanes of a key read eight consecutive 64-bit words
-     * (64 bytes; {@link #kvLoadColumn}): four cache lines per instruction (a mapping of 16 bytes per key took
-     * eight). The padded tile layouts ({@link #kSubTile}, {@link #vSubTile}) make the stores of this mapping free of
-     * bank conflicts (a lane order chosen for the unpadded layouts instead measured 2-8% slower on the H100).
-     */
-    static int kvLoadKey(int t) {
-        return 4 * (t >>> 5) + ((t >>> 3) & 3);
-    }
-
-    /** The first of the four fp16 columns (0..28) of a 32-column block that thread {@code t} loads: see {@link #kvLoadKey}. */
-    static int kvLoadColumn(int t) {
-        return 4 * (t & 7);
-    }
-
-    /**
-     * Byte offset in the Q^T tile of B-operand sub-tile (d block {@code dBlock} of 16, query block {@code queryBlock} of 8):
-     * 16 d-rows x 8 queries, 256 bytes with 16-byte rows ({@code mmaLoadB}), each d block's sub-tiles 16 bytes further on
-     * than the last's. With that shift a warp's staging stores ({@link #qStageQuery}, {@link #qStageChunk}: four d blocks,
-     * two 4-row groups, four query pairs) reach all 32 banks; unshifted, every sub-tile starts in bank 0 and they reached
-     * 4 (8-way conflicts).
-     */
-    static int qSubTile(int dBlock, int queryBlock, int bq) {
-        return (dBlock * (bq / 8) + queryBlock) * 256 + 16 * dBlock;
-    }
-
-    /** The even query of the pair that Q^T staging item {@code it} loads (bits: 1..0 pair in the block, 7..5 block). */
-    static int qStageQuery(int it) {
-        return 8 * ((it >>> 5) & 7) + 2 * (it & 3);
-    }
-
-    /**
-     * The 4-column chunk of d (d = 4 chunk .. + 3) that Q^T staging item {@code it} loads: bits 4..3 and 9.. the d block,
-     * bits 8 and 2 the chunk within it, so that one warp covers four d blocks ({@link #qSubTile}).
-     */
-    static int qStageChunk(int it) {
-        int dBlock = 4 * (it >>> 9) + ((it >>> 3) & 3);
-        return 4 * dBlock + 2 * ((it >>> 8) & 1) + ((it >>> 2) & 1);
-    }
-
-    /**
-     * Byte offset in the K tile of A-operand sub-tile (key block {@code keyBlock}, d block {@code dBlock}): 16 keys x 16
-     * columns, 512 bytes with 32-byte rows ({@code mmaLoadA}'s fixed layout), followed by 64 bytes of padding. The padding
-     * puts odd d blocks half a bank cycle (64 bytes) off even ones, so that a half-warp's 64-bit staging stores (two keys,
-     * 32 columns: two sub-tiles) reach 16 distinct 8-byte bank pairs, not 8 twice.
-     */
-    static int kSubTile(int keyBlock, int dBlock, int d) {
-        return (keyBlock * (d / 16) + dBlock) * 576;
-    }
-
-    /**
-     * Int index within an A-operand sub-tile (16 rows of 32 bytes, 8 ints each) of row {@code row}, int {@code word}
-     * (columns 2 word, 2 word + 1), swizzled: rows 4-7 and 12-15 keep their two 16-byte halves swapped. {@code ldmatrix}
-     * reads each 8x8 matrix as 8 rows of 16 bytes, one address per lane; with 32-byte rows, rows r and r + 4 of a
-     * matrix fall in the same banks (2 wavefronts per matrix). Swapped halves put them in the other 16 bytes of the
-     * bank cycle, and {@link #aSwizzle} moves each lane's row address to match.
-     */
-    static int aTileAt(int row, int word) {
-        return row * 8 + (word ^ (((row >>> 2) & 1) << 2));
-    }
-
-    /**
-     * The byte offset, added to every {@code mmaLoadA}, that makes lane {@code lane}'s row address follow
-     * {@link #aTileAt}'s swizzle. TornadoVM's {@code ldmatrix.x4} has lane l supply row 8 ((l / 8) % 2) + l % 8 at byte
-     * 16 (l / 16) of the row; rows with bit 2 set have their halves swapped, so those lanes move +16 bytes (first half)
-     * or -16 (second half). (The byte offset is a register operand of the intrinsic, added to each lane's address.)
-     */
-    static int aSwizzle(int lane) {
-        return ((lane >>> 2) & 1) * (16 - ((lane >>> 4) << 5));
-    }
-
-    /**
-     * Byte offset in the V tile of B-operand sub-tile (key block {@code keyBlock}, d block {@code n} of 8): 16 keys x 8
-     * columns, 256 bytes with 16-byte rows ({@code mmaLoadB}). Four consecutive d blocks form a 1152-byte group, at 0,
-     * 272, 576 and 848 bytes in it: shifted 0, 16, 64 and 80 bytes within a bank cycle, so that a half-warp's 64-bit
-     * staging stores (two keys, four d blocks) reach 16 distinct 8-byte bank pairs; unpadded (all four at 0 mod 128)
-     * they reached 4.
-     */
-    static int vSubTile(int keyBlock, int n, int d) {
-        return (keyBlock * (d / 32) + (n >>> 2)) * 1152 + (n & 1) * 272 + ((n >>> 1) & 1) * 576;
-    }
-
-    /**
-     * Int index in the K tile of key {@code key} < 16, columns {@code col} < 32 and + 1 ({@link #kSubTile}); key + 16
-     * and col + 32 are 288 (d / 32) and 288 ints further.
-     */
-    static int kTileAt(int key, int col) {
-        return kSubTile(0, col >>> 4, 32) / 4 + aTileAt(key, (col & 15) >>> 1);
-    }
-
-    /** The row of key {@code key} < 16 in a V sub-tile: key g + 8 e at row 2 g + e, the order of P's columns. */
-    static int valueRow(int key) {
-        return ((key & 7) << 1) | (key >>> 3);
-    }
-
-    /**
-     * Half index within a 16 keys x 8 queries B-operand sub-tile of P^T (16-byte rows, {@code mmaLoadBSwizzled}) of key
-     * {@code row}, query {@code col}: rows 8-15 are stored pairwise swapped, the permutation TornadoVM's swizzled
-     * {@code ldmatrix} addressing undoes (byte offset b read at b ^ (((b >> 7) & 7) << 4); within 256 bytes it flips bit
-     * 4, the row's bit 0, for rows 8-15). A warp's fp16 stores of one (key half, query) slot reach 32 distinct banks.
-     */
-    static int pTileAt(int row, int col) {
-        return ((row ^ (row >>> 3)) << 3) + col;
-    }
-
-    /**
-     * Byte offset in the V^T tile of A-operand sub-tile (key block {@code keyBlock}, d block {@code dBlock}): 16 d-rows x
-     * 16 keys, 512 bytes with 32-byte rows, followed by 32 bytes of padding, the four d blocks of a key block in a row.
-     * The padding puts d block i eight banks on from d block 0, so that the staging stores of a warp (vtItemPair,
-     * vtItemQuad: eight words of each of four d blocks) reach all 32 banks.
-     */
-    static int vtSubTile(int keyBlock, int dBlock, int d) {
-        return (keyBlock * (d / 16) + dBlock) * 544;
-    }
-
-    /** Int index in the V^T tile of d {@code d} and the key pair {@code pair} (keys 2 pair, 2 pair + 1), swizzled (aTileAt). */
-    static int vtAt(int col, int pair, int d) {
-        return vtSubTile(pair >>> 3, col >>> 4, d) / 4 + aTileAt(col & 15, pair & 7);
-    }
-
-    /**
-     * The key pair (0..31) of V^T staging item {@code i} (0..3) of thread {@code t}: lane bits 3-4 and item bit 1 the pair
-     * within the warp's key block, the warp the key block. See {@link #vtItemQuad}.
-     */
-    static int vtItemPair(int t, int i, int d) {
-        return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3) : ((t >>> 3) & 3) | ((t >>> 5) << 2);
-    }
-
-    /**
-     * The 4-column chunk of d (0..15) of V^T staging item {@code i} of thread {@code t}: lane bit 0 and item bit 0 its low
-     * bits, lane bits 1-2 the d block. One warp instruction covers four key pairs x two chunks of each of the four d blocks:
-     * four cache lines per load, and stores to 32 distinct banks (vtSubTile).
-     */
-    static int vtItemQuad(int t, int i, int d) {
-        return (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4);
-    }
-
-    /**
-     * Index within a scratch S^T buffer of the score of key {@code key} and query {@code query} (both within
-     * the tile). S^T is stored fragment by fragment, each 16 keys x 8 queries dense (512 bytes, mmaStore with
-     * row stride 8): a warp's store or read of one fragment element then touches 2 cache lines, not the 8 that
-     * a Bc x Br row-major layout gave (row stride Br), which made the scratch round trip most of the L1 traffic.
-     */
-    static int scoreAt(int key, int query, int bq) {
-        return ((key >>> 4) * (bq / 8) + (query >>> 3)) * 128 + (key & 15) * 8 + (query & 7);
-    }
-
     /** {@link #MMA_STORE_SKEW} for an array header of {@code arrayHeaderBytes}. */
     static int mmaStoreSkew(long arrayHeaderBytes) {
         return (int) ((arrayHeaderBytes - MMA_STORE_HEADER_BYTES) / Float.BYTES);
-    }
-
-    /**
-     * The fp16 bits of 2^z, computed in float and int arithmetic (TornadoVM converts to fp16 only a value
-     * just read from a FloatArray): with n = max(floor(z), -14), 2^z = 2^n 2^(z - n) and the bits are
-     * (n + 14) 1024 + round(1024 2^(z - n)). For a normal result 1024 2^(z - n) is in [1024, 2048) (the
-     * mantissa with its hidden bit, which carries into the exponent field); below 2^-14 (n clamped) it is the
-     * subnormal's mantissa; z <= -25 (and the -1e30 of masked keys) gives 0. Computed as one float,
-     * ((n + 14) + 2^(z - n)) 1024 + 0.5, truncated once (one float-to-int conversion, which TornadoVM emits as
-     * testp + cvt + mov, instead of two); the sum carries 2^-9 of resolution at 2^15, so rounding is to nearest
-     * except within 2^-9 of a tie (then at most 1 ulp of fp16 off). Valid for z < 16 (P <= e^5 here; larger z
-     * only occur in a tile that is recomputed).
-     */
-    static int fp16Pow2(float z) {
-        float n = Math.max(TornadoMath.floor(z), -14.0f);
-        return (int) (((n + 14.0f) + TornadoMath.exp((z - n) * LN2)) * 1024.0f + 0.5f);
     }
 
     // ---------------------------------------------------------------------------------------------
@@ -1623,50 +951,9 @@ public final class MmaKernels {
     // memory.
 
     /**
-     * Index within a CTA's O scratch of query row {@code row} (0..Br-1), column {@code col} (0..D-1, and D for the
-     * row sum l): O is stored fragment by fragment (16 rows x 8 columns dense, mmaStore with row stride 8; the
-     * row sums are fragment D / 8 of each warp's 16 rows), so that a warp's store or read of one fragment
-     * element touches 2 cache lines rather than 8.
-     */
-    static int outputAt(int row, int col, int d) {
-        return ((row >>> 4) * (d / 8 + 1) + (col >>> 3)) * 128 + (row & 15) * 8 + (col & 7);
-    }
-
-    /**
-     * Each lane divides the O elements it stored (rows g, g + 8 of its warp's 16, columns 2 (lane % 4), + 1
-     * of every 8) by the row sum l it stored next to them, in place, so that {@link #writeOutput} can
-     * convert values read straight from the scratch to fp16.
-     */
-    static void normaliseOwnRows(FloatArray scratch, int oBase, int warp, int lane, int d) {
-        int tc = (lane & 3) << 1;
-        int row = warp * 16 + (lane >>> 2);
-        float sum0 = scratch.get(oBase + outputAt(row, d + tc, d));       // the copy of l this lane stored itself
-        float sum1 = scratch.get(oBase + outputAt(row + 8, d + tc, d));
-        float inverse0 = sum0 > 0.0f ? 1.0f / sum0 : 0.0f;    // a row that sees no key gives O = 0
-        float inverse1 = sum1 > 0.0f ? 1.0f / sum1 : 0.0f;
-        for (int c = tc; c < d; c += 8) {    // a loop (tc is the lane's): unrolled, its loads cost the kernel registers
-            int at0 = oBase + outputAt(row, c, d);
-            int at1 = at0 + 64;                // row + 8
-            scratch.set(at0, scratch.get(at0) * inverse0);
-            scratch.set(at0 + 1, scratch.get(at0 + 1) * inverse0);
-            scratch.set(at1, scratch.get(at1) * inverse1);
-            scratch.set(at1 + 1, scratch.get(at1 + 1) * inverse1);
-        }
-    }
-
-    /**
-     * Index within a CTA's O^T scratch (the kernels that accumulate O^T = V^T P^T) of query {@code query}, column
-     * {@code col} of O: stored fragment by fragment, 16 columns x 8 queries dense (mmaStore with row stride 8), the D / 16
-     * fragments of a query block together. The row sums l follow, one float per query, at Br D.
-     */
-    static int outputTAt(int query, int col, int d) {
-        return ((query >>> 3) * (d / 16) + (col >>> 4)) * 128 + (col & 15) * 8 + (query & 7);
-    }
-
-    /**
-     * {@link #normaliseOwnRows} for the O^T scratch ({@link #outputTAt}): each lane divides the elements it stored
-     * (columns g, g + 8 of every 16, queries 2 (lane % 4), + 1 of each of its warp's two query blocks) by their
-     * queries' row sums.
+     * Each lane divides the O^T elements it stored in the scratch ({@link MmaLayout#outputTAt}: columns g, g + 8 of
+     * every 16, queries 2 (lane % 4), + 1 of each of its warp's two query blocks) by their queries' row sums, in
+     * place, so that {@link #writeOutputTransposed} can convert values read straight from the scratch to fp16.
      */
     static void normaliseOwnColumns(FloatArray scratch, int oBase, int warp, int lane, int d, int bq) {
         int g = lane >>> 2;
@@ -1685,8 +972,9 @@ public final class MmaKernels {
     }
 
     /**
-     * {@link #writeOutput} for the O^T scratch ({@link #outputTAt}): a warp instruction covers 8 queries x 4 quads of one
-     * 16-column block (its loads touch 4 lines of one fragment).
+     * O (already divided by l) from the O^T scratch ({@link MmaLayout#outputTAt}) to fp16, four values per 64-bit
+     * store: a warp instruction covers 8 queries x 4 quads of one 16-column block (its loads touch 4 lines of one
+     * fragment); logsumexp = m + ln(l) (thread t < Br passes its row's m), -infinity for a row that saw no key.
      */
     static void writeOutputTransposed(FloatArray scratch, LongArray o, FloatArray lse, float rowMax, int t, int oBase,
                                       int qBase, int qRow, int q0, int queryLength, int lseBase, int d, int bq) {
@@ -1705,34 +993,6 @@ public final class MmaKernels {
         }
         if (t < bq && q0 + t < queryLength) {
             float sum = scratch.get(oBase + bq * d + t);
-            lse.set(lseBase + q0 + t, sum > 0.0f ? rowMax + TornadoMath.log(sum) : Float.NEGATIVE_INFINITY);
-        }
-    }
-
-    /**
-     * O (already divided by l) from the scratch to fp16, four values per 64-bit store; logsumexp =
-     * m + ln(l) (thread t < Br passes its row's m), -infinity for a row that saw no key.
-     */
-    static void writeOutput(FloatArray scratch, LongArray o, FloatArray lse, float rowMax, int t, int oBase,
-                            int qBase, int qRow, int q0, int queryLength, int lseBase, int d, int bq) {
-        // A warp instruction covers 4 rows x 8 quads (32 columns): its loads touch 4 lines of the fragment-dense O
-        // (4 rows of 4 fragments, 128 bytes each), its stores 4 rows of 64 bytes. (2 rows x 16 quads, the row-major order,
-        // touched 8 lines per load.)
-        for (int it = t; it < bq * (d / 4); it += 128) {
-            int group = it >>> 5;                                     // 4 rows x 8 quads each
-            int r = 4 * (group % (bq / 4)) + ((it & 31) >>> 3);
-            int dq = 8 * (group / (bq / 4)) + (it & 7);
-            if (q0 + r < queryLength) {
-                int at = oBase + outputAt(r, 4 * dq, d);
-                long h0 = new HalfFloat(scratch.get(at)).getHalfFloatValue() & 0xFFFF;
-                long h1 = new HalfFloat(scratch.get(at + 1)).getHalfFloatValue() & 0xFFFF;
-                long h2 = new HalfFloat(scratch.get(at + 2)).getHalfFloatValue() & 0xFFFF;
-                long h3 = new HalfFloat(scratch.get(at + 3)).getHalfFloatValue() & 0xFFFF;
-                o.set((qBase + (q0 + r) * qRow + 4 * dq) >>> 2, h0 | (h1 << 16) | (h2 << 32) | (h3 << 48));
-            }
-        }
-        if (t < bq && q0 + t < queryLength) {
-            float sum = scratch.get(oBase + outputAt(t, d, d));
             lse.set(lseBase + q0 + t, sum > 0.0f ? rowMax + TornadoMath.log(sum) : Float.NEGATIVE_INFINITY);
         }
     }

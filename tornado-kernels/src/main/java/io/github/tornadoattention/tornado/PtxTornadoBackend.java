@@ -5,6 +5,7 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.ptx.LaunchTable;
 
 /**
@@ -34,10 +35,11 @@ public final class PtxTornadoBackend implements AttentionBackend {
         LaunchTable.checkSupported(id(), shape);
     }
 
+    /** Options used: {@link PlanOptions#profile()}, {@link PlanOptions#cudaGraph()}. */
     @Override
-    public AttentionPlan plan(AttentionShape shape) {
-        checkCanPlan(shape);
+    public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+        checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
-        return new PtxTornadoPlan(shape, TornadoDevices.ptxDevice().require(id()));
+        return new PtxTornadoPlan(shape, TornadoDevices.ptxDevice().require(id()), options);
     }
 }

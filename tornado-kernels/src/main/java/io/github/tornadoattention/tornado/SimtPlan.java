@@ -3,22 +3,20 @@ package io.github.tornadoattention.tornado;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.Layout;
-import uk.ac.manchester.tornado.api.GridScheduler;
+import io.github.tornadoattention.PlanOptions;
 import uk.ac.manchester.tornado.api.KernelContext;
-import uk.ac.manchester.tornado.api.TaskGraph;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
-import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
-/** The tornado-simt task graph for one shape (see {@link TornadoAttentionPlan} for the graphs around it). */
+/** The tornado-simt kernel task for one shape (see {@link TornadoAttentionPlan} for the graphs around it). */
 final class SimtPlan extends TornadoAttentionPlan {
     private final ShortArray o;
 
-    SimtPlan(AttentionShape s, TornadoDevice device) {
-        super(Backends.TORNADO_SIMT, s);
+    SimtPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
+        super(Backends.TORNADO_SIMT, s, options);
         SimtTileConfig config = SimtTileConfig.forHeadDim(s.headDim());
         HalfFloatArray q = new HalfFloatArray(Math.toIntExact(s.queryElements()));
         HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
@@ -29,22 +27,19 @@ final class SimtPlan extends TornadoAttentionPlan {
 
         // One workgroup of config.threads() threads per (query tile, batch x head), a 1D grid.
         int workgroups = config.workgroups(s.batch(), s.queryHeads(), s.queryLength());
-        WorkerGrid1D worker = new WorkerGrid1D(workgroups * config.threads());
-        worker.setLocalWork(config.threads(), 1, 1);
-        String graph = prefix + "attend";
-        GridScheduler scheduler = new GridScheduler(graph + ".flash", worker);
-
-        KernelContext kc = new KernelContext();
-        TaskGraph attend = consumeInputs(new TaskGraph(graph), q, k, v);
-        if (config == SimtTileConfig.UP_TO_64) {
-            attend.task("flash", SimtKernels::attentionUpTo64, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
-                    s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-        } else {
-            attend.task("flash", SimtKernels::attentionUpTo128, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
-                    s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-        }
-        attend.transferToHost(DataTransferMode.UNDER_DEMAND, o, lseArray);
-        build(device, q, k, v, attend, scheduler);
+        build(device, q, k, v, (graph, name, scheduler) -> {
+            WorkerGrid1D worker = new WorkerGrid1D(workgroups * config.threads());
+            worker.setLocalWork(config.threads(), 1, 1);
+            scheduler.addWorkerGrid(name + ".flash", worker);
+            KernelContext kc = new KernelContext();
+            if (config == SimtTileConfig.UP_TO_64) {
+                graph.task("flash", SimtKernels::attentionUpTo64, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
+                        s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
+            } else {
+                graph.task("flash", SimtKernels::attentionUpTo128, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
+                        s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
+            }
+        }, null);
     }
 
     @Override

@@ -15,10 +15,15 @@ final class TornadoBackendSupport {
     private TornadoBackendSupport() {
     }
 
-    /** {@code probe} touches TornadoVM classes; any failure to load them becomes a reason. */
+    /**
+     * {@code probe} touches TornadoVM classes; any failure to load them becomes a reason. A device found in a JVM
+     * where TornadoVM may fall back to plain Java ({@link #requireNoBailout}) is reported unavailable, saying so.
+     */
     static Availability availability(Supplier<Availability> probe) {
         try {
-            return probe.get();
+            Availability found = probe.get();
+            String refusal = bailoutRefusal();
+            return found.available() && refusal != null ? Availability.unavailable(refusal) : found;
         } catch (LinkageError | RuntimeException e) {
             return Availability.unavailable(describe(e));
         }
@@ -34,13 +39,25 @@ final class TornadoBackendSupport {
 
     /**
      * TornadoVM's default ({@code tornado.recover.bailout=True}) runs a task as sequential Java when its
-     * kernel fails to compile: correct but slow, and silent. The probe sets it to False unless the user
-     * chose; a user who chose True gets an error here instead of a silent fallback.
+     * kernel fails to compile: correct but slow, and silent. So the backends plan only in a JVM started with
+     * {@code -Dtornado.recover.bailout=False} (bin/tornado-attention, the tests and the benchmarks pass it);
+     * nothing here sets it, as TornadoVM reads it once, when its runtime starts.
      */
     static void requireNoBailout(String backendId) {
-        if ("true".equalsIgnoreCase(System.getProperty(BAILOUT_PROPERTY, "false"))) {
-            throw new BackendUnavailableException(backendId, "-D" + BAILOUT_PROPERTY + "=True would let a kernel that"
-                    + " fails to compile run as plain Java; run with -D" + BAILOUT_PROPERTY + "=False");
+        String refusal = bailoutRefusal();
+        if (refusal != null) {
+            throw new BackendUnavailableException(backendId, refusal);
         }
+    }
+
+    /** Why this JVM's bailout setting forbids planning, or null when it is {@code False}. */
+    private static String bailoutRefusal() {
+        String value = System.getProperty(BAILOUT_PROPERTY);
+        if (value != null && value.trim().equalsIgnoreCase("false")) {
+            return null;
+        }
+        return (value == null ? "TornadoVM's default " + BAILOUT_PROPERTY + "=True" : "-D" + BAILOUT_PROPERTY + "="
+                + value) + " would let a kernel that fails to compile run as plain Java; run with -D" + BAILOUT_PROPERTY
+                + "=False (bin/tornado-attention does)";
     }
 }

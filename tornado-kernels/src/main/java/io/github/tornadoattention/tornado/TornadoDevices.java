@@ -16,7 +16,9 @@ import uk.ac.manchester.tornado.api.runtime.TornadoRuntimeProvider;
  * turned into a reason; nothing is thrown at the caller of {@link #probe}.
  *
  * <p>Only the backends' {@code availability()} and {@code plan()} reach this class, so loading a backend
- * provider through {@link java.util.ServiceLoader} never touches TornadoVM.
+ * provider through {@link java.util.ServiceLoader} never touches TornadoVM. The probe changes no global setting
+ * (no system property): whether TornadoVM may fall back to plain Java is the JVM's command line's to say
+ * ({@link TornadoBackendSupport#requireNoBailout}).
  */
 final class TornadoDevices {
     static final String NOT_INITIALISED =
@@ -75,11 +77,6 @@ final class TornadoDevices {
         // The argfile sets these; without them TornadoRuntimeProvider's static initialiser fails.
         if (System.getProperty("tornado.load.runtime.implementation") == null) {
             return new Probe(null, null, NOT_INITIALISED);
-        }
-        // No silent fallback to sequential Java (see TornadoBackendSupport.requireNoBailout); TornadoVM reads
-        // this when its runtime starts, which is below.
-        if (System.getProperty(TornadoBackendSupport.BAILOUT_PROPERTY) == null) {
-            System.setProperty(TornadoBackendSupport.BAILOUT_PROPERTY, "False");
         }
         try {
             return find(needPtx);

@@ -6,6 +6,7 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.PlanOptions;
 
 /**
  * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels}, both matrix products on tensor
@@ -35,12 +36,13 @@ public final class TornadoMmaBackend implements AttentionBackend {
         MmaTileConfig.forHeadDim(shape.headDim());
     }
 
+    /** Options used: {@link PlanOptions#profile()}, {@link PlanOptions#cudaGraph()}, {@link PlanOptions#mmaJitFlags()}. */
     @Override
-    public AttentionPlan plan(AttentionShape shape) {
-        checkCanPlan(shape);
+    public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+        checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
         try {
-            return new MmaPlan(shape, TornadoDevices.ptxDevice().require(id()));
+            return new MmaPlan(shape, TornadoDevices.ptxDevice().require(id()), options);
         } catch (RuntimeException e) {
             // TornadoVM refuses MMA intrinsics on devices below compute capability 8.0 when it compiles.
             if (e.getClass().getSimpleName().equals("TornadoDeviceMMANotSupported")) {

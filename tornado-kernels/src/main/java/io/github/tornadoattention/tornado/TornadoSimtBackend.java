@@ -5,6 +5,7 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.PlanOptions;
 
 /** {@code tornado-simt}: the FlashAttention-2 kernel of {@link SimtKernels}, scalar fp32 math, any TornadoVM device. */
 public final class TornadoSimtBackend implements AttentionBackend {
@@ -30,10 +31,11 @@ public final class TornadoSimtBackend implements AttentionBackend {
         SimtTileConfig.forHeadDim(shape.headDim());
     }
 
+    /** Options used: {@link PlanOptions#profile()}, {@link PlanOptions#cudaGraph()}. */
     @Override
-    public AttentionPlan plan(AttentionShape shape) {
-        checkCanPlan(shape);
+    public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+        checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
-        return new SimtPlan(shape, TornadoDevices.anyDevice().require(id()));
+        return new SimtPlan(shape, TornadoDevices.anyDevice().require(id()), options);
     }
 }

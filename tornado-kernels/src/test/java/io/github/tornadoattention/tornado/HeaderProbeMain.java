@@ -8,7 +8,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * Run by {@link MmaKernelsTest} in a child JVM with {@code -Dtornado.panama.objectHeader=128}: the emulated
- * tornado-mma kernels on a few shapes, where FloatArray.get/set skip 128 bytes of header and the emulated
+ * tornado-mma kernels (and the synchronous ones of the tests) on a few shapes, where FloatArray.get/set skip 128 bytes of header and the emulated
  * {@code mmaStore} (like TornadoVM's) 16. Prints {@code header N} and one {@code ok}/{@code FAIL} line per shape.
  */
 public final class HeaderProbeMain {
@@ -23,9 +23,9 @@ public final class HeaderProbeMain {
                 AttentionShape.builder().batch(1).heads(1).queryLength(40).kvLength(90).headDim(128)
                         .causal(false).layout(Layout.BSHD).build()}) {
             try (RandomInputs in = RandomInputs.generate(s, 11)) {
-                for (boolean pipelined : new boolean[] {false, true}) {
-                    ErrorStats errors = MmaKernelsTest.run(s, in, 2, pipelined);
-                    System.out.println((errors.passes() ? "ok " : "FAIL ") + s + " pipelined=" + pipelined + ": " + errors);
+                for (boolean synchronous : new boolean[] {true, false}) {
+                    ErrorStats errors = MmaKernelsTest.run(s, in, 2, synchronous);
+                    System.out.println((errors.passes() ? "ok " : "FAIL ") + s + " synchronous=" + synchronous + ": " + errors);
                 }
             }
         }

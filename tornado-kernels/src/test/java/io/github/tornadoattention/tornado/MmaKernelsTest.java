@@ -33,7 +33,8 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
- * The tornado-mma kernels, run by {@link KernelEmulator} on the CPU (no GPU needed) with the MMA
+ * The tornado-mma kernels ({@link MmaKernels}) and the synchronous ones they were derived from
+ * ({@link MmaSynchronousKernels}), run by {@link KernelEmulator} on the CPU (no GPU needed) with the MMA
  * intrinsics' PTX semantics, against the CPU reference: layouts, masks, GQA, BSHD, tails, the grid loop
  * and the recompute path.
  */
@@ -57,21 +58,22 @@ class MmaKernelsTest {
                 .causal(causal).layout(layout).build();
     }
 
+    /** The synchronous kernels of the tests, the baseline and reference of the shipped ones. */
     @ParameterizedTest
     @MethodSource("shapes")
-    void matchesTheReference(AttentionShape shape) {
+    void synchronousKernelsMatchTheReference(AttentionShape shape) {
         try (RandomInputs in = RandomInputs.generate(shape, 42)) {
-            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3);
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, true);
             assertTrue(errors.passes(), shape + ": " + errors);
         }
     }
 
-    /** The default kernels, which overlap the K/V loads with compute ({@link MmaPlan#PIPELINE_PROPERTY}). */
+    /** The shipped kernels, which overlap the K/V loads with compute. */
     @ParameterizedTest
     @MethodSource("shapes")
-    void pipelinedKernelsMatchTheReference(AttentionShape shape) {
+    void kernelsMatchTheReference(AttentionShape shape) {
         try (RandomInputs in = RandomInputs.generate(shape, 44)) {
-            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3, true);
+            ErrorStats errors = run(shape, in, shape.batch() == 8 ? 1024 : 3);
             assertTrue(errors.passes(), shape + ": " + errors);
         }
     }
@@ -87,9 +89,9 @@ class MmaKernelsTest {
     void shuffledReferenceMaxIsTheFirstTilesMax(AttentionShape shape) {
         try (RandomInputs in = RandomInputs.generate(shape, 46)) {
             int grid = shape.batch() == 8 ? 16 : 3;
-            run(shape, in, grid, false);
-            float[] split = ((float[]) KernelEmulator.localArrayOfLastLaunch(5)).clone();
             run(shape, in, grid, true);
+            float[] split = ((float[]) KernelEmulator.localArrayOfLastLaunch(5)).clone();
+            run(shape, in, grid, false);
             float[] lean = (float[]) KernelEmulator.localArrayOfLastLaunch(5);
             assertEquals(64, lean.length, "rowMax is local array 5");
             for (int r = 0; r < 64; r++) {
@@ -104,15 +106,15 @@ class MmaKernelsTest {
     void fp16Pow2IsTheRoundedPowerOfTwo() {
         for (float z = -30.0f; z < 15.9f; z += 0.0137f) {
             int expected = Float.floatToFloat16((float) Math.pow(2.0, z)) & 0xFFFF;
-            int actual = MmaKernels.fp16Pow2(z);
+            int actual = MmaSynchronousKernels.fp16Pow2(z);
             assertTrue(Math.abs(actual - expected) <= 1, "z = " + z + ": " + actual + " vs " + expected);
         }
-        assertEquals(0x3C00, MmaKernels.fp16Pow2(0.0f));
-        assertEquals(0x4000, MmaKernels.fp16Pow2(1.0f));
-        assertEquals(0x0001, MmaKernels.fp16Pow2(-24.0f));
-        assertEquals(0x0400, MmaKernels.fp16Pow2(-14.0f));
-        assertEquals(0, MmaKernels.fp16Pow2(-26.0f));
-        assertEquals(0, MmaKernels.fp16Pow2(-1.0e30f));
+        assertEquals(0x3C00, MmaSynchronousKernels.fp16Pow2(0.0f));
+        assertEquals(0x4000, MmaSynchronousKernels.fp16Pow2(1.0f));
+        assertEquals(0x0001, MmaSynchronousKernels.fp16Pow2(-24.0f));
+        assertEquals(0x0400, MmaSynchronousKernels.fp16Pow2(-14.0f));
+        assertEquals(0, MmaSynchronousKernels.fp16Pow2(-26.0f));
+        assertEquals(0, MmaSynchronousKernels.fp16Pow2(-1.0e30f));
     }
 
     /** Keys past the first tile score far above the first tile's max: the tile is recomputed. */
@@ -128,17 +130,18 @@ class MmaKernelsTest {
             in.k().copyFrom(k);
             ErrorStats errors = run(shape, in, 1);
             assertTrue(errors.passes(), errors.toString());
-            ErrorStats pipelined = run(shape, in, 1, true);
-            assertTrue(pipelined.passes(), "pipelined: " + pipelined);
+            ErrorStats synchronous = run(shape, in, 1, true);
+            assertTrue(synchronous.passes(), "synchronous: " + synchronous);
         }
     }
 
+    /** The shipped kernel for the shape's head dim, on at most {@code maxGrid} CTAs. */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
         return run(s, in, maxGrid, false);
     }
 
-    /** {@code pipelined}: the default kernels, else the synchronous ones ({@link MmaPlan#PIPELINE_PROPERTY}). */
-    static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean pipelined) {
+    /** {@code synchronous}: {@link MmaSynchronousKernels}' kernel, else the shipped one ({@link MmaPlan#kernel}). */
+    static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean synchronous) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -150,10 +153,10 @@ class MmaKernelsTest {
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
-        MmaPlan.Kernel kernel = MmaPlan.kernel(s.headDim(), pipelined);
+        MmaPlan.Kernel kernel = synchronous ? MmaSynchronousKernels.kernel(s.headDim()) : MmaPlan.kernel(s.headDim());
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
                 s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid));
-        assertEquals(pipelined ? config.sharedMemoryBytes() : config.synchronousSharedMemoryBytes(),
+        assertEquals(synchronous ? MmaSynchronousKernels.sharedMemoryBytes(config) : config.sharedMemoryBytes(),
                 KernelEmulator.localBytesOfLastLaunch(), "MmaTileConfig and the kernel's local arrays disagree");
         return EmulatedInputs.compare("tornado-mma", s, in, o.getSegment(), lse);
     }
@@ -277,18 +280,21 @@ class MmaKernelsTest {
      */
     @Test
     void kernelsHaveNoArithmeticRightShift() throws IOException {
-        byte[] bytes;
-        try (InputStream in = MmaKernels.class.getResourceAsStream("MmaKernels.class")) {
-            bytes = in.readAllBytes();
-        }
-        ClassModel model = ClassFile.of().parse(bytes);
         List<String> found = new ArrayList<>();
-        for (MethodModel method : model.methods()) {
-            for (CodeModel code : method.code().stream().toList()) {
-                for (var element : code) {
-                    if (element instanceof Instruction instruction
-                            && (instruction.opcode() == Opcode.ISHR || instruction.opcode() == Opcode.LSHR)) {
-                        found.add(method.methodName().stringValue() + ": " + instruction.opcode());
+        for (Class<?> kernelCode : List.of(MmaKernels.class, MmaLayout.class, MmaSynchronousKernels.class)) {
+            byte[] bytes;
+            try (InputStream in = kernelCode.getResourceAsStream(kernelCode.getSimpleName() + ".class")) {
+                bytes = in.readAllBytes();
+            }
+            ClassModel model = ClassFile.of().parse(bytes);
+            for (MethodModel method : model.methods()) {
+                for (CodeModel code : method.code().stream().toList()) {
+                    for (var element : code) {
+                        if (element instanceof Instruction instruction
+                                && (instruction.opcode() == Opcode.ISHR || instruction.opcode() == Opcode.LSHR)) {
+                            found.add(kernelCode.getSimpleName() + "." + method.methodName().stringValue() + ": "
+                                    + instruction.opcode());
+                        }
                     }
                 }
             }

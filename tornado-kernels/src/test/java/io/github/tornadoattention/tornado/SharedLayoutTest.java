@@ -10,8 +10,9 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * The shared-memory layouts of tornado-mma's kernels (MmaKernels' aTileAt/aSwizzle, kSubTile/kTileAt, vSubTile,
- * qSubTile/qStageQuery/qStageChunk, vtSubTile/vtAt/vtItemPair/vtItemQuad, pTileAt): every element has its own place
+ * The shared-memory layouts of tornado-mma's kernels (MmaLayout's aTileAt/aSwizzle, kSubTile/kTileAt,
+ * qSubTile/qStageQuery/qStageChunk, vtSubTile/vtAt/vtItemPair/vtItemQuad, pTileAt; the synchronous kernels' vSubTile
+ * in MmaSynchronousKernels): every element has its own place
  * inside the tile that
  * MmaTileConfig sizes, and the accesses they were designed for are free of bank conflicts. Shared memory has 32
  * banks of 4 bytes; a warp's 32-bit access is conflict-free when its lanes hit distinct banks, a 64-bit access when
@@ -33,10 +34,10 @@ class SharedLayoutTest {
             int group = lane >>> 3;
             int row = (group & 1) * 8 + (lane & 7);
             int firstWord = 4 * (group >>> 1);        // the 16-byte half this lane's matrix reads: words 0-3 or 4-7
-            assertEquals(4 * MmaKernels.aTileAt(row, firstWord), ldmatrixRowAddress(lane, MmaKernels.aSwizzle(lane)),
+            assertEquals(4 * MmaLayout.aTileAt(row, firstWord), ldmatrixRowAddress(lane, MmaLayout.aSwizzle(lane)),
                     "lane " + lane);
             for (int word = firstWord; word < firstWord + 4; word++) {   // the half stays contiguous
-                assertEquals(MmaKernels.aTileAt(row, firstWord) + word - firstWord, MmaKernels.aTileAt(row, word));
+                assertEquals(MmaLayout.aTileAt(row, firstWord) + word - firstWord, MmaLayout.aTileAt(row, word));
             }
         }
     }
@@ -47,7 +48,7 @@ class SharedLayoutTest {
             Set<Integer> swizzled = new HashSet<>();
             Set<Integer> plain = new HashSet<>();
             for (int lane = 8 * matrix; lane < 8 * matrix + 8; lane++) {
-                swizzled.add(Math.floorMod(ldmatrixRowAddress(lane, MmaKernels.aSwizzle(lane)) / 16, 8));
+                swizzled.add(Math.floorMod(ldmatrixRowAddress(lane, MmaLayout.aSwizzle(lane)) / 16, 8));
                 plain.add(Math.floorMod(ldmatrixRowAddress(lane, 0) / 16, 8));
             }
             assertEquals(8, swizzled.size(), "matrix " + matrix);
@@ -63,12 +64,13 @@ class SharedLayoutTest {
         Set<Integer> values = new HashSet<>();
         for (int key = 0; key < config.blockKv(); key++) {
             for (int pair = 0; pair < headDim / 2; pair++) {   // the int holding columns 2 pair, 2 pair + 1
-                int k = MmaKernels.kSubTile(key / 16, pair / 8, headDim) / 4 + MmaKernels.aTileAt(key % 16, pair % 8);
-                int v = MmaKernels.vSubTile(key / 16, pair / 4, headDim) / 4 + MmaKernels.valueRow(key % 16) * 4 + pair % 4;
+                int k = MmaLayout.kSubTile(key / 16, pair / 8, headDim) / 4 + MmaLayout.aTileAt(key % 16, pair % 8);
+                int v = MmaSynchronousKernels.vSubTile(key / 16, pair / 4, headDim) / 4
+                        + MmaSynchronousKernels.valueRow(key % 16) * 4 + pair % 4;
                 assertTrue(keys.add(k) && k < config.keyTileInts(), "K " + key + ", " + pair);
-                assertTrue(values.add(v) && v < config.valueTileInts(), "V " + key + ", " + pair);
+                assertTrue(values.add(v) && v < MmaSynchronousKernels.valueTileInts(config), "V " + key + ", " + pair);
                 if (key < 16 && pair < 16) {   // the staging helper's range: 16 keys, 32 columns
-                    assertEquals(k, MmaKernels.kTileAt(key, 2 * pair));
+                    assertEquals(k, MmaLayout.kTileAt(key, 2 * pair));
                 }
             }
         }
@@ -90,7 +92,7 @@ class SharedLayoutTest {
                 for (int half = 0; half < 2; half++) {
                     Set<Integer> pairs = new HashSet<>();
                     for (int t = 32 * warp + 16 * half; t < 32 * warp + 16 * half + 16; t++) {
-                        int at = MmaKernels.kTileAt(MmaKernels.kvLoadKey(t), MmaKernels.kvLoadColumn(t)) + 288 * word;
+                        int at = MmaLayout.kTileAt(MmaLayout.kvLoadKey(t), MmaLayout.kvLoadColumn(t)) + 288 * word;
                         pairs.add((at / 2) % 16);
                         perBank[at % 32]++;
                     }
@@ -114,9 +116,9 @@ class SharedLayoutTest {
             for (int row = 0; row < 4; row++) {            // the four stores of one item: d = 4 chunk + row
                 Set<Integer> banks = new HashSet<>();
                 for (int it = warpStart; it < warpStart + 32; it++) {
-                    int query = MmaKernels.qStageQuery(it);
-                    int chunk = MmaKernels.qStageChunk(it);
-                    int at = MmaKernels.qSubTile(chunk >>> 2, query >>> 3, config.blockQ()) / 4
+                    int query = MmaLayout.qStageQuery(it);
+                    int chunk = MmaLayout.qStageChunk(it);
+                    int at = MmaLayout.qSubTile(chunk >>> 2, query >>> 3, config.blockQ()) / 4
                             + 16 * (chunk & 3) + 4 * row + ((query & 7) >>> 1);
                     banks.add(at % 32);
                     assertTrue(ints.add(at) && at < config.queryTileInts(), "item " + it + ", row " + row);
@@ -148,11 +150,11 @@ class SharedLayoutTest {
                 for (int row = 0; row < 4; row++) {
                     Set<Integer> banks = new HashSet<>();
                     for (int t = 32 * warp; t < 32 * warp + 32; t++) {
-                        int pair = MmaKernels.vtItemPair(t, i, headDim);
-                        int quad = MmaKernels.vtItemQuad(t, i, headDim);
+                        int pair = MmaLayout.vtItemPair(t, i, headDim);
+                        int quad = MmaLayout.vtItemQuad(t, i, headDim);
                         assertTrue(pair < config.blockKv() / 2 && quad < headDim / 4, "thread " + t + ", item " + i);
-                        int at = MmaKernels.vtAt(4 * quad, pair, headDim) + 8 * row;   // the kernels' at + 8 row
-                        assertEquals(MmaKernels.vtAt(4 * quad + row, pair, headDim), at);
+                        int at = MmaLayout.vtAt(4 * quad, pair, headDim) + 8 * row;   // the kernels' at + 8 row
+                        assertEquals(MmaLayout.vtAt(4 * quad + row, pair, headDim), at);
                         assertTrue(ints.add(at) && at < config.valueTransposedTileInts(), "thread " + t + ", item " + i);
                         banks.add(at % 32);
                     }
@@ -163,7 +165,7 @@ class SharedLayoutTest {
         assertEquals(config.blockKv() * headDim / 2, ints.size());
         for (int keyBlock = 0; keyBlock < config.blockKv() / 16; keyBlock++) {
             for (int dBlock = 0; dBlock < headDim / 16; dBlock++) {
-                assertEquals(0, MmaKernels.vtSubTile(keyBlock, dBlock, headDim) % 16);
+                assertEquals(0, MmaLayout.vtSubTile(keyBlock, dBlock, headDim) % 16);
             }
         }
     }
@@ -179,15 +181,15 @@ class SharedLayoutTest {
         for (int row = 0; row < 16; row++) {
             for (int col = 0; col < 8; col++) {
                 int b = row * 16 + col * 2;
-                assertEquals(b ^ (((b >> 7) & 7) << 4), 2 * MmaKernels.pTileAt(row, col), "row " + row + ", col " + col);
-                assertTrue(halfs.add(MmaKernels.pTileAt(row, col)));
+                assertEquals(b ^ (((b >> 7) & 7) << 4), 2 * MmaLayout.pTileAt(row, col), "row " + row + ", col " + col);
+                assertTrue(halfs.add(MmaLayout.pTileAt(row, col)));
             }
         }
         for (int keyHalf = 0; keyHalf < 2; keyHalf++) {
             for (int e = 0; e < 2; e++) {
                 Set<Integer> banks = new HashSet<>();
                 for (int lane = 0; lane < 32; lane++) {
-                    int half = MmaKernels.pTileAt((lane >>> 2) + 8 * keyHalf, 0) + ((lane & 3) << 1) + e;
+                    int half = MmaLayout.pTileAt((lane >>> 2) + 8 * keyHalf, 0) + ((lane & 3) << 1) + e;
                     banks.add((half / 2) % 32);
                 }
                 assertEquals(32, banks.size(), "keys " + (keyHalf == 0 ? "g" : "g + 8") + ", e " + e);

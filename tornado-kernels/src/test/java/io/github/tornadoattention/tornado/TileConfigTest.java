@@ -1,11 +1,13 @@
 package io.github.tornadoattention.tornado;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.PlanOptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -21,8 +23,20 @@ class TileConfigTest {
     void mmaLaunchTableHasOneConfigurationPerHeadDim() {
         assertSame(MmaTileConfig.D64, MmaTileConfig.forHeadDim(64));
         assertSame(MmaTileConfig.D128, MmaTileConfig.forHeadDim(128));
-        assertEquals(new MmaTileConfig(64, 64, 64, 4), MmaTileConfig.D64);
-        assertEquals(new MmaTileConfig(128, 64, 32, 4), MmaTileConfig.D128);
+        assertEquals(new MmaTileConfig(64, 64, 64, 4, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
+                MmaTileConfig.D64);
+        assertEquals(new MmaTileConfig(128, 64, 32, 4, null), MmaTileConfig.D128);
+    }
+
+    /** The register cap lives with the configuration; PlanOptions.mmaJitFlags replaces it ("" for none). */
+    @Test
+    void mmaJitFlagsComeFromTheConfigurationUnlessTheOptionsSetThem() {
+        assertEquals("CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128", MmaTileConfig.D64.jitFlags(PlanOptions.defaults()));
+        assertNull(MmaTileConfig.D128.jitFlags(PlanOptions.defaults()), "D = 128: TornadoVM's JIT options");
+        PlanOptions tuning = PlanOptions.builder().mmaJitFlags("CU_JIT_MAX_REGISTERS,168").build();
+        assertEquals("CU_JIT_MAX_REGISTERS 168", MmaTileConfig.D64.jitFlags(tuning));
+        assertEquals("CU_JIT_MAX_REGISTERS 168", MmaTileConfig.D128.jitFlags(tuning));
+        assertNull(MmaTileConfig.D64.jitFlags(PlanOptions.builder().mmaJitFlags("").build()), "none at all");
     }
 
     @ParameterizedTest
@@ -38,20 +52,20 @@ class TileConfigTest {
     @Test
     void mmaConfigurationsFitStaticSharedMemory() {
         for (MmaTileConfig c : new MmaTileConfig[] {MmaTileConfig.D64, MmaTileConfig.D128}) {
-            for (int bytes : new int[] {c.sharedMemoryBytes(), c.synchronousSharedMemoryBytes()}) {
+            for (int bytes : new int[] {c.sharedMemoryBytes(), MmaSynchronousKernels.sharedMemoryBytes(c)}) {
                 assertTrue(bytes <= MmaTileConfig.MAX_SHARED_BYTES, c + ": " + bytes);
                 assertEquals(0, bytes % 16, "shared arrays must keep 16-byte alignment");
             }
             assertEquals(128, c.threads());
         }
-        // Pipelined: Q^T 8 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 8 KB + ones 512 B + flag 16 B + row max 256 B
+        // Q^T 8 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 8 KB + ones 512 B + flag 16 B + row max 256 B
         assertEquals(35_152, MmaTileConfig.D64.sharedMemoryBytes());
         // Q^T 16 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
         assertEquals(39_312, MmaTileConfig.D128.sharedMemoryBytes());
-        // Synchronous: Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(35_408, MmaTileConfig.D64.synchronousSharedMemoryBytes());
+        // The synchronous kernels of the tests: Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
+        assertEquals(35_408, MmaSynchronousKernels.sharedMemoryBytes(MmaTileConfig.D64));
         // Q^T 16 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 4 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(39_568, MmaTileConfig.D128.synchronousSharedMemoryBytes());
+        assertEquals(39_568, MmaSynchronousKernels.sharedMemoryBytes(MmaTileConfig.D128));
     }
 
     @Test
@@ -82,9 +96,9 @@ class TileConfigTest {
 
     @Test
     void mmaConfigurationsAreCheckedForWhatTheKernelAssumes() {
-        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 8));
-        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 32, 64, 4));
-        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 40, 4));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 8, null));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 32, 64, 4, null));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 40, 4, null));
     }
 
     @ParameterizedTest

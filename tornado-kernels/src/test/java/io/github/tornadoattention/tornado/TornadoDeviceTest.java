@@ -12,6 +12,8 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.PlanOptions;
+import io.github.tornadoattention.measure.BenchmarkHooks;
 import io.github.tornadoattention.verify.CorrectnessSuite;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.RandomInputs;
@@ -31,7 +33,11 @@ import org.junit.jupiter.params.provider.ValueSource;
 class TornadoDeviceTest {
 
     private static AttentionBackend backend(String id) {
-        AttentionBackend backend = id.equals("tornado-mma") ? new TornadoMmaBackend() : new TornadoSimtBackend();
+        AttentionBackend backend = switch (id) {
+            case "tornado-mma" -> new TornadoMmaBackend();
+            case "ptx-tornado" -> new PtxTornadoBackend();
+            default -> new TornadoSimtBackend();
+        };
         Availability a = backend.availability();
         assumeTrue(a.available(), () -> "skipped: " + id + " has no TornadoVM device here (" + a.detail() + ")");
         return backend;
@@ -98,7 +104,11 @@ class TornadoDeviceTest {
         }
     }
 
-    /** rerunOnDevice copies nothing either way; a closed plan refuses calls. */
+    /**
+     * The benchmark hook rerunOnDevice copies nothing back and sends nothing after the rerun plan's first run; a forward
+     * with other inputs makes the next rerun build it again; a closed plan refuses calls. (That TornadoVM makes no
+     * host-to-device copy on a rerun is checked without a GPU by FakeDriverTest.)
+     */
     @ParameterizedTest
     @ValueSource(strings = {"tornado-simt", "tornado-mma"})
     void rerunsWithoutCopiesAndCloses(String id) {
@@ -107,21 +117,75 @@ class TornadoDeviceTest {
         try (RandomInputs in = RandomInputs.generate(shape, 4);
              HalfTensor o = HalfTensor.allocate(shape.outputElements())) {
             AttentionPlan plan = backend.plan(shape);
+            BenchmarkHooks hooks = BenchmarkHooks.of(plan);
             TornadoAttentionPlan p = (TornadoAttentionPlan) plan;
             plan.forward(in.q(), in.k(), in.v(), o, null);
             short[] first = o.toBitsArray();
             o.fill(0f);
             for (int i = 0; i < 3; i++) {
-                plan.rerunOnDevice();
+                hooks.rerunOnDevice();
             }
             assertSends(p, 1, 1, 1);
+            assertEquals(1, p.rerunPlansBuilt());
             assertEquals(0f, o.get(0), "rerun copies nothing back");
             plan.forward(in.q(), in.k(), in.v(), o, null);
             assertSends(p, 1, 1, 1);
             assertArrayEquals(first, o.toBitsArray());
+            hooks.rerunOnDevice();
+            assertEquals(1, p.rerunPlansBuilt(), "same inputs: the same rerun plan");
+            in.k().markModified();
+            plan.forward(in.q(), in.k(), in.v(), o, null);
+            hooks.rerunOnDevice();
+            assertEquals(2, p.rerunPlansBuilt(), "changed inputs: a rerun plan on them");
             plan.close();
             assertThrows(IllegalStateException.class, () -> plan.forward(in.q(), in.k(), in.v(), o, null));
-            assertThrows(IllegalStateException.class, plan::rerunOnDevice);
+            assertThrows(IllegalStateException.class, hooks::rerunOnDevice);
+        }
+    }
+
+    /** PlanOptions: profile reports each call's kernel time; CUDA graphs give the same result. */
+    @ParameterizedTest
+    @ValueSource(strings = {"tornado-simt", "tornado-mma", "ptx-tornado"})
+    void honoursThePlanOptions(String id) {
+        AttentionBackend backend = backend(id);
+        AttentionShape shape = AttentionShape.builder().batch(2).heads(4).kvHeads(2).queryLength(130).kvLength(200)
+                .headDim(64).causal(true).build();
+        try (RandomInputs in = RandomInputs.generate(shape, 5);
+             HalfTensor o = HalfTensor.allocate(shape.outputElements())) {
+            try (AttentionPlan plain = backend.plan(shape)) {
+                plain.forward(in.q(), in.k(), in.v(), o, null);
+                assertTrue(BenchmarkHooks.of(plain).lastDeviceMillis().isEmpty(), "no profiler by default");
+            }
+            short[] expected = o.toBitsArray();
+            try (AttentionPlan profiled = backend.plan(shape, PlanOptions.builder().profile(true).build())) {
+                profiled.forward(in.q(), in.k(), in.v(), o, null);
+                assertTrue(BenchmarkHooks.of(profiled).lastDeviceMillis().orElse(-1) >= 0, "profiled kernel time");
+                BenchmarkHooks.of(profiled).rerunOnDevice();
+                assertTrue(BenchmarkHooks.of(profiled).lastDeviceMillis().orElse(-1) >= 0, "profiled rerun");
+            }
+            o.fill(Float.NaN);
+            try (AttentionPlan graphs = backend.plan(shape, PlanOptions.builder().cudaGraph(true).build())) {
+                graphs.forward(in.q(), in.k(), in.v(), o, null);
+                graphs.forward(in.q(), in.k(), in.v(), o, null);   // a replay
+                assertArrayEquals(expected, o.toBitsArray(), "CUDA graphs: the same result");
+            }
+        }
+    }
+
+    /** The synchronous tornado-mma kernels of the tests (the measured baseline) still run on the device. */
+    @ParameterizedTest
+    @ValueSource(ints = {64, 128})
+    void synchronousMmaKernelsPassOnTheDevice(int headDim) {
+        backend("tornado-mma");
+        AttentionShape shape = AttentionShape.builder().batch(2).heads(4).kvHeads(2).queryLength(200).kvLength(333)
+                .headDim(headDim).causal(true).layout(Layout.BSHD).build();
+        try (RandomInputs in = RandomInputs.generate(shape, 6);
+             HalfTensor o = HalfTensor.allocate(shape.outputElements());
+             AttentionPlan plan = new MmaPlan(shape, TornadoDevices.ptxDevice().require("tornado-mma"),
+                     PlanOptions.defaults(), MmaSynchronousKernels.kernel(headDim))) {
+            float[] lse = new float[shape.logSumExpElements()];
+            plan.forward(in.q(), in.k(), in.v(), o, lse);
+            assertCorrect(shape, in, o, lse);
         }
     }
 

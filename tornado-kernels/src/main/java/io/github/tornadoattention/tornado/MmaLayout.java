@@ -1,0 +1,158 @@
+package io.github.tornadoattention.tornado;
+
+/**
+ * Where tornado-mma's kernels ({@link MmaKernels}) keep each tile element in shared memory and in the per-CTA scratch,
+ * and which elements each thread stages: the layouts the MMA intrinsics read ({@code ldmatrix} A and B operands,
+ * {@code mmaStore} fragments), padded, shifted and swizzled so that the staging stores and the {@code ldmatrix} reads
+ * are free of bank conflicts (SharedLayoutTest checks that). {@link MmaTileConfig} sizes the tiles from these
+ * offsets; the kernels call them inline (TornadoVM inlines every call, so a layout costs no call at run time).
+ *
+ * <p>Offsets are in bytes where a name says {@code SubTile}, else in ints (two fp16) of an {@code int[]} tile, halfs of
+ * a {@code HalfFloat[]} tile, or floats of the scratch. Right shifts are {@code >>>} on non-negative values only (see
+ * {@link MmaKernels}).
+ */
+final class MmaLayout {
+    private MmaLayout() {
+    }
+
+    /**
+     * The key (0..15) whose words thread {@code t} loads in the pipelined kernels' K/V staging: each warp
+     * instruction reads four keys, eight lanes each, and the lanes of a key read eight consecutive 64-bit words
+     * (64 bytes; {@link #kvLoadColumn}): four cache lines per instruction (a mapping of 16 bytes per key took
+     * eight). K's padded layout ({@link #kSubTile}) takes the stores of this mapping with at most 2-way bank conflicts
+     * (a lane order chosen for the unpadded layouts instead measured 2-8% slower on the H100).
+     */
+    static int kvLoadKey(int t) {
+        return 4 * (t >>> 5) + ((t >>> 3) & 3);
+    }
+
+    /** The first of the four fp16 columns (0..28) of a 32-column block that thread {@code t} loads: see {@link #kvLoadKey}. */
+    static int kvLoadColumn(int t) {
+        return 4 * (t & 7);
+    }
+
+    /**
+     * Byte offset in the Q^T tile of B-operand sub-tile (d block {@code dBlock} of 16, query block {@code queryBlock} of 8):
+     * 16 d-rows x 8 queries, 256 bytes with 16-byte rows ({@code mmaLoadB}), each d block's sub-tiles 16 bytes further on
+     * than the last's. With that shift a warp's staging stores ({@link #qStageQuery}, {@link #qStageChunk}: four d blocks,
+     * two 4-row groups, four query pairs) reach all 32 banks; unshifted, every sub-tile starts in bank 0 and they reached
+     * 4 (8-way conflicts).
+     */
+    static int qSubTile(int dBlock, int queryBlock, int bq) {
+        return (dBlock * (bq / 8) + queryBlock) * 256 + 16 * dBlock;
+    }
+
+    /** The even query of the pair that Q^T staging item {@code it} loads (bits: 1..0 pair in the block, 7..5 block). */
+    static int qStageQuery(int it) {
+        return 8 * ((it >>> 5) & 7) + 2 * (it & 3);
+    }
+
+    /**
+     * The 4-column chunk of d (d = 4 chunk .. + 3) that Q^T staging item {@code it} loads: bits 4..3 and 9.. the d block,
+     * bits 8 and 2 the chunk within it, so that one warp covers four d blocks ({@link #qSubTile}).
+     */
+    static int qStageChunk(int it) {
+        int dBlock = 4 * (it >>> 9) + ((it >>> 3) & 3);
+        return 4 * dBlock + 2 * ((it >>> 8) & 1) + ((it >>> 2) & 1);
+    }
+
+    /**
+     * Byte offset in the K tile of A-operand sub-tile (key block {@code keyBlock}, d block {@code dBlock}): 16 keys x 16
+     * columns, 512 bytes with 32-byte rows ({@code mmaLoadA}'s fixed layout), followed by 64 bytes of padding. The padding
+     * puts odd d blocks half a bank cycle (64 bytes) off even ones, so that a half-warp's 64-bit staging stores (two keys,
+     * 32 columns: two sub-tiles) reach 16 distinct 8-byte bank pairs, not 8 twice.
+     */
+    static int kSubTile(int keyBlock, int dBlock, int d) {
+        return (keyBlock * (d / 16) + dBlock) * 576;
+    }
+
+    /**
+     * Int index within an A-operand sub-tile (16 rows of 32 bytes, 8 ints each) of row {@code row}, int {@code word}
+     * (columns 2 word, 2 word + 1), swizzled: rows 4-7 and 12-15 keep their two 16-byte halves swapped. {@code ldmatrix}
+     * reads each 8x8 matrix as 8 rows of 16 bytes, one address per lane; with 32-byte rows, rows r and r + 4 of a
+     * matrix fall in the same banks (2 wavefronts per matrix). Swapped halves put them in the other 16 bytes of the
+     * bank cycle, and {@link #aSwizzle} moves each lane's row address to match.
+     */
+    static int aTileAt(int row, int word) {
+        return row * 8 + (word ^ (((row >>> 2) & 1) << 2));
+    }
+
+    /**
+     * The byte offset, added to every {@code mmaLoadA}, that makes lane {@code lane}'s row address follow
+     * {@link #aTileAt}'s swizzle. TornadoVM's {@code ldmatrix.x4} has lane l supply row 8 ((l / 8) % 2) + l % 8 at byte
+     * 16 (l / 16) of the row; rows with bit 2 set have their halves swapped, so those lanes move +16 bytes (first half)
+     * or -16 (second half). (The byte offset is a register operand of the intrinsic, added to each lane's address.)
+     */
+    static int aSwizzle(int lane) {
+        return ((lane >>> 2) & 1) * (16 - ((lane >>> 4) << 5));
+    }
+
+    /**
+     * Int index in the K tile of key {@code key} < 16, columns {@code col} < 32 and + 1 ({@link #kSubTile}); key + 16
+     * and col + 32 are 288 (d / 32) and 288 ints further.
+     */
+    static int kTileAt(int key, int col) {
+        return kSubTile(0, col >>> 4, 32) / 4 + aTileAt(key, (col & 15) >>> 1);
+    }
+
+    /**
+     * Half index within a 16 keys x 8 queries B-operand sub-tile of P^T (16-byte rows, {@code mmaLoadBSwizzled}) of key
+     * {@code row}, query {@code col}: rows 8-15 are stored pairwise swapped, the permutation TornadoVM's swizzled
+     * {@code ldmatrix} addressing undoes (byte offset b read at b ^ (((b >> 7) & 7) << 4); within 256 bytes it flips bit
+     * 4, the row's bit 0, for rows 8-15). A warp's fp16 stores of one (key half, query) slot reach 32 distinct banks.
+     */
+    static int pTileAt(int row, int col) {
+        return ((row ^ (row >>> 3)) << 3) + col;
+    }
+
+    /**
+     * Byte offset in the V^T tile of A-operand sub-tile (key block {@code keyBlock}, d block {@code dBlock}): 16 d-rows x
+     * 16 keys, 512 bytes with 32-byte rows, followed by 32 bytes of padding, the four d blocks of a key block in a row.
+     * The padding puts d block i eight banks on from d block 0, so that the staging stores of a warp (vtItemPair,
+     * vtItemQuad: eight words of each of four d blocks) reach all 32 banks.
+     */
+    static int vtSubTile(int keyBlock, int dBlock, int d) {
+        return (keyBlock * (d / 16) + dBlock) * 544;
+    }
+
+    /** Int index in the V^T tile of d {@code d} and the key pair {@code pair} (keys 2 pair, 2 pair + 1), swizzled (aTileAt). */
+    static int vtAt(int col, int pair, int d) {
+        return vtSubTile(pair >>> 3, col >>> 4, d) / 4 + aTileAt(col & 15, pair & 7);
+    }
+
+    /**
+     * The key pair (0..31) of V^T staging item {@code i} (0..3) of thread {@code t}: lane bits 3-4 and item bit 1 the pair
+     * within the warp's key block, the warp the key block. See {@link #vtItemQuad}.
+     */
+    static int vtItemPair(int t, int i, int d) {
+        return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3) : ((t >>> 3) & 3) | ((t >>> 5) << 2);
+    }
+
+    /**
+     * The 4-column chunk of d (0..15) of V^T staging item {@code i} of thread {@code t}: lane bit 0 and item bit 0 its low
+     * bits, lane bits 1-2 the d block. One warp instruction covers four key pairs x two chunks of each of the four d blocks:
+     * four cache lines per load, and stores to 32 distinct banks (vtSubTile).
+     */
+    static int vtItemQuad(int t, int i, int d) {
+        return (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4);
+    }
+
+    /**
+     * Index within a scratch S^T buffer of the score of key {@code key} and query {@code query} (both within
+     * the tile). S^T is stored fragment by fragment, each 16 keys x 8 queries dense (512 bytes, mmaStore with
+     * row stride 8): a warp's store or read of one fragment element then touches 2 cache lines, not the 8 that
+     * a Bc x Br row-major layout gave (row stride Br), which made the scratch round trip most of the L1 traffic.
+     */
+    static int scoreAt(int key, int query, int bq) {
+        return ((key >>> 4) * (bq / 8) + (query >>> 3)) * 128 + (key & 15) * 8 + (query & 7);
+    }
+
+    /**
+     * Index within a CTA's O^T scratch (the kernels that accumulate O^T = V^T P^T) of query {@code query}, column
+     * {@code col} of O: stored fragment by fragment, 16 columns x 8 queries dense (mmaStore with row stride 8), the D / 16
+     * fragments of a query block together. The row sums l follow, one float per query, at Br D.
+     */
+    static int outputTAt(int query, int col, int d) {
+        return ((query >>> 3) * (d / 16) + (col >>> 4)) * 128 + (col & 15) * 8 + (query & 7);
+    }
+}
