@@ -5,8 +5,9 @@ import io.github.tornadoattention.Availability;
 import java.util.ServiceLoader;
 
 /**
- * Run by {@link BackendAvailabilityTest} in a JVM started without TornadoVM's argfile: loads every backend
- * provider through ServiceLoader and prints {@code id|available|detail} for the TornadoVM ones.
+ * Run by {@link BackendAvailabilityTest} in a child JVM (without TornadoVM's argfile, or with it but without
+ * {@code -Dtornado.recover.bailout}): loads every backend provider through ServiceLoader and prints
+ * {@code id|available|detail} for the TornadoVM ones, then {@code bailout|<the property after the probes>}.
  */
 public final class AvailabilityProbeMain {
     private AvailabilityProbeMain() {
@@ -19,5 +20,6 @@ public final class AvailabilityProbeMain {
                 System.out.println(backend.id() + "|" + a.available() + "|" + a.detail());
             }
         }
+        System.out.println("bailout|" + System.getProperty(TornadoBackendSupport.BAILOUT_PROPERTY));
     }
 }

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeFalse;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.github.tornadoattention.AttentionBackend;
 import io.github.tornadoattention.AttentionShape;
@@ -20,6 +21,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
@@ -137,6 +139,32 @@ class BackendAvailabilityTest {
                 assertEquals("false", parts[1], line);
                 assertTrue(parts[2].startsWith("TornadoVM runtime not initialised: run under TornadoVM"
                         + " (bin/tornado-attention with TORNADOVM_HOME set)"), line);
+            }
+        }
+    }
+
+    /**
+     * The probe changes no global setting: under TornadoVM (with the fake driver where it can be built, so that a
+     * device is found) but without -Dtornado.recover.bailout, the property stays unset after both backends probed,
+     * and a device found is reported unavailable, saying that the flag is needed.
+     */
+    @Test
+    void theProbeSetsNoSystemPropertyAndAsksForTheBailoutFlag() throws Exception {
+        Path argfile = FakeCuda.argfile();
+        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
+        Path lib = FakeCuda.library();
+        Path out = Files.createTempDirectory("probe").resolve("probe.log");
+        int exit = FakeCuda.run(FakeCuda.tornadoJvm(argfile, AvailabilityProbeMain.class.getName()), out,
+                lib == null ? Map.of() : Map.of("LD_LIBRARY_PATH", lib.toString()));
+        String output = Files.readString(out, StandardCharsets.UTF_8);
+        assertEquals(0, exit, output);
+        assertTrue(output.lines().anyMatch(l -> l.equals("bailout|null")), output);
+        List<String> backends = output.lines().filter(l -> l.startsWith("tornado-")).toList();
+        assertEquals(2, backends.size(), output);
+        for (String line : backends) {
+            assertTrue(line.contains("|false|"), line);
+            if (lib != null) {
+                assertTrue(line.contains("-Dtornado.recover.bailout=False"), line);
             }
         }
     }

@@ -13,7 +13,6 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.BeforeAll;
@@ -38,55 +37,18 @@ class FakeDriverTest {
 
     @BeforeAll
     static void runTheProbe() throws IOException, InterruptedException {
-        String home = System.getenv("TORNADOVM_HOME");
-        assumeTrue(home != null, "TORNADOVM_HOME not set");
-        Path basedir = Path.of(System.getProperty("basedir", ".")).toAbsolutePath();
-        Path source = basedir.resolve("tools/fakecuda");
-        Path argfile = basedir.resolve("target/tornado-argfile");
-        Path cudaInclude = Path.of(System.getenv().getOrDefault("CUDA_INCLUDE", "/usr/local/cuda/include"));
-        assumeTrue(Files.isRegularFile(source.resolve("fakecuda.c")) && Files.isRegularFile(argfile),
-                "tools/fakecuda or target/tornado-argfile not found from " + basedir);
-        assumeTrue(Files.isRegularFile(cudaInclude.resolve("cuda.h")), "no cuda.h in " + cudaInclude);
-        Path lib = basedir.resolve("target/fakecuda");
-        Files.createDirectories(lib);
-        assumeTrue(run(List.of("gcc", "-shared", "-fPIC", "-O1", "-I" + cudaInclude, "-Wl,-soname,libcuda.so.1", "-o",
-                lib.resolve("libcuda.so.1").toString(), source.resolve("fakecuda.c").toString()), null, Map.of()) == 0
-                && run(List.of("gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o",
-                lib.resolve("libnvidia-ml.so.1").toString(), source.resolve("fakenvml.c").toString()), null, Map.of()) == 0,
-                "gcc could not build the fake driver");
-
-        List<String> command = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "@" + argfile, "--enable-native-access=ALL-UNNAMED", "-Dtornado.recover.bailout=False", "-cp",
-                System.getProperty("surefire.test.class.path", System.getProperty("java.class.path")),
-                FakeDriverProbeMain.class.getName()));
+        Path argfile = FakeCuda.argfile();
+        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
+        Path lib = FakeCuda.library();
+        assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
+        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False",
+                FakeDriverProbeMain.class.getName());
         command.addAll(BACKENDS);
         Path cwd = Files.createTempDirectory("fake-driver");   // the argfile puts "." on the module path
         Path out = cwd.resolve("probe.log");
-        int exit = run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
+        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
         log = Files.readString(out, StandardCharsets.UTF_8);
         assertEquals(0, exit, log);
-    }
-
-    private static int run(List<String> command, Path output, Map<String, String> env)
-            throws IOException, InterruptedException {
-        ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true);
-        builder.environment().putAll(env);
-        if (output != null) {
-            builder.directory(output.getParent().toFile()).redirectOutput(output.toFile());
-        } else {
-            builder.redirectOutput(ProcessBuilder.Redirect.DISCARD);
-        }
-        Process process;
-        try {
-            process = builder.start();
-        } catch (IOException e) {
-            return -1;   // no gcc
-        }
-        if (!process.waitFor(300, TimeUnit.SECONDS)) {
-            process.destroyForcibly();
-            return -2;
-        }
-        return process.exitValue();
     }
 
     /** The log lines of each step of backend {@code id}, by step name (the marker's first word). */

@@ -1,0 +1,82 @@
+package io.github.tornadoattention.tornado;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The fake CUDA driver of tools/fakecuda (libcuda.so.1 and libnvidia-ml.so.1 reporting one H100, launches as
+ * no-ops), built with gcc into target/fakecuda for tests that run TornadoVM in a child JVM without a GPU.
+ */
+final class FakeCuda {
+    private FakeCuda() {
+    }
+
+    /** The module's folder (surefire's {@code basedir}). */
+    static Path basedir() {
+        return Path.of(System.getProperty("basedir", ".")).toAbsolutePath();
+    }
+
+    /** TornadoVM's argfile with TORNADOVM_HOME filled in (written by the build), or null. */
+    static Path argfile() {
+        Path argfile = basedir().resolve("target/tornado-argfile");
+        return System.getenv("TORNADOVM_HOME") != null && Files.isRegularFile(argfile) ? argfile : null;
+    }
+
+    /** The folder holding the fake libcuda.so.1, built on first use; null where gcc or cuda.h is missing. */
+    static synchronized Path library() throws IOException, InterruptedException {
+        Path source = basedir().resolve("tools/fakecuda");
+        Path cudaInclude = Path.of(System.getenv().getOrDefault("CUDA_INCLUDE", "/usr/local/cuda/include"));
+        Path lib = basedir().resolve("target/fakecuda");
+        if (Files.isRegularFile(lib.resolve("libcuda.so.1")) && Files.isRegularFile(lib.resolve("libnvidia-ml.so.1"))) {
+            return lib;
+        }
+        if (!Files.isRegularFile(source.resolve("fakecuda.c")) || !Files.isRegularFile(cudaInclude.resolve("cuda.h"))) {
+            return null;
+        }
+        Files.createDirectories(lib);
+        boolean built = run(List.of("gcc", "-shared", "-fPIC", "-O1", "-I" + cudaInclude, "-Wl,-soname,libcuda.so.1",
+                "-o", lib.resolve("libcuda.so.1").toString(), source.resolve("fakecuda.c").toString()), null, Map.of()) == 0
+                && run(List.of("gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o",
+                lib.resolve("libnvidia-ml.so.1").toString(), source.resolve("fakenvml.c").toString()), null, Map.of()) == 0;
+        return built ? lib : null;
+    }
+
+    /**
+     * Runs {@code command} (stdout and stderr into {@code output}, in its folder, or discarded) with {@code env} added;
+     * its exit status, -1 if it could not start, -2 if it ran past 5 minutes.
+     */
+    static int run(List<String> command, Path output, Map<String, String> env) throws IOException, InterruptedException {
+        ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true);
+        builder.environment().putAll(env);
+        if (output != null) {
+            builder.directory(output.getParent().toFile()).redirectOutput(output.toFile());
+        } else {
+            builder.redirectOutput(ProcessBuilder.Redirect.DISCARD);
+        }
+        Process process;
+        try {
+            process = builder.start();
+        } catch (IOException e) {
+            return -1;
+        }
+        if (!process.waitFor(300, TimeUnit.SECONDS)) {
+            process.destroyForcibly();
+            return -2;
+        }
+        return process.exitValue();
+    }
+
+    /** A JVM command under TornadoVM (its argfile), with the test class path, running {@code mainClass}. */
+    static List<String> tornadoJvm(Path argfile, String... jvmOptionsThenMainAndArgs) {
+        List<String> command = new java.util.ArrayList<>(List.of(
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(), "@" + argfile,
+                "--enable-native-access=ALL-UNNAMED", "-cp",
+                System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"))));
+        command.addAll(List.of(jvmOptionsThenMainAndArgs));
+        return command;
+    }
+}
