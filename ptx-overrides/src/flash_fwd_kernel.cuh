@@ -36,11 +36,20 @@ struct TileLayout {
 // kDecode = true: split pass.  grid = (num_splits, ceil(G*Sq/16), B*Hkv), G = Hq/Hkv; packed
 //   row r = j*Sq + s is query s of head kvh*G + j.  Writes o_partial (fp32, normalised) and
 //   lse_partial (always).
-template <class Kt, bool kDecode, int kHdr>
+// kCache != kNoCache: the same two passes over a KV cache (flash_cache.cu has the ABI).  Sequence
+//   b attends to its own lens[b] keys (paged: through its block-table row) with its own n_b new
+//   queries, bottom-right causal per sequence.  Prefill: q/o packed [totalQ, Hq, D], rows from
+//   q_offsets[b]; CTAs past n_b exit.  Decode: keys_per_split keys per split; the packed rows
+//   are r = j*n_b + s for the n_b real queries, then the Sq - n_b absent ones (O = 0, lse = -inf).
+//   Every cache-only line sits under `if constexpr`, so the other entries compile as before.
+template <class Kt, bool kDecode, int kHdr, int kCache = kNoCache>
 __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __half* __restrict__ k,
                                          const __half* __restrict__ v, __half* __restrict__ o,
                                          float* __restrict__ o_partial, float* __restrict__ lse,
-                                         const int* __restrict__ params, unsigned char* smem) {
+                                         const int* __restrict__ params, unsigned char* smem,
+                                         CacheArgs ca = CacheArgs{}) {
+  static_assert(kCache == kNoCache || kHdr == 0, "cache entries are CUDA-driver entries");
+  constexpr bool kC = kCache != kNoCache;
   using Opt = typename Kt::O;
   using L = TileLayout<Kt>;
   constexpr int D = Kt::kHeadDim;
@@ -84,12 +93,44 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     kvh = h_fixed / G;
     nrows = p.Sq;
   }
+  // Cache: keys kv_len = L_b, new queries n_new = n_b, first packed query row q_row (prefill);
+  // nvalid = rows holding a real query (the rest of the nrows output rows get O = 0, lse = -inf).
+  int kv_len = p.Skv, n_new = p.Sq, q_row = 0, nvalid = nrows;
+  if constexpr (kC) {
+    kv_len = __ldg(ca.lens + b);
+    if (kDecode) {
+      n_new = __ldg(ca.lens + p.B + b);
+      nvalid = G * n_new;
+    } else {
+      q_row = __ldg(ca.q_offsets + b);
+      n_new = __ldg(ca.q_offsets + b + 1) - q_row;
+      nrows = nvalid = n_new;
+    }
+  }
   const int row0 = m_block * BM;
-  auto row_head = [&](int r) { return kDecode ? kvh * G + r / p.Sq : h_fixed; };
-  auto row_query = [&](int r) { return kDecode ? r % p.Sq : r; };
+  if constexpr (kC && !kDecode) {
+    if (row0 >= n_new) return;  // past this prompt's queries: nothing to write
+  }
+  auto row_head = [&](int r) {
+    if constexpr (kC && kDecode) return kvh * G + (r < nvalid ? r / n_new : (r - nvalid) / max(p.Sq - n_new, 1));
+    else return kDecode ? kvh * G + r / p.Sq : h_fixed;
+  };
+  auto row_query = [&](int r) {
+    if constexpr (kC && kDecode) return r < nvalid ? r % n_new : n_new + (r - nvalid) % max(p.Sq - n_new, 1);
+    else return kDecode ? r % p.Sq : r;
+  };
 
   // Keys this CTA visits: [kbeg, kend).
   int kbeg = 0, kend = p.Skv;
+  if constexpr (kC) {
+    kend = kv_len;
+    if (kDecode) {
+      kbeg = split * ca.keys_per_split;
+      kend = row0 < nvalid ? min(kv_len, kbeg + ca.keys_per_split) : kbeg;  // no real query: empty
+    } else if (p.causal && Opt::kCausalSkip) {
+      kend = min(kv_len, min(row0 + BM, n_new) + kv_len - n_new);
+    }
+  } else {
   if (kDecode) {
     const int per_split = ceil_div(ceil_div(p.Skv, p.num_splits), BN) * BN;  // tile-aligned slices
     kbeg = split * per_split;
@@ -98,6 +139,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     // Bottom-right causal: the block's last row min(row0+Br, Sq)-1 sees keys < that + Skv - Sq + 1.
     // Tiles wholly past it are never loaded.
     kend = min(p.Skv, min(row0 + BM, p.Sq) + p.Skv - p.Sq);
+  }
   }
 
   const int warp_row0 = warp * RG * 16;  // first block-local row of this warp
@@ -111,6 +153,14 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
           const int64_t row_lin = ((int64_t)split * p.B + b) * p.Hq * p.Sq + (int64_t)row_head(r) * p.Sq + row_query(r);
           *reinterpret_cast<float4*>(at_data<kHdr>(o_partial) + row_lin * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
           if (c == 0) at_data<kHdr>(lse)[row_lin] = kNegInf;
+        }
+      }
+    } else if constexpr (kC) {
+      for (int i = tid; i < BM * CH; i += Kt::kNThreads) {
+        const int r = row0 + i / CH, c = i % CH;
+        if (r < nrows) {
+          *reinterpret_cast<uint4*>(o + (int64_t)(q_row + r) * p.o_sr + (int64_t)h_fixed * p.o_sh + c * 8) = make_uint4(0, 0, 0, 0);
+          if (c == 0 && p.write_lse && lse != nullptr) lse[(int64_t)h_fixed * p.Sq + q_row + r] = kNegInf;
         }
       }
     } else {
@@ -129,9 +179,28 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   const int n_max = ceil_div(kend, BN);
   const int n_tiles = n_max - n_min;
 
-  const __half* kbase = at_data<kHdr>(k) + (int64_t)b * p.k_sb + (int64_t)kvh * p.k_sh;
-  const __half* vbase = at_data<kHdr>(v) + (int64_t)b * p.v_sb + (int64_t)kvh * p.v_sh;
-  const int k_sr = p.k_sr, v_sr = p.v_sr, Skv = p.Skv;
+  const __half* kbase;
+  const __half* vbase;
+  if constexpr (kCache == kCachePaged) {
+    // The page term comes per key from the block table (pool [pages, Hkv, page_size, D]).
+    kbase = k;
+    vbase = v;
+  } else {
+    kbase = at_data<kHdr>(k) + (int64_t)b * p.k_sb + (int64_t)kvh * p.k_sh;
+    vbase = at_data<kHdr>(v) + (int64_t)b * p.v_sb + (int64_t)kvh * p.v_sh;
+  }
+  const int k_sr = p.k_sr, v_sr = p.v_sr, Skv = kC ? kv_len : p.Skv;
+  // Paged: 32-bit offsets of this sequence's block-table row and of the KV head inside a page
+  // (both < 2^31 by the stride rules) and log2(page size); the base pointers stay kernel
+  // parameters and the page strides are re-read per tile in load_kv.  Registers are what the
+  // 168- and 255-register configurations are short of.
+  int bt_off = 0, kh_off = 0, vh_off = 0, pg_shift = 0;
+  if constexpr (kCache == kCachePaged) {
+    bt_off = b * reload_param<P_PAGES_PER_SEQ, kHdr>(params);
+    kh_off = kvh * p.k_sh;
+    vh_off = kvh * p.v_sh;
+    pg_shift = __ffs(reload_param<P_PAGE_SIZE, kHdr>(params)) - 1;
+  }
 
   const uint32_t sbase = smem_addr(smem);
   const uint32_t sQ = sbase + Kt::kQOffset;
@@ -142,9 +211,13 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       const int i = tid + it * Kt::kNThreads;
       const int r = i / CH, c = i % CH;
       const int gr = row0 + r;
-      const bool valid = gr < nrows;
+      const bool valid = gr < nvalid;  // nrows, but for the absent queries of a cache decode
       const __half* src = at_data<kHdr>(q);
-      if (valid) src = src + (int64_t)b * p.q_sb + (int64_t)row_head(gr) * p.q_sh + (int64_t)row_query(gr) * p.q_sr + c * 8;
+      if constexpr (kC && !kDecode) {
+        if (valid) src = src + (int64_t)(q_row + gr) * p.q_sr + (int64_t)h_fixed * p.q_sh + c * 8;
+      } else {
+        if (valid) src = src + (int64_t)b * p.q_sb + (int64_t)row_head(gr) * p.q_sh + (int64_t)row_query(gr) * p.q_sr + c * 8;
+      }
       cp_async_16(sQ + L::chunk_off(r, c), src, valid);
     }
   };
@@ -160,6 +233,55 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     const uint32_t sK = sbase + stage * Kt::kStageBytes;
     const uint32_t sV = sK + Kt::kTileBytes;
     const int key0 = n * BN + r0;
+    if constexpr (kCache == kCachePaged) {
+      // Key j lives in page block_table[bt_off + (j >> pg_shift)], row j & (page_size - 1).  One
+      // block-table read (an L1 hit after the first) serves a row's K and V copies.
+      const int pg_mask = (1 << pg_shift) - 1;
+      const int k_pg = with_k ? reload_param<P_K_STRIDE, kHdr>(params) : 0;
+      const int v_pg = with_v ? reload_param<P_V_STRIDE, kHdr>(params) : 0;
+      // A thread's rows are kRowsPerPass keys apart.  Groups of kGroup of them start at a
+      // multiple of kGroup*kRowsPerPass (+ r0 < kRowsPerPass) because Bc is one, so with pages of
+      // at least kGroup*kRowsPerPass keys a group lies in one page: one block-table read and one
+      // address per group, the rest by pointer increments as in a contiguous cache.  kGroup is
+      // the largest power of two dividing the thread's rows per tile, capped so that 16-key
+      // pages qualify.
+      constexpr int NR = BN / kRowsPerPass;
+      constexpr int kGroupCap = kRowsPerPass >= 16 ? 1 : 16 / kRowsPerPass;
+      constexpr int kGroup = (NR & -NR) < kGroupCap ? (NR & -NR) : kGroupCap;
+      if (kGroup > 1 && pg_mask + 1 >= kGroup * kRowsPerPass) {
+#pragma unroll
+        for (int gi = 0; gi < NR / kGroup; ++gi) {
+          const int key = key0 + gi * kGroup * kRowsPerPass;
+          int page = 0;
+          if (key < Skv) page = __ldg(ca.block_table + bt_off + (key >> pg_shift));
+          const int in_page = key & pg_mask;
+          const __half* kp = k + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8));
+          const __half* vp = v + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8));
+#pragma unroll
+          for (int j = 0; j < kGroup; ++j) {
+            const int r = r0 + (gi * kGroup + j) * kRowsPerPass;
+            const bool valid = key + j * kRowsPerPass < Skv;
+            if (with_k) cp_async_16(sK + L::chunk_off(r, c), kp, valid);
+            if (with_v) cp_async_16(sV + L::chunk_off(r, c), vp, valid);
+            if (with_k) kp += kRowsPerPass * k_sr;
+            if (with_v) vp += kRowsPerPass * v_sr;
+          }
+        }
+        return;
+      }
+#pragma unroll
+      for (int it = 0; it < BN / kRowsPerPass; ++it) {
+        const int r = r0 + it * kRowsPerPass;
+        const int key = key0 + it * kRowsPerPass;
+        const bool valid = key < Skv;
+        int page = 0;
+        if (valid) page = __ldg(ca.block_table + bt_off + (key >> pg_shift));
+        const int in_page = key & pg_mask;
+        if (with_k) cp_async_16(sK + L::chunk_off(r, c), k + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8)), valid);
+        if (with_v) cp_async_16(sV + L::chunk_off(r, c), v + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8)), valid);
+      }
+      return;
+    }
     const __half* kp = kbase + (int64_t)key0 * k_sr + c * 8;
     const __half* vp = vbase + (int64_t)key0 * v_sr + c * 8;
 #pragma unroll
@@ -199,7 +321,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
 
   // Causal limit of an owned row: key j is visible iff j <= row_limit(rg, hh).  Recomputed in
   // the (few) masked tiles instead of being kept in registers.
-  const int diag = p.causal ? p.Skv - p.Sq : (1 << 30);  // one register instead of three
+  const int diag = p.causal ? (kC ? kv_len - n_new : p.Skv - p.Sq) : (1 << 30);  // one register instead of three
   auto row_limit = [&](int rg, int hh) {
     const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
     return min(Skv - 1, row_query(r) + diag);
@@ -539,10 +661,19 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         if (r < nrows) {
           const int64_t row_lin = ((int64_t)split * B_ + b) * Hq_ * Sq_ + (int64_t)row_head(r) * Sq_ + row_query(r);
           float* dst = at_data<kHdr>(o_partial) + row_lin * D + 2 * t4;
+          if constexpr (kC) {
+            // An absent query (s >= n_b): O = 0, lse = -inf in every split.
+            const bool real = r < nvalid;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+              *reinterpret_cast<float2*>(dst + dt * 8) = real ? make_float2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]) : make_float2(0.f, 0.f);
+            if (t4 == 0) lse[row_lin] = real ? lse_v[rg][hh] : kNegInf;
+          } else {
 #pragma unroll
           for (int dt = 0; dt < DT; ++dt)
             *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]);
           if (t4 == 0) at_data<kHdr>(lse)[row_lin] = lse_v[rg][hh];
+          }
         }
       }
   } else {
@@ -562,6 +693,29 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
     __syncwarp();
     // b and h from blockIdx again rather than kept live across the loop.
     const int b = blockIdx.y / Hq_, h_fixed = blockIdx.y % Hq_;
+    if constexpr (kC) {
+      // Packed rows q_offsets[b] + r of [totalQ, Hq, D]; lse [Hq, P_SQ] at h*P_SQ + q_offsets[b] + r.
+      const int q0 = __ldg(ca.q_offsets + b), n_b = __ldg(ca.q_offsets + b + 1) - q0;
+      const int o_sr = reload_param<P_O_STRIDE + 2, kHdr>(params);
+      __half* obase = o + (int64_t)q0 * o_sr + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
+#pragma unroll
+      for (int it = 0; it < RG * 16 * CH / 32; ++it) {
+        const int i = lane + it * 32;
+        const int rl = warp_row0 + i / CH, c = i % CH;
+        const int r = row0 + rl;
+        if (r < n_b) *reinterpret_cast<uint4*>(obase + (int64_t)r * o_sr + c * 8) = lds_u128(sQ + L::chunk_off(rl, c));
+      }
+      if (reload_param<P_WRITE_LSE, kHdr>(params) != 0 && lse != nullptr && t4 == 0) {
+#pragma unroll
+        for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
+            if (r < n_b) lse[(int64_t)h_fixed * Sq_ + q0 + r] = lse_v[rg][hh];
+          }
+      }
+      return;
+    }
     __half* obase = at_data<kHdr>(o) + (int64_t)b * reload_param<P_O_STRIDE, kHdr>(params) + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
     const int o_sr = reload_param<P_O_STRIDE + 2, kHdr>(params);
 #pragma unroll
@@ -595,6 +749,16 @@ __device__ __forceinline__ void run_fwd(const __half* q, const __half* k, const 
     __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
     fwd_body<Kt, kDecode, kHdr>(q, k, v, o, o_partial, lse, params, flash_smem);
   }
+}
+
+// The KV-cache twin of run_fwd (flash_cache.cu): static shared memory, CUDA-driver ABI.  A
+// function of its own so that run_fwd's instantiations (and their PTX symbols) stay as they were.
+template <class Kt, bool kDecode, int kCache>
+__device__ __forceinline__ void run_fwd_cache(const __half* q, const __half* k, const __half* v, __half* o,
+                                              float* o_partial, float* lse, const int* params, CacheArgs ca) {
+  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
+  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
+  fwd_body<Kt, kDecode, 0, kCache>(q, k, v, o, o_partial, lse, params, flash_smem, ca);
 }
 
 }  // namespace flash

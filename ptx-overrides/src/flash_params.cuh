@@ -16,7 +16,23 @@ enum ParamIndex {
   P_O_STRIDE = 18,       // 18..20
   P_NUM_SPLITS = 21,     // decode only
   P_SCALE = 22,          // float bits of scale
+  P_PAGE_SIZE = 23,      // KV-cache calls (flash_cache.cu): tokens per page, a power of two; 0 = contiguous cache
+  P_PAGES_PER_SEQ = 24,  // KV-cache calls: block-table row stride (pages per sequence)
   P_COUNT = 32
+};
+
+// Where attention reads K/V from (fwd_body's kCache template argument).
+//   kNoCache:     the plain [B, Hkv, Skv, D] tensors of the prefill / decode entries
+//   kCacheContig: a KV cache [slots, Hkv, capacity, D] holding lens[b] valid keys per sequence
+//   kCachePaged:  a page pool [pages, Hkv, page_size, D] read through a block table
+enum CacheMode { kNoCache = 0, kCacheContig = 1, kCachePaged = 2 };
+
+// The run-time data of a KV-cache call (see flash_cache.cu for the ABI).
+struct CacheArgs {
+  const int* lens = nullptr;         // [2*B]: KV length after this step, then new queries per sequence
+  const int* block_table = nullptr;  // [B * pages_per_seq] page ids (paged only)
+  const int* q_offsets = nullptr;    // [B + 1] packed query offsets (varlen prefill only)
+  int keys_per_split = 0;            // decode split pass: keys per split, a multiple of Bc
 };
 
 struct Params {

@@ -1,0 +1,994 @@
+#!/usr/bin/env python3
+"""Check and time the KV-cache kernels (ptx/flash_cache.ptx) on a GPU.
+
+Loads ptx/flash_cache.ptx with the CUDA driver (ctypes on libcuda.so.1, the calls the Java host
+makes) and checks every entry against a float64 PyTorch reference built from the logical cache
+contents (never through the kernels' own indexing): decode split + combine and varlen prefill
+over contiguous and paged caches (shuffled page tables, page sizes 16, 64 and 1), ragged lengths
+(0, 1, non-multiples of every tile), GQA and MHA, D = 64 and 128, causal and not; the append
+(dense and packed sources, then attention over the appended cache); attention_merge_states.
+Fresh N(0,1) fp16 inputs, outputs poisoned with NaN; cache rows past each length, pages no
+sequence owns and absent query rows hold NaN, so a read out of bounds shows.  Then times the
+decode step (split + combine) at B=8, Hq=32, Hkv=8, D=128: GB/s of K/V read against the GPU's
+peak and beside SDPA FLASH over the same cache slice.  A short table is printed last.
+
+  python3 ptx-overrides/harness/cache_check.py [--seed N] [--no-time] [--emulate]
+
+--emulate: no GPU; every launch runs a Python model of the ABI instead (checks this script's
+plumbing and references on the CPU; timings then mean nothing).
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import random
+import re
+import struct
+import sys
+import time
+import traceback
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PTX = os.path.join(os.path.dirname(HERE), "ptx", "flash_cache.ptx")
+OUT = os.environ.get("OUT", "./out")
+LOG2E = 1.4426950408889634
+NAN = float("nan")
+NEG_INF = float("-inf")
+SPLIT_GRANULE = 256   # the ptx-cuda host's keys-per-split granule (CudaCachePlan)
+MAX_SPLITS = 128
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+ap.add_argument("--no-time", action="store_true")
+ap.add_argument("--emulate", action="store_true")
+ap.add_argument("--no-check", action="store_true")
+ap.add_argument("--ptx", default=None, help="another build of flash_cache.cu (a variant to compare)")
+ARGS = ap.parse_args()
+if ARGS.ptx:
+    PTX = ARGS.ptx
+DEV = "cpu" if ARGS.emulate else "cuda"
+os.makedirs(OUT, exist_ok=True)
+
+
+def log(*a):
+    print(" ".join(str(x) for x in a), flush=True)
+
+
+def f32_bits(x):
+    return struct.unpack("<i", struct.pack("<f", float(x)))[0]
+
+
+def bits_f32(i):
+    return struct.unpack("<f", struct.pack("<i", int(i)))[0]
+
+
+# --------------------------------------------------------------------------- CUDA driver
+class Driver:
+    """The few libcuda calls this script needs (as in check_and_time.py, kept separate)."""
+
+    def __init__(self):
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        torch.zeros(1, device="cuda")  # primary context, current through PyTorch
+        ctx = ctypes.c_void_p()
+        self.check(self.cu.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        assert ctx.value, "no current CUDA context"
+
+    def check(self, err, what):
+        if err != 0:
+            s = ctypes.c_char_p()
+            self.cu.cuGetErrorString(err, ctypes.byref(s))
+            raise RuntimeError(f"{what}: CUDA error {err} {s.value.decode() if s.value else ''}")
+
+    def load(self, path):
+        data = open(path, "rb").read() + b"\0"
+        mod = ctypes.c_void_p()
+        logbuf = ctypes.create_string_buffer(1 << 16)
+        opts = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER(_SIZE_BYTES)
+        vals = (ctypes.c_void_p * 2)(ctypes.cast(logbuf, ctypes.c_void_p), ctypes.c_void_p(len(logbuf)))
+        err = self.cu.cuModuleLoadDataEx(ctypes.byref(mod), data, 2, opts, vals)
+        if err != 0:
+            log("JIT error log:", logbuf.value.decode(errors="replace"))
+        self.check(err, f"cuModuleLoadDataEx({path})")
+        return mod
+
+    def function(self, mod, name):
+        f = ctypes.c_void_p()
+        self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), f"cuModuleGetFunction({name})")
+        return f
+
+    def attr(self, f, a):
+        v = ctypes.c_int()
+        self.check(self.cu.cuFuncGetAttribute(ctypes.byref(v), a, f), "cuFuncGetAttribute")
+        return v.value
+
+    def occupancy(self, f, threads):
+        n = ctypes.c_int()
+        self.check(self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), f, threads, ctypes.c_size_t(0)),
+                   "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        return n.value
+
+    def prepare(self, args):
+        """Kernel arguments -> (void** array, keep-alive): pointers 8 bytes, I 4, L 8."""
+        vals = []
+        for a in args:
+            if isinstance(a, I):
+                vals.append(ctypes.c_int32(a.v))
+            elif isinstance(a, L):
+                vals.append(ctypes.c_int64(a.v))
+            elif a is None:
+                vals.append(ctypes.c_uint64(0))
+            else:
+                vals.append(ctypes.c_uint64(a.data_ptr()))
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+        return ptrs, vals
+
+    def launch_prepared(self, f, grid, block, prepared):
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.cu.cuLaunchKernel(f, grid[0], grid[1], grid[2], block, 1, 1, 0, stream, prepared[0], None),
+                   "cuLaunchKernel")
+
+
+class I:
+    """An int32 kernel argument."""
+
+    def __init__(self, v):
+        self.v = int(v)
+
+
+class L:
+    """An int64 kernel argument."""
+
+    def __init__(self, v):
+        self.v = int(v)
+
+
+# --------------------------------------------------------------------------- the ABI in Python (--emulate)
+def _strided(buf, size, stride, offset=0):
+    return torch.as_strided(buf.reshape(-1), size, stride, int(offset))
+
+
+def _prm(prm):
+    p = [int(x) for x in prm.tolist()]
+    return dict(B=p[0], Hq=p[1], Hkv=p[2], Sq=p[3], cap=p[4], D=p[5], causal=p[6] != 0, wlse=p[8] != 0,
+                q=p[9:12], k=p[12:15], v=p[15:18], o=p[18:21], scale=bits_f32(p[22]), ps=p[23], pps=p[24])
+
+
+def _emu_keys(buf, st, P, b, Lb, bt):
+    """K or V of sequence b, [Hkv, Lb, D] float64, through the strides / block table."""
+    j = torch.arange(Lb)
+    if P["ps"] == 0:
+        base = b * st[0] + j * st[2]
+    else:
+        btl = bt.reshape(-1).long().cpu()
+        base = btl[b * P["pps"] + j // P["ps"]] * st[0] + (j % P["ps"]) * st[2]
+    idx = base[None, :, None] + torch.arange(P["Hkv"])[:, None, None] * st[1] + torch.arange(P["D"])[None, None, :]
+    return buf.reshape(-1)[idx.to(buf.device)].double()
+
+
+def _emu_rows(qd, kd, vd, key0, causal, scale, Lb, n, G):
+    """Softmax of queries qd [Hq, n, D] (query j) over keys key0.. (kd [Hkv, m, D]) with the
+    ABI's mask; returns normalised O [Hq, n, D] and lse [Hq, n] (-inf, O = 0 for no key)."""
+    k = kd.repeat_interleave(G, 0)
+    v = vd.repeat_interleave(G, 0)
+    s = torch.matmul(qd, k.transpose(-1, -2)) * scale
+    m = k.shape[1]
+    if causal:
+        jq = torch.arange(n)[:, None]
+        kk = key0 + torch.arange(m)[None, :]
+        s = s.masked_fill((kk > Lb - n + jq).to(s.device), NEG_INF)
+    lse = torch.logsumexp(s, -1) if m > 0 else torch.full(s.shape[:-1], NEG_INF, dtype=s.dtype)
+    p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
+    return torch.matmul(p, v), lse
+
+
+def emu_decode_split(grid, a):
+    q, k, v, op, lp, prm, lens, bt, kps = a
+    P = _prm(prm)
+    B, Hq, Hkv, Sq, D = P["B"], P["Hq"], P["Hkv"], P["Sq"], P["D"]
+    G = Hq // Hkv
+    S = grid[0]
+    assert grid[1] == math.ceil(G * Sq / 16) and grid[2] == B * Hkv
+    opv = op.view(S, B, Hq, Sq, D)
+    lpv = lp.view(S, B, Hq, Sq)
+    ln = lens.tolist()
+    for b in range(B):
+        Lb, n = ln[b], ln[B + b]
+        qd = _strided(q, (Hq, n, D), (P["q"][1], P["q"][2], 1), b * P["q"][0]).double()
+        for s in range(S):
+            k0, k1 = s * kps.v, min(Lb, (s + 1) * kps.v)
+            opv[s, b] = 0
+            lpv[s, b] = NEG_INF
+            if k1 <= k0 or n == 0:
+                continue
+            kd = _emu_keys(k, P["k"], P, b, k1, bt)[:, k0:]
+            vd = _emu_keys(v, P["v"], P, b, k1, bt)[:, k0:]
+            o_, l_ = _emu_rows(qd, kd, vd, k0, P["causal"], P["scale"], Lb, n, G)
+            opv[s, b, :, :n] = o_.float()
+            lpv[s, b, :, :n] = l_.float()
+
+
+def emu_decode_combine(grid, a):
+    op, lp, o, lse, prm, ns = a
+    P = _prm(prm)
+    B, Hq, Sq, D = P["B"], P["Hq"], P["Sq"], P["D"]
+    S = ns.v
+    opv = op.reshape(-1)[: S * B * Hq * Sq * D].view(S, B, Hq, Sq, D).double()
+    lpv = lp.reshape(-1)[: S * B * Hq * Sq].view(S, B, Hq, Sq).double()
+    lt = torch.logsumexp(lpv, 0)
+    w = torch.nan_to_num(torch.exp(lpv - lt[None]), nan=0.0)
+    ov = (w[..., None] * torch.where(torch.isneginf(lpv)[..., None], torch.zeros_like(opv), opv)).sum(0)
+    dst = _strided(o, (B, Hq, Sq, D), (P["o"][0], P["o"][1], P["o"][2], 1))
+    dst.copy_(ov.half())
+    if P["wlse"] and lse is not None:
+        lse.view(B, Hq, Sq).copy_(lt.float())
+
+
+def emu_fwd(grid, a, br):
+    q, k, v, o, lse, prm, qoff, lens, bt = a
+    P = _prm(prm)
+    B, Hq, Hkv, D = P["B"], P["Hq"], P["Hkv"], P["D"]
+    G = Hq // Hkv
+    assert grid[1] == B * Hq
+    qo, ln = qoff.tolist(), lens.tolist()
+    for b in range(B):
+        n, Lb = qo[b + 1] - qo[b], ln[b]
+        assert n <= grid[0] * br, "grid.x too small for this prompt"
+        if n == 0:
+            continue
+        qd = _strided(q, (Hq, n, D), (P["q"][1], P["q"][2], 1), qo[b] * P["q"][2]).double()
+        kd = _emu_keys(k, P["k"], P, b, Lb, bt)
+        vd = _emu_keys(v, P["v"], P, b, Lb, bt)
+        o_, l_ = _emu_rows(qd, kd, vd, 0, P["causal"], P["scale"], Lb, n, G)
+        _strided(o, (Hq, n, D), (P["o"][1], P["o"][2], 1), qo[b] * P["o"][2]).copy_(o_.half())
+        if P["wlse"] and lse is not None:
+            _strided(lse, (Hq, n), (P["Sq"], 1), qo[b]).copy_(l_.float())
+
+
+def emu_append(grid, a):
+    (kc, vc, nk, nv, lens, bt, noff, B, Hkv, D, max_new, nsb, nsh, nsr, csb, csh, csr, ps, pps) = a
+    B, Hkv, D, ps, pps = B.v, Hkv.v, D.v, ps.v, pps.v
+    ln = lens.tolist()
+    assert grid[1] == Hkv and grid[2] == B and grid[0] * (128 // (D // 8)) >= max_new.v
+    for b in range(B):
+        n = ln[B + b]
+        for j in range(n):
+            pos = ln[b] - n + j
+            for h in range(Hkv):
+                src = ((noff[b].item() + j) * nsr.v + h * nsh.v) if noff is not None else (b * nsb.v + h * nsh.v + j * nsr.v)
+                if ps > 0:
+                    page = bt.reshape(-1)[b * pps + pos // ps].item()
+                    dst = page * csb.v + h * csh.v + (pos % ps) * csr.v
+                else:
+                    dst = b * csb.v + h * csh.v + pos * csr.v
+                kc.reshape(-1)[dst:dst + D] = nk.reshape(-1)[src:src + D]
+                vc.reshape(-1)[dst:dst + D] = nv.reshape(-1)[src:src + D]
+
+
+def emu_merge(grid, a):
+    op, lp, o, lse, parts, rows, D = a
+    parts, rows, D = parts.v, rows.v, D.v
+    ov = op.reshape(-1)[: parts * rows * D].view(parts, rows, D).double()
+    lv = lp.reshape(-1)[: parts * rows].view(parts, rows).double()
+    lt = torch.logsumexp(lv, 0)
+    w = torch.nan_to_num(torch.exp(lv - lt[None]), nan=0.0)
+    o.reshape(-1)[: rows * D].view(rows, D).copy_((w[..., None] * ov).sum(0).half())
+    if lse is not None:
+        lse.reshape(-1)[:rows].copy_(lt.float())
+
+
+# --------------------------------------------------------------------------- kernels
+FWD_BR = {"d64": 128, "d128": 128, "d128_causal": 64}
+
+
+class Kernels:
+    def __init__(self):
+        self.entries = {}
+        self.names = re.findall(r"\.entry\s+(\w+)\s*\(", open(PTX).read())
+        if ARGS.emulate:
+            self.drv = None
+            return
+        self.drv = Driver()
+        t0 = time.time()
+        mod = self.drv.load(PTX)
+        log(f"JIT of flash_cache.ptx ({len(self.names)} entries): {time.time() - t0:.1f}s")
+        for n in self.names:
+            f = self.drv.function(mod, n)
+            thr = self.threads(n)
+            self.entries[n] = dict(f=f, threads=thr, regs=self.drv.attr(f, 4), smem=self.drv.attr(f, 1),
+                                   local=self.drv.attr(f, 3), occ=self.drv.occupancy(f, thr))
+
+    @staticmethod
+    def threads(name):
+        return 32 if name.startswith("flash_cache_decode_split") else 128
+
+    def launch(self, name, grid, args):
+        assert name in self.names, f"no entry {name} in flash_cache.ptx"
+        if ARGS.emulate:
+            if name.startswith("flash_cache_decode_split"):
+                emu_decode_split(grid, args)
+            elif name.startswith("flash_cache_decode_combine"):
+                emu_decode_combine(grid, args)
+            elif name.startswith("flash_cache_fwd"):
+                emu_fwd(grid, args, FWD_BR[name.replace("flash_cache_fwd_", "").replace("paged_", "")])
+            elif name == "kv_cache_append":
+                emu_append(grid, args)
+            elif name == "attention_merge_states":
+                emu_merge(grid, args)
+            return
+        e = self.entries[name]
+        self.drv.launch_prepared(e["f"], grid, e["threads"], self.drv.prepare(args))
+
+    def launcher(self, name, grid, args):
+        """A closure that launches with pre-built arguments (for timing)."""
+        if ARGS.emulate:
+            return lambda: self.launch(name, grid, args)
+        e = self.entries[name]
+        prep = self.drv.prepare(args)
+        return lambda: self.drv.launch_prepared(e["f"], grid, e["threads"], prep)
+
+
+# --------------------------------------------------------------------------- problem set-up
+def params(B, Hq, Hkv, Sq, cap, D, causal, scale, qs, ks, os_, ps, pps, write_lse=1):
+    p = [0] * 32
+    p[0:7] = [B, Hq, Hkv, Sq, cap, D, int(causal)]
+    p[7] = f32_bits(scale * LOG2E)
+    p[8] = write_lse
+    p[9:12] = list(qs)
+    p[12:15] = list(ks)
+    p[15:18] = list(ks)
+    p[18:21] = list(os_)
+    p[22] = f32_bits(scale)
+    p[23] = ps
+    p[24] = pps
+    return torch.tensor(p, dtype=torch.int32, device=DEV)
+
+
+def randn(*shape, gen):
+    return torch.randn(*shape, device=DEV, dtype=torch.float32, generator=gen).half()
+
+
+class Cache:
+    """A contiguous cache [B, Hkv, cap, D] (ps = 0) or a pool [pages, Hkv, ps, D] with a shuffled
+    block table; `truth` holds each sequence's logical K/V ([Hkv, L, D] fp16), the reference's input."""
+
+    def __init__(self, B, Hkv, cap, D, ps, gen, fill=NAN):
+        self.B, self.Hkv, self.cap, self.D, self.ps = B, Hkv, cap, D, ps
+        if ps == 0:
+            self.pps, self.bt = 0, None
+            shape = (B, Hkv, cap, D)
+            self.strides = (Hkv * cap * D, cap * D, D)
+        else:
+            self.pps = math.ceil(cap / ps)
+            npages = B * self.pps + 7
+            perm = torch.randperm(npages, generator=gen, device=DEV)  # pages in random order
+            self.bt = perm[: B * self.pps].to(torch.int32).contiguous()
+            shape = (npages, Hkv, ps, D)
+            self.strides = (Hkv * ps * D, ps * D, D)
+        if fill is None:
+            self.k = randn(*shape, gen=gen)
+            self.v = randn(*shape, gen=gen)
+        else:
+            self.k = torch.full(shape, fill, device=DEV, dtype=torch.half)
+            self.v = torch.full(shape, fill, device=DEV, dtype=torch.half)
+        self.truth = [(torch.empty(Hkv, 0, D, device=DEV, dtype=torch.half),) * 2 for _ in range(B)]
+
+    def _loc(self, b, pos):
+        if self.ps == 0:
+            return torch.full_like(pos, b), pos
+        return self.bt.view(self.B, self.pps)[b, pos // self.ps].long(), pos % self.ps
+
+    def write(self, b, start, kk, vv):
+        """Rows start.. of sequence b = kk, vv [Hkv, n, D] (set-up: by torch indexing, not the kernels)."""
+        pos = torch.arange(start, start + kk.shape[1], device=DEV)
+        i0, i1 = self._loc(b, pos)
+        self.k[i0, :, i1] = kk.transpose(0, 1)
+        self.v[i0, :, i1] = vv.transpose(0, 1)
+
+    def fill(self, lens, gen):
+        for b, Lb in enumerate(lens):
+            kk, vv = randn(self.Hkv, Lb, self.D, gen=gen), randn(self.Hkv, Lb, self.D, gen=gen)
+            self.write(b, 0, kk, vv)
+            self.truth[b] = (kk, vv)
+
+    def bt_arg(self):
+        return self.bt
+
+
+def reference(q_list, cache, lens, news, causal, scale, Hq):
+    """float64 reference per sequence: q_list[b] = [Hq, n_b, D]; -> list of (O [Hq, n, D], lse [Hq, n])."""
+    G = Hq // cache.Hkv
+    out = []
+    for b in range(len(lens)):
+        Lb, n = lens[b], news[b]
+        kk, vv = cache.truth[b]
+        assert kk.shape[1] >= Lb
+        k = kk[:, :Lb].double().repeat_interleave(G, 0)
+        v = vv[:, :Lb].double().repeat_interleave(G, 0)
+        qd = q_list[b].double()
+        s = torch.matmul(qd, k.transpose(-1, -2)) * scale
+        if causal:
+            jq = torch.arange(n, device=DEV)[:, None]
+            kk_ = torch.arange(Lb, device=DEV)[None, :]
+            s = s.masked_fill(kk_ > Lb - n + jq, NEG_INF)
+        if Lb == 0:
+            lse = torch.full((Hq, n), NEG_INF, device=DEV, dtype=torch.float64)
+        else:
+            lse = torch.logsumexp(s, -1)
+        p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
+        out.append((torch.matmul(p, v), lse))
+    return out
+
+
+def compare(o, lse, oref, lref):
+    """fp16 O against float64 (max abs <= 1e-2, rel L2 <= 2e-3, no NaN); lse: same -inf rows, |err| <= 1e-3."""
+    r = dict(ok=True, why="", max_abs=0.0, rel=0.0, lse_err=0.0)
+    if torch.isnan(o).any():
+        r.update(ok=False, why=f"NaN in O ({int(torch.isnan(o).sum())} values)", max_abs=NAN, rel=NAN)
+        return r
+    err = o.double() - oref
+    r["max_abs"] = err.abs().max().item() if err.numel() else 0.0
+    nref = oref.norm().item()
+    r["rel"] = err.norm().item() / nref if nref > 0 else (0.0 if r["max_abs"] == 0 else math.inf)
+    if not (r["max_abs"] <= 1e-2 and r["rel"] <= 2e-3):
+        r.update(ok=False, why=f"O err max {r['max_abs']:.3g} rel {r['rel']:.3g}")
+    if lse is not None:
+        if torch.isnan(lse).any():
+            r.update(ok=False, why=r["why"] + f" NaN in lse ({int(torch.isnan(lse).sum())})")
+        elif not torch.equal(torch.isneginf(lse), torch.isneginf(lref)):
+            r.update(ok=False, why=r["why"] + " lse -inf rows differ")
+        else:
+            fin = torch.isfinite(lref)
+            r["lse_err"] = (lse.double()[fin] - lref[fin]).abs().max().item() if fin.any() else 0.0
+            if r["lse_err"] > 1e-3:
+                r.update(ok=False, why=r["why"] + f" lse err {r['lse_err']:.3g}")
+    return r
+
+
+class Results:
+    def __init__(self):
+        self.groups = {}
+
+    def add(self, group, case, r):
+        g = self.groups.setdefault(group, dict(n=0, passed=0, max_abs=0.0, max_rel=0.0, max_lse=0.0, fails=[]))
+        g["n"] += 1
+        if r["ok"]:
+            g["passed"] += 1
+        else:
+            if len(g["fails"]) < 6:
+                g["fails"].append(f"{case}: {r['why']}")
+            log(f"  FAIL {group} {case}: {r['why']}")
+        for k1, k2 in (("max_abs", "max_abs"), ("max_rel", "rel"), ("max_lse", "lse_err")):
+            if not math.isnan(r.get(k2, 0.0)):
+                g[k1] = max(g[k1], r.get(k2, 0.0))
+
+    def error(self, group, case, ex):
+        g = self.groups.setdefault(group, dict(n=0, passed=0, max_abs=0.0, max_rel=0.0, max_lse=0.0, fails=[]))
+        g["n"] += 1
+        g["fails"].append(f"{case}: exception {ex}")
+        log(f"  ERROR {group} {case}: {ex}")
+        traceback.print_exc()
+
+
+# --------------------------------------------------------------------------- decode / prefill runs
+def host_keys_per_split(lens, news, Hkv, row_blocks, sms, cap):
+    """CudaCachePlan.keysPerSplit: about four one-warp CTAs per SM over all the work, in granules."""
+    granules, max_len = 0, 0
+    for Lb, n in zip(lens, news):
+        if n > 0:
+            granules += math.ceil(Lb / SPLIT_GRANULE)
+            max_len = max(max_len, Lb)
+    max_splits = max(1, min(MAX_SPLITS, math.ceil(cap / SPLIT_GRANULE)))
+    per = max(1, round(granules * Hkv * row_blocks / (4 * sms)))
+    by_cap = math.ceil(max_len / (max_splits * SPLIT_GRANULE))
+    return max(per, by_cap, 1) * SPLIT_GRANULE
+
+
+class Decode:
+    """One dense decode call over a cache: q [B, Hq, Sq, D] (BHSD or BSHD storage), o the same."""
+
+    def __init__(self, K, cache, lens, news, Hq, Sq, causal, gen, layout="bhsd", kps=None, sms=132, write_lse=True,
+                 lse_null=False, q=None):
+        B, Hkv, D = cache.B, cache.Hkv, cache.D
+        self.K, self.cache, self.lens, self.news = K, cache, list(lens), list(news)
+        self.B, self.Hq, self.Sq, self.D, self.causal, self.layout = B, Hq, Sq, D, causal, layout
+        self.scale = 1.0 / math.sqrt(D)
+        G = Hq // Hkv
+        self.row_blocks = math.ceil(G * Sq / 16)
+        # storage: BHSD [B, Hq, Sq, D] or BSHD [B, Sq, Hq, D]; absent queries hold NaN
+        if layout == "bhsd":
+            self.qs = (Hq * Sq * D, Sq * D, D)
+            shape = (B, Hq, Sq, D)
+        else:
+            self.qs = (Sq * Hq * D, D, Hq * D)
+            shape = (B, Sq, Hq, D)
+        self.q = q if q is not None else randn(*shape, gen=gen)
+        self.qv = self.q if layout == "bhsd" else self.q.permute(0, 2, 1, 3)  # logical [B, Hq, Sq, D]
+        for b, n in enumerate(news):
+            self.qv[b, :, n:] = NAN
+        self.o = torch.empty(shape, device=DEV, dtype=torch.half)
+        self.ov = self.o if layout == "bhsd" else self.o.permute(0, 2, 1, 3)
+        self.lse = None if lse_null else torch.empty(B, Hq, Sq, device=DEV, dtype=torch.float32)
+        self.lens_t = torch.tensor(self.lens + self.news, dtype=torch.int32, device=DEV)
+        self.kps = kps if kps is not None else host_keys_per_split(lens, news, Hkv, self.row_blocks, sms, cache.cap)
+        self.splits = max(1, math.ceil(max(self.lens) / self.kps))
+        self.prm = params(B, Hq, Hkv, Sq, cache.cap, D, causal, self.scale, self.qs, cache.strides, self.qs, cache.ps,
+                          cache.pps, int(write_lse))
+        rows = B * Hq * Sq
+        self.op = torch.empty(self.splits * rows * D, device=DEV, dtype=torch.float32)
+        self.lp = torch.empty(self.splits * rows, device=DEV, dtype=torch.float32)
+        paged = "_paged" if cache.ps else ""
+        self.split_name = f"flash_cache_decode_split{paged}_d{D}"
+        self.comb_name = f"flash_cache_decode_combine_d{D}"
+        self.g1 = (self.splits, self.row_blocks, B * Hkv)
+        self.g2 = (math.ceil(rows / (128 // (D // 8))), 1, 1)
+        self.a1 = [self.q, cache.k, cache.v, self.op, self.lp, self.prm, self.lens_t, cache.bt_arg(), I(self.kps)]
+        self.a2 = [self.op, self.lp, self.o, self.lse, self.prm, I(self.splits)]
+
+    def poison(self):
+        for t in (self.o, self.lse, self.op, self.lp):
+            if t is not None:
+                t.fill_(NAN)
+
+    def run(self):
+        self.K.launch(self.split_name, self.g1, self.a1)
+        self.K.launch(self.comb_name, self.g2, self.a2)
+
+    def launcher(self):
+        f1 = self.K.launcher(self.split_name, self.g1, self.a1)
+        f2 = self.K.launcher(self.comb_name, self.g2, self.a2)
+
+        def go():
+            f1()
+            f2()
+        return go
+
+    def check(self):
+        self.poison()
+        self.run()
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+        refs = reference([self.qv[b, :, :n] for b, n in enumerate(self.news)], self.cache, self.lens, self.news,
+                         self.causal, self.scale, self.Hq)
+        oref = torch.zeros(self.B, self.Hq, self.Sq, self.D, device=DEV, dtype=torch.float64)
+        lref = torch.full((self.B, self.Hq, self.Sq), NEG_INF, device=DEV, dtype=torch.float64)
+        for b, (o_, l_) in enumerate(refs):
+            n = self.news[b]
+            oref[b, :, :n] = o_
+            lref[b, :, :n] = l_
+        return compare(self.ov, self.lse, oref, lref)
+
+
+class Prefill:
+    """A varlen prefill over a cache: q packed [totalQ, Hq, D], lse [Hq, Sq_plan]."""
+
+    def __init__(self, K, cache, lens, news, Hq, causal, gen, entry_cfg, write_lse=True, extra_rows=3, q=None):
+        B, Hkv, D = cache.B, cache.Hkv, cache.D
+        self.K, self.cache, self.lens, self.news = K, cache, list(lens), list(news)
+        self.B, self.Hq, self.D, self.causal = B, Hq, D, causal
+        self.scale = 1.0 / math.sqrt(D)
+        self.offs = [0]
+        for n in news:
+            self.offs.append(self.offs[-1] + n)
+        total = self.offs[-1]
+        self.sq_plan = total + extra_rows
+        self.q = q if q is not None else randn(max(total, 1), Hq, D, gen=gen)
+        self.o = torch.empty(max(total, 1), Hq, D, device=DEV, dtype=torch.half)
+        self.lse = torch.empty(Hq, self.sq_plan, device=DEV, dtype=torch.float32) if write_lse else None
+        self.want_lse = write_lse
+        self.qoff_t = torch.tensor(self.offs, dtype=torch.int32, device=DEV)
+        self.lens_t = torch.tensor(self.lens + self.news, dtype=torch.int32, device=DEV)
+        qs = (self.sq_plan * Hq * D, D, Hq * D)  # the host's packed params: batch stride unused
+        self.prm = params(B, Hq, Hkv, self.sq_plan, cache.cap, D, causal, self.scale, qs, cache.strides, qs, cache.ps,
+                          cache.pps, int(write_lse))
+        paged = "paged_" if cache.ps else ""
+        self.name = f"flash_cache_fwd_{paged}{entry_cfg}"
+        br = FWD_BR[entry_cfg]
+        self.grid = (max(1, math.ceil(max(news) / br)), B * Hq, 1)
+        self.args = [self.q, cache.k, cache.v, self.o, self.lse, self.prm, self.qoff_t, self.lens_t, cache.bt_arg()]
+
+    def check(self):
+        self.o.fill_(NAN)
+        if self.lse is not None:
+            self.lse.fill_(NAN)
+        self.K.launch(self.name, self.grid, self.args)
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+        refs = reference([self.q[self.offs[b]:self.offs[b + 1]].transpose(0, 1) for b in range(self.B)], self.cache,
+                         self.lens, self.news, self.causal, self.scale, self.Hq)
+        total = self.offs[-1]
+        if total == 0:
+            return dict(ok=True, why="", max_abs=0.0, rel=0.0, lse_err=0.0)
+        oref = torch.cat([o_.transpose(0, 1) for o_, _ in refs], 0)
+        lref = torch.cat([l_ for _, l_ in refs], 1)
+        r = compare(self.o[:total], self.lse[:, :total] if self.lse is not None else None, oref, lref)
+        if self.lse is not None and not torch.isnan(self.lse[:, total:]).all():
+            r.update(ok=False, why=r["why"] + " lse written past the packed rows")
+        return r
+
+
+# --------------------------------------------------------------------------- correctness
+def ragged(rng, n, hi, specials=(0, 1, 63, 64, 65, 97)):
+    return [rng.choice(specials) if rng.random() < 0.35 else rng.randint(2, hi) for _ in range(n)]
+
+
+def check_decode(K, res, rng, gen, sms):
+    cases = []
+    for D in (64, 128):
+        for (Hq, Hkv) in ((32, 8), (8, 8)):
+            for causal in (False, True):
+                for ps in (0, 16, 64, 1):
+                    for Sq in (1, 4):
+                        if ps == 1 and (Sq == 4 or Hq == 8):
+                            continue
+                        cases.append((D, Hq, Hkv, causal, ps, Sq, 6, 3000))
+    # long sequences (many tiles per split, the host's split count), one each
+    for D in (64, 128):
+        for ps in (0, 16):
+            cases.append((D, 32, 8, True, ps, 1, 3, 20000))
+    for ci, (D, Hq, Hkv, causal, ps, Sq, B, hi) in enumerate(cases):
+        lens = ragged(rng, B, hi)
+        if hi > 5000:
+            lens = [hi - rng.randint(0, 77), rng.randint(1, 300), 0][:B]
+        news = [0 if Lb == 0 and rng.random() < 0.5 else rng.choice([n for n in (0, 1, 4) if n <= Sq]) for Lb in lens]
+        news = [min(n, max(Lb, 1)) for n, Lb in zip(news, lens)]  # n_b <= L_b, but L_b = 0 with n_b = 1 stays
+        if all(n == 0 for n in news):
+            news[0] = min(Sq, max(1, lens[0]))
+        cap = max(lens) + rng.randint(0, 40)
+        cache = Cache(B, Hkv, cap, D, ps, gen)
+        cache.fill(lens, gen)
+        layout = "bshd" if ci % 3 == 2 else "bhsd"
+        tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} Sq{Sq} "
+               f"{layout} L={lens} n={news}")
+        for kps_mode in ("host", 64):
+            try:
+                dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, layout,
+                             kps=None if kps_mode == "host" else 64, sms=sms, lse_null=(ci % 7 == 3))
+                r = dec.check()
+                res.add(f"decode d{D} {'paged' if ps else 'contig'}", f"{tag} kps={dec.kps} splits={dec.splits}", r)
+            except Exception as ex:  # noqa
+                res.error(f"decode d{D} {'paged' if ps else 'contig'}", tag, ex)
+
+
+def check_prefill(K, res, rng, gen):
+    cfgs = [("d64", 64), ("d128", 128), ("d128_causal", 128)]
+    for cfg, D in cfgs:
+        for (Hq, Hkv) in ((32, 8), (8, 8)):
+            for causal in (False, True):
+                for ps in (0, 16, 64):
+                    B = 5
+                    news = [rng.choice([0, 1, 77, 129, 300, 513]) if rng.random() < 0.5 else rng.randint(2, 700)
+                            for _ in range(B)]
+                    if max(news) == 0:
+                        news[0] = 33
+                    ctx = [rng.choice([0, 0, 5, 200, 1031]) for _ in range(B)]
+                    lens = [c + n for c, n in zip(ctx, news)]
+                    cap = max(lens) + rng.randint(0, 40)
+                    cache = Cache(B, Hkv, cap, D, ps, gen)
+                    cache.fill(lens, gen)
+                    tag = (f"{cfg} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
+                           f"L={lens} n={news}")
+                    try:
+                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, cfg, write_lse=(rng.random() < 0.85))
+                        res.add(f"prefill {cfg} {'paged' if ps else 'contig'}", tag, pf.check())
+                    except Exception as ex:  # noqa
+                        res.error(f"prefill {cfg} {'paged' if ps else 'contig'}", tag, ex)
+
+
+def check_append(K, res, rng, gen, sms):
+    """kv_cache_append (dense or packed source) into a contiguous or paged cache, bit-exact against
+    torch indexing; then decode (n_b <= 4) or varlen prefill over the appended cache."""
+    for D in (64, 128):
+        for ps in (0, 16, 64):
+            for packed in (False, True):
+                for then in ("decode", "prefill"):
+                    B, Hkv, Hq = 5, 8, 32
+                    ctx = ragged(rng, B, 900)
+                    if then == "decode":
+                        news = [rng.choice([0, 1, 4]) for _ in range(B)]
+                    else:
+                        news = [rng.choice([0, 1, 37, 200, 333]) for _ in range(B)]
+                    if max(news) == 0:
+                        news[0] = 1
+                    lens = [c + n for c, n in zip(ctx, news)]
+                    cap = max(lens) + rng.randint(0, 30)
+                    cache = Cache(B, Hkv, cap, D, ps, gen)
+                    cache.fill(ctx, gen)
+                    max_new = max(news)
+                    tag = f"D{D} {'page' + str(ps) if ps else 'contig'} {'packed' if packed else 'dense'} ctx={ctx} n={news}"
+                    try:
+                        if packed:
+                            offs = [0]
+                            for n in news:
+                                offs.append(offs[-1] + n)
+                            nk = randn(max(offs[-1], 1), Hkv, D, gen=gen)
+                            nv = randn(max(offs[-1], 1), Hkv, D, gen=gen)
+                            new_k = [nk[offs[b]:offs[b + 1]].transpose(0, 1) for b in range(B)]
+                            new_v = [nv[offs[b]:offs[b + 1]].transpose(0, 1) for b in range(B)]
+                            nstr = (0, D, Hkv * D)
+                            noff = torch.tensor(offs, dtype=torch.int32, device=DEV)
+                        else:
+                            nk = randn(B, Hkv, max_new, D, gen=gen)
+                            nv = randn(B, Hkv, max_new, D, gen=gen)
+                            new_k = [nk[b, :, :news[b]] for b in range(B)]
+                            new_v = [nv[b, :, :news[b]] for b in range(B)]
+                            nstr = (Hkv * max_new * D, max_new * D, D)
+                            noff = None
+                        # expected cache: the same writes by torch indexing on a copy
+                        exp_k, exp_v = cache.k.clone(), cache.v.clone()
+                        saved = cache.k, cache.v
+                        cache.k, cache.v = exp_k, exp_v
+                        for b in range(B):
+                            if news[b]:
+                                cache.write(b, ctx[b], new_k[b], new_v[b])
+                        cache.k, cache.v = saved
+                        lens_t = torch.tensor(lens + news, dtype=torch.int32, device=DEV)
+                        rows_per_block = 128 // (D // 8)
+                        grid = (max(1, math.ceil(max_new / rows_per_block)), Hkv, B)
+                        K.launch("kv_cache_append", grid,
+                                 [cache.k, cache.v, nk, nv, lens_t, cache.bt_arg(), noff, I(B), I(Hkv), I(D), I(max_new),
+                                  I(nstr[0]), I(nstr[1]), I(nstr[2]), I(cache.strides[0]), I(cache.strides[1]),
+                                  I(cache.strides[2]), I(ps), I(cache.pps)])
+                        if DEV == "cuda":
+                            torch.cuda.synchronize()
+                        same = torch.equal(cache.k.view(torch.int16), exp_k.view(torch.int16)) and \
+                            torch.equal(cache.v.view(torch.int16), exp_v.view(torch.int16))
+                        res.add("append", tag, dict(ok=same, why="" if same else "cache differs from torch indexing",
+                                                    max_abs=0.0, rel=0.0, lse_err=0.0))
+                        for b in range(B):
+                            cache.truth[b] = (torch.cat([cache.truth[b][0], new_k[b]], 1),
+                                              torch.cat([cache.truth[b][1], new_v[b]], 1))
+                        causal = rng.random() < 0.7
+                        if then == "decode":
+                            dec = Decode(K, cache, lens, news, Hq, 4, causal, gen, sms=sms)
+                            res.add("append+decode", tag, dec.check())
+                        else:
+                            cfg = "d64" if D == 64 else ("d128_causal" if causal else "d128")
+                            pf = Prefill(K, cache, lens, news, Hq, causal, gen, cfg)
+                            res.add("append+prefill", tag, pf.check())
+                    except Exception as ex:  # noqa
+                        res.error("append", tag, ex)
+
+
+def check_merge(K, res, rng, gen):
+    for D in (64, 128, 80):
+        for parts in (1, 2, 3, 5):
+            rows = rng.randint(900, 1300)
+            tag = f"D{D} parts{parts} rows{rows}"
+            try:
+                op = randn(parts, rows, D, gen=gen)
+                lp = (torch.randn(parts, rows, device=DEV, generator=gen) * 3).float()
+                lp[torch.rand(parts, rows, device=DEV, generator=gen) < 0.2] = NEG_INF  # empty parts
+                lp[:, :7] = NEG_INF  # rows with every part empty
+                if parts > 1:
+                    lp[0, 7:12] = 80.0  # one dominant part
+                o = torch.full((rows, D), NAN, device=DEV, dtype=torch.half)
+                lse = torch.full((rows,), NAN, device=DEV, dtype=torch.float32) if parts != 3 else None
+                grid = (math.ceil(rows / (128 // (D // 8))), 1, 1)
+                K.launch("attention_merge_states", grid, [op, lp, o, lse, I(parts), L(rows), I(D)])
+                if DEV == "cuda":
+                    torch.cuda.synchronize()
+                l64 = lp.double()
+                lt = torch.logsumexp(l64, 0)
+                w = torch.nan_to_num(torch.exp(l64 - lt[None]), nan=0.0)
+                oref = (w[..., None] * op.double()).sum(0)
+                res.add("merge_states", tag, compare(o, lse, oref, lt))
+            except Exception as ex:  # noqa
+                res.error("merge_states", tag, ex)
+
+
+# --------------------------------------------------------------------------- timing
+def time_fn(fn, reps, warmup=5):
+    if DEV != "cuda":
+        t0 = time.time()
+        fn()
+        return (time.time() - t0) * 1e3, 0, 0
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for a, b in evs:
+        torch.cuda._sleep(100000)  # keep the queue ahead of the GPU: launch latency is not timed
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    ts = sorted(a.elapsed_time(b) for a, b in evs)
+    return ts[len(ts) // 2], ts[len(ts) // 10], ts[(len(ts) * 9) // 10]
+
+
+def sdpa_flash(q, k, v, causal):
+    import torch.nn.functional as F
+    kw = dict(is_causal=causal)
+    G = q.shape[1] // k.shape[1]
+    if DEV != "cuda":
+        return lambda: F.scaled_dot_product_attention(q, k.repeat_interleave(G, 1), v.repeat_interleave(G, 1), **kw)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def fn():
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=G > 1, **kw)
+    try:
+        fn()
+        torch.cuda.synchronize()
+        return fn
+    except Exception as ex:  # noqa
+        log(f"  sdpa flash with enable_gqa failed ({str(ex)[:100]}); K/V expanded")
+        k2, v2 = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+
+        def fn2():
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k2, v2, **kw)
+        fn2()
+        return fn2
+
+
+def peak_bw(name):
+    n = name.upper()
+    if "H200" in n:
+        return 4.8e12, "H200 datasheet 4.8 TB/s"
+    if "H100" in n and "PCIE" in n:
+        return 2.0e12, "H100 PCIe datasheet 2.0 TB/s"
+    if "H100" in n:
+        return 3.35e12, "H100 SXM datasheet 3.35 TB/s"
+    if "L4" in n:
+        return 0.3e12, "L4 datasheet 300 GB/s"
+    return None, "unknown"
+
+
+def timing(K, gen, sms, peak):
+    rows = []
+    B, Hq, Hkv, D = 8, 32, 8, 128
+    cap = 32768 if DEV == "cuda" else 1024
+    scale_l = 1 if DEV == "cuda" else 1 / 32
+    reps = 100 if DEV == "cuda" else 1
+    contig = Cache(B, Hkv, cap, D, 0, gen, fill=None)
+    paged = Cache(B, Hkv, cap, D, 16, gen, fill=None)
+    # the same logical content is not needed for timing; both hold random fp16
+    q = randn(B, Hq, 1, D, gen=gen)
+    rr = random.Random(7)
+    ragged_lens = [rr.randint(int(2048 * scale_l), int(32768 * scale_l)) for _ in range(B)]
+    mean_len = sum(ragged_lens) // B
+    cases = [("uniform 4K", [int(4096 * scale_l)] * B), ("uniform 32K", [int(32768 * scale_l)] * B),
+             ("ragged 2K..32K", ragged_lens), (f"uniform {mean_len} (= ragged bytes)", [mean_len] * B)]
+    if DEV == "cuda":
+        x = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
+        y = torch.empty_like(x)
+        ms, _, _ = time_fn(lambda: y.copy_(x), 20)
+        copy_bw = 2 * x.numel() / ms / 1e6
+        del x, y
+        log(f"device-to-device copy: {copy_bw:.0f} GB/s (read + write)")
+    else:
+        copy_bw = NAN
+    for label, lens in cases:
+        kv_bytes = sum(lens) * Hkv * D * 2 * 2
+        for cache, kind in ((contig, "contig"), (paged, "paged16")):
+            dec = Decode(K, cache, lens, [1] * B, Hq, 1, False, gen, q=q.clone(), sms=sms)
+            go = dec.launcher()
+            ms, lo, hi = time_fn(go, reps)
+            row = dict(case=label, cache=kind, kps=dec.kps, splits=dec.splits, ms=ms, p10=lo, p90=hi,
+                       gbs=kv_bytes / ms / 1e6, pct_peak=(kv_bytes / ms / 1e9 / peak * 1e12 * 100) if peak else NAN)
+            if kind == "contig" and label in ("uniform 32K",):
+                for mult in (0.5, 2):
+                    kps2 = max(SPLIT_GRANULE, int(dec.kps * mult) // SPLIT_GRANULE * SPLIT_GRANULE)
+                    d2 = Decode(K, cache, lens, [1] * B, Hq, 1, False, gen, q=q.clone(), kps=kps2)
+                    m2, _, _ = time_fn(d2.launcher(), reps)
+                    row[f"kps{kps2}"] = m2
+            if kind == "contig" and len(set(lens)) == 1:
+                Lb = lens[0]
+                fn = sdpa_flash(q, contig.k[:, :, :Lb], contig.v[:, :, :Lb], False)
+                sm, _, _ = time_fn(fn, reps)
+                row["sdpa_ms"] = sm
+                row["sdpa_gbs"] = kv_bytes / sm / 1e6
+            rows.append(row)
+            log(f"  decode {label:32s} {kind:8s} kps {dec.kps:5d} splits {dec.splits:3d}: {ms:.4f} ms "
+                f"{row['gbs']:.0f} GB/s ({row['pct_peak']:.1f}% of peak)"
+                + (f"  SDPA FLASH {row['sdpa_ms']:.4f} ms {row['sdpa_gbs']:.0f} GB/s" if "sdpa_ms" in row else ""))
+    del contig, paged
+    # varlen prefill over a cache (uniform prompts, so SDPA FLASH on dense tensors is the same work)
+    pre = []
+    Bp, Hp, n = (4, 16, 2048) if DEV == "cuda" else (2, 4, 128)
+    for causal in (False, True):
+        for ps in (0, 16):
+            cache = Cache(Bp, Hp, n, 128, ps, gen, fill=None)
+            cache.truth = [None] * Bp
+            cfg = "d128_causal" if causal else "d128"
+            pf = Prefill(K, cache, [n] * Bp, [n] * Bp, Hp, causal, gen, cfg)
+            ms, _, _ = time_fn(lambda: K.launch(pf.name, pf.grid, pf.args), 20 if DEV == "cuda" else 1)
+            fl = 4.0 * Bp * Hp * n * n * 128 / (2 if causal else 1)
+            row = dict(cfg=pf.name, causal=causal, ms=ms, tflops=fl / ms / 1e9)
+            if ps == 0:
+                qd = pf.q.view(Bp, n, Hp, 128).transpose(1, 2)
+                kd = cache.k  # [B, H, n, D]
+                fn = sdpa_flash(qd, kd, cache.v, causal)
+                sm, _, _ = time_fn(fn, 20 if DEV == "cuda" else 1)
+                row["sdpa_ms"] = sm
+            pre.append(row)
+            log(f"  prefill {pf.name:36s} {'causal' if causal else 'full':6s}: {ms:.4f} ms {row['tflops']:.0f} TFLOP/s"
+                + (f"  SDPA FLASH (dense BSHD q) {row['sdpa_ms']:.4f} ms" if "sdpa_ms" in row else ""))
+            del cache, pf
+    return rows, pre, copy_bw
+
+
+# --------------------------------------------------------------------------- main
+def main():
+    torch.manual_seed(ARGS.seed)
+    rng = random.Random(ARGS.seed)
+    gen = torch.Generator(device=DEV)
+    gen.manual_seed(ARGS.seed)
+    if DEV == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        gpu, sms = props.name, props.multi_processor_count
+    else:
+        gpu, sms = "emulated (CPU)", 132
+    peak, peak_src = peak_bw(gpu)
+    meta = dict(gpu=gpu, sms=sms, ptx=os.path.relpath(PTX), torch=torch.__version__, seed=ARGS.seed, date=time.strftime("%Y-%m-%d %H:%M"),
+                cmd="python3 ptx-overrides/harness/cache_check.py " + " ".join(sys.argv[1:]))
+    log(json.dumps(meta))
+    K = Kernels()
+    for n, e in K.entries.items():
+        log(f"  {n:40s} regs {e['regs']:3d} smem {e['smem']:6d} local {e['local']} threads {e['threads']} "
+            f"CTAs/SM {e['occ']}")
+    res = Results()
+    t0 = time.time()
+    for fn in () if ARGS.no_check else (check_decode, check_prefill, check_append, check_merge):
+        t1 = time.time()
+        try:
+            if fn in (check_decode, check_append):
+                fn(K, res, rng, gen, sms)
+            else:
+                fn(K, res, rng, gen)
+        except Exception as ex:  # noqa
+            res.error(fn.__name__, "-", ex)
+        log(f"{fn.__name__}: {time.time() - t1:.0f}s")
+    log(f"correctness: {time.time() - t0:.0f}s")
+    dec, pre, copy_bw = [], [], NAN
+    if not ARGS.no_time:
+        try:
+            dec, pre, copy_bw = timing(K, gen, sms, peak)
+        except Exception as ex:  # noqa
+            log(f"timing failed: {ex}")
+            traceback.print_exc()
+    json.dump(dict(meta=meta, entries={n: {k: v for k, v in e.items() if k != "f"} for n, e in K.entries.items()},
+                   correctness=res.groups, decode=dec, prefill=pre, copy_gbs=copy_bw),
+              open(os.path.join(OUT, f"cache_check_{os.path.basename(PTX)}.json"), "w"), indent=1, default=str)
+
+    print("\n==== summary ====")
+    print(f"{os.path.relpath(PTX)} on {gpu}, {sms} SMs; peak {peak_src}; device copy {copy_bw:.0f} GB/s (read + write); seed {ARGS.seed}")
+    print("\n| group | passed | worst max abs | worst rel L2 | worst lse err |\n|---|---|---|---|---|")
+    ok = True
+    for gname, g in res.groups.items():
+        ok &= g["passed"] == g["n"]
+        print(f"| {gname} | {g['passed']}/{g['n']} | {g['max_abs']:.2e} | {g['max_rel']:.2e} | {g['max_lse']:.2e} |")
+    for gname, g in res.groups.items():
+        for f in g["fails"][:3]:
+            print(f"  FAIL {gname}: {f}")
+    if dec:
+        print("\n| decode B8 Hq32 Hkv8 D128 Sq1 | cache | keys/split | splits | ms | GB/s K+V | % of peak | SDPA FLASH ms | vs SDPA |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in dec:
+            vs = f"{r['sdpa_ms'] / r['ms']:.2f}x" if "sdpa_ms" in r else "-"
+            sd = f"{r['sdpa_ms']:.4f}" if "sdpa_ms" in r else "-"
+            print(f"| {r['case']} | {r['cache']} | {r['kps']} | {r['splits']} | {r['ms']:.4f} | {r['gbs']:.0f} | "
+                  f"{r['pct_peak']:.1f} | {sd} | {vs} |")
+        extra = [(r["case"], k, v) for r in dec for k, v in r.items() if k.startswith("kps") and k != "kps"]
+        if extra:
+            print("keys/split sensitivity (contig): " + ", ".join(f"{c} {k}: {v:.4f} ms" for c, k, v in extra))
+        by = {(r["case"], r["cache"]): r for r in dec}
+        for c in {r["case"] for r in dec}:
+            if (c, "contig") in by and (c, "paged16") in by:
+                print(f"paged16 / contig time, {c}: {by[(c, 'paged16')]['ms'] / by[(c, 'contig')]['ms']:.3f}")
+    if pre:
+        print("\n| varlen prefill (4 x 2048, Hq=Hkv=16, D128) | causal | ms | TFLOP/s | SDPA FLASH ms | vs SDPA |\n|---|---|---|---|---|---|")
+        for r in pre:
+            vs = f"{r['sdpa_ms'] / r['ms']:.2f}x" if "sdpa_ms" in r else "-"
+            print(f"| {r['cfg']} | {r['causal']} | {r['ms']:.4f} | {r['tflops']:.0f} | "
+                  f"{r.get('sdpa_ms', float('nan')):.4f} | {vs} |")
+    print(f"\ncache_check: {'PASS' if ok else 'FAIL'}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+// KV-cache kernels beside the attention passes (flash_cache.cu has the ABI): the split-KV
+// combine with the split count by value, the append of new K/V tokens into a contiguous or paged
+// cache, the public merge of partial (O, lse) results, and the entry macros of the attention
+// passes over a cache (the shared kernel body in flash_fwd_kernel.cuh, kCache modes).
+#pragma once
+#include <math_constants.h>
+#include <cuda_fp16.h>
+#include "flash_decode_combine.cuh"  // kCombineThreads
+#include "flash_fwd_kernel.cuh"
+#include "flash_manifest.cuh"
+
+namespace flash {
+
+constexpr int kCacheThreads = 128;  // block of kv_cache_append and attention_merge_states
+
+// The decode combine over a cache: num_splits comes from the launch (the host picks it from the
+// lengths at run time), so the params block stays constant across steps.  Rows of absent queries
+// (every split wrote lse = -inf) become O = 0, lse = -inf.
+template <int D>
+__device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_partial,
+                                                   const float* __restrict__ lse_partial,
+                                                   __half* __restrict__ o, float* __restrict__ lse,
+                                                   const int* __restrict__ params, int num_splits) {
+  constexpr int kThreadsPerRow = D / 8;
+  constexpr int kRowsPerBlock = kCombineThreads / kThreadsPerRow;
+  const float kNegInf = -CUDART_INF_F;
+  const int Hq = __ldg(params + P_HQ), Sq = __ldg(params + P_SQ);
+  const int64_t rows = (int64_t)__ldg(params + P_B) * Hq * Sq;
+  const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  if (row >= rows) return;
+  const int c = (threadIdx.x % kThreadsPerRow) * 8;
+  float lmax = kNegInf;
+  for (int s = 0; s < num_splits; ++s) lmax = fmaxf(lmax, lse_partial[s * rows + row]);
+  float acc[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j] = 0.f;
+  float wsum = 0.f;
+  if (lmax != kNegInf) {
+#pragma unroll 4
+    for (int s = 0; s < num_splits; ++s) {
+      const float ls = lse_partial[s * rows + row];
+      if (ls == kNegInf) continue;  // an empty split: its O is not read
+      const float w = __expf(ls - lmax);
+      wsum += w;
+      const float4* src = reinterpret_cast<const float4*>(o_partial + (s * rows + row) * D + c);
+      const float4 x0 = src[0], x1 = src[1];
+      acc[0] += w * x0.x; acc[1] += w * x0.y; acc[2] += w * x0.z; acc[3] += w * x0.w;
+      acc[4] += w * x1.x; acc[5] += w * x1.y; acc[6] += w * x1.z; acc[7] += w * x1.w;
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  const int sq = (int)(row % Sq);
+  const int h = (int)((row / Sq) % Hq);
+  const int b = (int)(row / ((int64_t)Sq * Hq));
+  uint4 out;
+  __half2* oh = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) oh[j] = __floats2half2_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
+  *reinterpret_cast<uint4*>(o + (int64_t)b * __ldg(params + P_O_STRIDE) + (int64_t)h * __ldg(params + P_O_STRIDE + 1) +
+                            (int64_t)sq * __ldg(params + P_O_STRIDE + 2) + c) = out;
+  if (c == 0 && lse != nullptr && __ldg(params + P_WRITE_LSE) != 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : kNegInf;
+}
+
+__device__ __forceinline__ uint4 ld_nc_u128(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Append: D/8 threads per token (one 16-byte chunk of K and one of V each), 128 / (D/8) tokens
+// per block; grid = (ceil(max_new / (128 / (D/8))), Hkv, B).
+__device__ __forceinline__ void kv_append_body(__half* __restrict__ k_cache, __half* __restrict__ v_cache,
+                                               const __half* __restrict__ new_k, const __half* __restrict__ new_v,
+                                               const int* __restrict__ lens, const int* __restrict__ block_table,
+                                               const int* __restrict__ new_offsets, int B, int D,
+                                               int new_sb, int new_sh, int new_sr, int cache_sb, int cache_sh,
+                                               int cache_sr, int page_size, int pages_per_seq) {
+  const int cpr = D >> 3;  // 16-byte chunks per row
+  const int rows_per_block = kCacheThreads / cpr;
+  const int t = threadIdx.x;
+  if (t >= rows_per_block * cpr) return;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int j = blockIdx.x * rows_per_block + t / cpr, c = (t % cpr) * 8;
+  const int n = __ldg(lens + B + b);
+  if (j >= n) return;
+  const int pos = __ldg(lens + b) - n + j;  // lens[b] is the length after this append
+  const int64_t src = new_offsets != nullptr
+                          ? (int64_t)(__ldg(new_offsets + b) + j) * new_sr + (int64_t)h * new_sh + c
+                          : (int64_t)b * new_sb + (int64_t)h * new_sh + (int64_t)j * new_sr + c;
+  int64_t dst;
+  if (page_size > 0) {
+    const int page = __ldg(block_table + (int64_t)b * pages_per_seq + pos / page_size);
+    dst = (int64_t)page * cache_sb + (int64_t)h * cache_sh + (int64_t)(pos % page_size) * cache_sr + c;
+  } else {
+    dst = (int64_t)b * cache_sb + (int64_t)h * cache_sh + (int64_t)pos * cache_sr + c;
+  }
+  const uint4 kx = ld_nc_u128(new_k + src);
+  const uint4 vx = ld_nc_u128(new_v + src);
+  *reinterpret_cast<uint4*>(k_cache + dst) = kx;
+  *reinterpret_cast<uint4*>(v_cache + dst) = vx;
+}
+
+// Merge of partial results over disjoint key sets: o_parts [parts, rows, D] fp16, lse_parts
+// [parts, rows] fp32 (natural log) -> o [rows, D], lse [rows] (may be null).
+//   lse = log sum_i exp(lse_i),  O = sum_i exp(lse_i - lse) O_i;  -inf parts weigh 0, a row with
+//   every part -inf gets O = 0, lse = -inf.
+// D/8 threads per row (one 16-byte chunk each), 128 / (D/8) rows per block.
+__device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_parts,
+                                                  const float* __restrict__ lse_parts,
+                                                  __half* __restrict__ o, float* __restrict__ lse,
+                                                  int parts, int64_t rows, int D) {
+  const int cpr = D >> 3;
+  const int rows_per_block = kCacheThreads / cpr;
+  const int t = threadIdx.x;
+  if (t >= rows_per_block * cpr) return;
+  const int64_t row = (int64_t)blockIdx.x * rows_per_block + t / cpr;
+  if (row >= rows) return;
+  const int c = (t % cpr) * 8;
+  const float kNegInf = -CUDART_INF_F;
+  float lmax = kNegInf;
+  for (int i = 0; i < parts; ++i) lmax = fmaxf(lmax, __ldg(lse_parts + (int64_t)i * rows + row));
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+  float wsum = 0.f;
+  if (lmax != kNegInf) {
+    for (int i = 0; i < parts; ++i) {
+      const float l = __ldg(lse_parts + (int64_t)i * rows + row);
+      if (l == kNegInf) continue;
+      const float w = expf(l - lmax);
+      wsum += w;
+      const uint4 x = ld_nc_u128(o_parts + ((int64_t)i * rows + row) * D + c);
+      const __half2* xh = reinterpret_cast<const __half2*>(&x);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __half22float2(xh[e]);
+        acc[2 * e] = fmaf(w, f.x, acc[2 * e]);
+        acc[2 * e + 1] = fmaf(w, f.y, acc[2 * e + 1]);
+      }
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  uint4 out;
+  __half2* oh = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) oh[e] = __floats2half2_rn(acc[2 * e] * inv, acc[2 * e + 1] * inv);
+  *reinterpret_cast<uint4*>(o + row * D + c) = out;
+  if (lse != nullptr && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : kNegInf;
+}
+
+}  // namespace flash
+
+// Split pass over a cache: flash_cache_decode_split[_paged]_d{D}.
+#define FLASH_CACHE_SPLIT_ENTRY(NAME, KT, MODE)                                                   \
+  FLASH_MANIFEST_ROW("cache-decode-split", flash_cache_decode_split_##NAME,                      \
+                     flash_cache_decode_split_##NAME, 0, KT)                                     \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_cache_decode_split_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,    \
+                                  const __half* __restrict__ v, float* __restrict__ o_partial,   \
+                                  float* __restrict__ lse_partial, const int* __restrict__ params, \
+                                  const int* __restrict__ lens, const int* __restrict__ block_table, \
+                                  int keys_per_split) {                                          \
+    flash::CacheArgs ca;                                                                          \
+    ca.lens = lens;                                                                               \
+    ca.block_table = block_table;                                                                 \
+    ca.keys_per_split = keys_per_split;                                                           \
+    flash::run_fwd_cache<KT, true, MODE>(q, k, v, nullptr, o_partial, lse_partial, params, ca);  \
+  }
+
+#define FLASH_CACHE_COMBINE_ENTRY(D)                                                              \
+  FLASH_MANIFEST_PLAIN("cache-decode-combine", flash_cache_decode_combine_d##D,                  \
+                       flash_cache_decode_combine_d##D, 0, D, flash::kCombineRows<D>,            \
+                       flash::kCombineThreads)                                                   \
+  extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
+  flash_cache_decode_combine_d##D(const float* __restrict__ o_partial,                           \
+                                  const float* __restrict__ lse_partial, __half* __restrict__ o, \
+                                  float* __restrict__ lse, const int* __restrict__ params,       \
+                                  int num_splits) {                                              \
+    flash::cache_combine_body<D>(o_partial, lse_partial, o, lse, params, num_splits);            \
+  }
+
+// Varlen prefill over a cache: flash_cache_fwd[_paged]_d{D}[_causal].
+#define FLASH_CACHE_FWD_ENTRY(NAME, KT, MODE)                                                     \
+  FLASH_MANIFEST_ROW("cache-prefill", flash_cache_fwd_##NAME, flash_cache_fwd_##NAME, 0, KT)     \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_cache_fwd_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,             \
+                         const __half* __restrict__ v, __half* __restrict__ o,                   \
+                         float* __restrict__ lse, const int* __restrict__ params,                \
+                         const int* __restrict__ q_offsets, const int* __restrict__ lens,        \
+                         const int* __restrict__ block_table) {                                  \
+    flash::CacheArgs ca;                                                                          \
+    ca.lens = lens;                                                                               \
+    ca.block_table = block_table;                                                                 \
+    ca.q_offsets = q_offsets;                                                                     \
+    flash::run_fwd_cache<KT, false, MODE>(q, k, v, o, nullptr, lse, params, ca);                 \
+  }
