@@ -14,8 +14,8 @@ import java.util.stream.Stream;
 
 /**
  * The correctness suite every backend must pass: the seven seed cases (128 to 2048 tokens, causal
- * and not, D = 64), then D = 128, Sq != Skv both ways, odd lengths, GQA, MQA, BSHD and decode, plus
- * optional random shapes. Each case runs on fresh random inputs into a NaN-poisoned output and is
+ * and not, D = 64), then D = 128, Sq != Skv both ways, odd lengths, GQA, MQA, BSHD, decode and a NaN
+ * in one key ({@link NanCheck}), plus optional random shapes. Each case runs on fresh random inputs into a NaN-poisoned output and is
  * compared with the CPU reference; the CPU reference itself is compared with
  * {@link OnlineSoftmaxReference}.
  */
@@ -78,7 +78,8 @@ public final class CorrectnessSuite {
                 new Case("decode-gqa", shape(4, 32, 8, 1, 4096, 128, true, Layout.BHSD)),
                 new Case("decode-16-queries", shape(1, 16, 4, 16, 3000, 128, true, Layout.BSHD)),
                 new Case("custom-scale", AttentionShape.builder().batch(1).heads(4).queryLength(130)
-                        .headDim(64).causal(true).scale(0.3f).build())));
+                        .headDim(64).causal(true).scale(0.3f).build()),
+                NanCheck.testCase()));
         return cases;
     }
 
@@ -118,7 +119,11 @@ public final class CorrectnessSuite {
     public static List<Outcome> check(List<AttentionBackend> backends, Case testCase, long seed) {
         AttentionShape shape = testCase.shape();
         List<Outcome> outcomes = new ArrayList<>();
+        boolean nan = NanCheck.isNanCase(testCase);
         try (RandomInputs in = RandomInputs.generate(shape, seed)) {
+            if (nan) {
+                NanCheck.poison(shape, in.k());
+            }
             // The oracle runs before any backend, so a backend that wrote into its inputs cannot hide it.
             Oracle oracle = new Oracle(shape, in);
             backends.forEach(backend -> oracle.expectedFor(usesCpuReference(backend) ? Backends.CPU_REFERENCE : backend.id()));
@@ -127,10 +132,13 @@ public final class CorrectnessSuite {
                 try (HalfTensor o = RandomInputs.poisonedOutput(shape); AttentionPlan plan = backend.plan(shape)) {
                     ranOn = plan.backendId(); // auto's choice: cpu-reference must not be compared with itself
                     float[] lse = RandomInputs.poisonedLogSumExp(shape);
+                    if (nan) {
+                        NanCheck.prepare(o, lse);
+                    }
                     plan.forward(in.q(), in.k(), in.v(), o, lse);
                     double[][] expected = oracle.expectedFor(ranOn);
-                    outcomes.add(new Outcome(testCase, seed, ranOn, ErrorStats.compare(o, expected[0], lse, expected[1]),
-                            null));
+                    outcomes.add(new Outcome(testCase, seed, ranOn, nan ? NanCheck.compare(shape, o, expected[0], lse,
+                            expected[1]) : ErrorStats.compare(o, expected[0], lse, expected[1]), null));
                 } catch (RuntimeException e) {
                     outcomes.add(new Outcome(testCase, seed, ranOn, null, e.getClass().getSimpleName() + ": " + e.getMessage()));
                 }

@@ -118,7 +118,7 @@ class MainTest {
 
     @Test
     void selftestSaysWhenItChecksTheOracleAndPrintsJson() throws Exception {
-        Result r = run("selftest", "--backend", "cpu-reference", "--random", "1", "--seed", "5", "--cases", "21-23", "--json");
+        Result r = run("selftest", "--backend", "cpu-reference", "--random", "1", "--seed", "5", "--cases", "22-24", "--json");
         assertEquals(0, r.exit(), r.out() + r.err());
         assertTrue(r.outLines()[0].contains("cpu-reference is the CPU reference itself: checked against the independent"
                 + " online-softmax reference instead"), r.out());
@@ -131,7 +131,8 @@ class MainTest {
         @SuppressWarnings("unchecked")
         List<Map<String, Object>> cases = (List<Map<String, Object>>) json.get("cases");
         assertEquals(3, cases.size());
-        assertEquals(23, ((Number) cases.get(2).get("number")).intValue());
+        assertEquals("nan-in-one-key", cases.get(1).get("name"));
+        assertEquals(24, ((Number) cases.get(2).get("number")).intValue());
         assertEquals("random-0", cases.get(2).get("name"));
         for (Map<String, Object> c : cases) {
             assertEquals("cpu-reference", c.get("ran_on"));
@@ -193,8 +194,8 @@ class MainTest {
         "selftest --backend ,                                     | --backend = ',': must name one or more of",
         "selftest --backend cpu-reference,,auto                   | --backend = 'cpu-reference,,auto': must name one or more",
         "selftest --random 1000000000                             | --random 1000000000: needs about",
-        "selftest --backend cpu-reference --cases 0               | --cases = 0: must be N or FROM-TO within 1..22",
-        "selftest --backend cpu-reference --cases 3-99            | --cases = 3-99: must be N or FROM-TO within 1..22",
+        "selftest --backend cpu-reference --cases 0               | --cases = 0: must be N or FROM-TO within 1..23",
+        "selftest --backend cpu-reference --cases 3-99            | --cases = 3-99: must be N or FROM-TO within 1..23",
         "frobnicate                                               | frobnicate",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
@@ -210,12 +211,13 @@ class MainTest {
 
     @Test
     void selftestRunsTheChosenCasesAndCounts() {
-        Result r = run("selftest", "--backend", "cpu-reference", "--random", "2", "--seed", "7", "--cases", "22-24");
+        Result r = run("selftest", "--backend", "cpu-reference", "--random", "2", "--seed", "7", "--cases", "22-25");
         assertEquals(0, r.exit(), r.out() + r.err());
         String[] lines = r.outLines();
-        assertTrue(lines[2].startsWith("[22/24] PASS custom-scale"), r.out());
-        assertTrue(lines[4].startsWith("[24/24] PASS random-1"), r.out());
-        assertEquals("3 passed, 0 failed", lines[lines.length - 1]);
+        assertTrue(lines[2].startsWith("[22/25] PASS custom-scale"), r.out());
+        assertTrue(lines[3].startsWith("[23/25] PASS nan-in-one-key"), r.out());
+        assertTrue(lines[5].startsWith("[25/25] PASS random-1"), r.out());
+        assertEquals("4 passed, 0 failed", lines[lines.length - 1]);
     }
 
     @Test

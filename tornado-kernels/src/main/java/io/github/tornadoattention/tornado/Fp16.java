@@ -13,8 +13,14 @@ final class Fp16 {
     private Fp16() {
     }
 
-    /** IEEE fp16 bits of {@code x}, rounded to nearest (ties away from zero); |x| >= 65520 gives infinity. */
+    /**
+     * IEEE fp16 bits of {@code x}, rounded to nearest (ties away from zero); |x| >= 65520 gives infinity, NaN the
+     * canonical quiet NaN 0x7E00.
+     */
     static int bits(float x) {
+        if (x != x) {
+            return 0x7E00;
+        }
         float a = Math.abs(x);
         int sign = x < 0.0f ? 0x8000 : 0;
         if (a < 6.1035156e-5f) {

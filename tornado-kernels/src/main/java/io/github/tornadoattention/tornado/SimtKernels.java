@@ -152,8 +152,10 @@ public final class SimtKernels {
             }
         }
 
-        // O = acc / l as fp16, l the sum of the row's partial sums; a row that sees no key gives O = 0 and
-        // logsumexp = -infinity.
+        // O = acc / l as fp16, l the sum of the row's partial sums; a row that sees no key (l = 0) gives O = 0 and
+        // logsumexp = -infinity. A NaN score (a NaN or infinity in the row's Q or a K it sees) makes l NaN, and O
+        // and logsumexp stay NaN, as in the CPU reference. (Tests on l == 0 rather than l > 0 for that: a comparison
+        // with NaN is false.)
         red[t] = partialSum;
         kc.localBarrier();
         float rowSum = 0.0f;
@@ -161,7 +163,7 @@ public final class SimtKernels {
             rowSum += red[r * tpr + i];
         }
         if (q0 + r < queryLength) {
-            float inverse = rowSum > 0.0f ? 1.0f / rowSum : 0.0f;
+            float inverse = rowSum == 0.0f ? 0.0f : 1.0f / rowSum;
             for (int c = 0; c < 8; c++) {
                 int d = tq + c * tpr;
                 if (d < headDim) {
@@ -170,7 +172,7 @@ public final class SimtKernels {
             }
             if (tq == 0) {
                 lse.set((b * queryHeads + h) * queryLength + q0 + r,
-                        rowSum > 0.0f ? runningMax + TornadoMath.log(rowSum) : Float.NEGATIVE_INFINITY);
+                        rowSum == 0.0f ? Float.NEGATIVE_INFINITY : runningMax + TornadoMath.log(rowSum));
             }
         }
     }
@@ -279,8 +281,10 @@ public final class SimtKernels {
             }
         }
 
-        // O = acc / l as fp16, l the sum of the row's partial sums; a row that sees no key gives O = 0 and
-        // logsumexp = -infinity.
+        // O = acc / l as fp16, l the sum of the row's partial sums; a row that sees no key (l = 0) gives O = 0 and
+        // logsumexp = -infinity. A NaN score (a NaN or infinity in the row's Q or a K it sees) makes l NaN, and O
+        // and logsumexp stay NaN, as in the CPU reference. (Tests on l == 0 rather than l > 0 for that: a comparison
+        // with NaN is false.)
         red[t] = partialSum;
         kc.localBarrier();
         float rowSum = 0.0f;
@@ -288,7 +292,7 @@ public final class SimtKernels {
             rowSum += red[r * tpr + i];
         }
         if (q0 + r < queryLength) {
-            float inverse = rowSum > 0.0f ? 1.0f / rowSum : 0.0f;
+            float inverse = rowSum == 0.0f ? 0.0f : 1.0f / rowSum;
             for (int c = 0; c < 8; c++) {
                 int d = tq + c * tpr;
                 if (d < headDim) {
@@ -297,7 +301,7 @@ public final class SimtKernels {
             }
             if (tq == 0) {
                 lse.set((b * queryHeads + h) * queryLength + q0 + r,
-                        rowSum > 0.0f ? runningMax + TornadoMath.log(rowSum) : Float.NEGATIVE_INFINITY);
+                        rowSum == 0.0f ? Float.NEGATIVE_INFINITY : runningMax + TornadoMath.log(rowSum));
             }
         }
     }

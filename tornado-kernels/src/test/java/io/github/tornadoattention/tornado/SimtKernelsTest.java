@@ -4,17 +4,23 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.cpu.CpuReference;
 import io.github.tornadoattention.verify.ErrorStats;
+import io.github.tornadoattention.verify.NanCheck;
 import io.github.tornadoattention.verify.RandomInputs;
+import java.lang.foreign.MemorySegment;
 import java.util.stream.Stream;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.params.provider.ValueSource;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 
-/** The tornado-simt kernels, run by {@link KernelEmulator} on the CPU, against the CPU reference. */
+/** The tornado-simt kernels, run by {@link KernelEmulator} on the CPU, against the CPU reference (and NaN semantics). */
 class SimtKernelsTest {
 
     static Stream<AttentionShape> shapes() {
@@ -37,28 +43,71 @@ class SimtKernelsTest {
     @MethodSource("shapes")
     void matchesTheReference(AttentionShape s) {
         try (RandomInputs in = RandomInputs.generate(s, 11)) {
-            SimtTileConfig config = SimtTileConfig.forHeadDim(s.headDim());
-            HalfFloatArray q = EmulatedInputs.halves(in.q());
-            HalfFloatArray k = EmulatedInputs.halves(in.k());
-            HalfFloatArray v = EmulatedInputs.halves(in.v());
             ShortArray o = EmulatedInputs.shortsFor(s);
             EmulatedInputs.poison(o.getSegment());
             FloatArray lse = EmulatedInputs.poisonedLse(s);
-            int causal = s.causal() ? 1 : 0;
-            int bshd = s.layout() == Layout.BSHD ? 1 : 0;
-            KernelEmulator.launch(config.workgroups(s.batch(), s.queryHeads(), s.queryLength()), config.threads(), kc -> {
-                if (config == SimtTileConfig.UP_TO_64) {
-                    SimtKernels.attentionUpTo64(kc, q, k, v, o, lse, s.batch(), s.queryHeads(), s.kvHeads(),
-                            s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-                } else {
-                    SimtKernels.attentionUpTo128(kc, q, k, v, o, lse, s.batch(), s.queryHeads(), s.kvHeads(),
-                            s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-                }
-            });
-            assertEquals(config.sharedMemoryBytes(), KernelEmulator.localBytesOfLastLaunch(),
-                    "SimtTileConfig and the kernel's local arrays disagree");
+            run(s, in, o, lse);
             ErrorStats errors = EmulatedInputs.compare("tornado-simt", s, in, o.getSegment(), lse);
             assertTrue(errors.passes(), s + ": " + errors);
         }
+    }
+
+    /**
+     * A NaN in one K element makes NaN exactly the rows that see that key, in O and in logsumexp, as in the CPU
+     * reference ({@link NanCheck}); every other row is unchanged. (The kernel used to write such rows as finite
+     * values: its fp16 conversion turned NaN into 1.0, and a NaN row sum into "no key".)
+     */
+    @ParameterizedTest
+    @ValueSource(ints = {64, 128})
+    void aNaNInOneKeyReachesExactlyTheRowsThatSeeIt(int headDim) {
+        AttentionShape s = NanCheck.testCase().shape().toBuilder().headDim(headDim).build();
+        try (RandomInputs in = RandomInputs.generate(s, 12); HalfTensor out = HalfTensor.allocate(s.outputElements())) {
+            NanCheck.poison(s, in.k());
+            ShortArray o = EmulatedInputs.shortsFor(s);
+            FloatArray lse = new FloatArray(s.logSumExpElements());
+            lse.init(NanCheck.SENTINEL);
+            o.init((short) Float.floatToFloat16(NanCheck.SENTINEL));
+            run(s, in, o, lse);
+            MemorySegment.copy(o.getSegment(), 0, out.data(), 0, out.data().byteSize());
+            out.markModified();
+            CpuReference.Result ref = CpuReference.compute(s, in.q(), in.k(), in.v());
+            float[] lseValues = lse.toHeapArray();
+            ErrorStats errors = NanCheck.compare(s, out, ref.output(), lseValues, ref.logSumExp());
+            assertTrue(errors.passes(), s + ": " + errors);
+            for (int i = 0; i < lseValues.length; i++) {
+                assertEquals(Double.isNaN(ref.logSumExp()[i]), Float.isNaN(lseValues[i]), "logsumexp " + i);
+            }
+        }
+    }
+
+    @Test
+    void fp16BitsOfSpecialValues() {
+        assertEquals(0x7E00, Fp16.bits(Float.NaN));
+        assertEquals(0x7C00, Fp16.bits(Float.POSITIVE_INFINITY));
+        assertEquals(0xFC00, Fp16.bits(Float.NEGATIVE_INFINITY));
+        assertEquals(0x7C00, Fp16.bits(65520f));
+        for (float x : new float[] {0f, 1f, -2.5f, 1e-5f, 65504f, 0.333f}) {
+            assertEquals(Float.floatToFloat16(x) & 0xFFFF, Fp16.bits(x), "x = " + x);
+        }
+    }
+
+    private static void run(AttentionShape s, RandomInputs in, ShortArray o, FloatArray lse) {
+        SimtTileConfig config = SimtTileConfig.forHeadDim(s.headDim());
+        HalfFloatArray q = EmulatedInputs.halves(in.q());
+        HalfFloatArray k = EmulatedInputs.halves(in.k());
+        HalfFloatArray v = EmulatedInputs.halves(in.v());
+        int causal = s.causal() ? 1 : 0;
+        int bshd = s.layout() == Layout.BSHD ? 1 : 0;
+        KernelEmulator.launch(config.workgroups(s.batch(), s.queryHeads(), s.queryLength()), config.threads(), kc -> {
+            if (config == SimtTileConfig.UP_TO_64) {
+                SimtKernels.attentionUpTo64(kc, q, k, v, o, lse, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
+            } else {
+                SimtKernels.attentionUpTo128(kc, q, k, v, o, lse, s.batch(), s.queryHeads(), s.kvHeads(),
+                        s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
+            }
+        });
+        assertEquals(config.sharedMemoryBytes(), KernelEmulator.localBytesOfLastLaunch(),
+                "SimtTileConfig and the kernel's local arrays disagree");
     }
 }
