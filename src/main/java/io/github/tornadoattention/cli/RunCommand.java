@@ -141,6 +141,7 @@ final class RunCommand implements Callable<Integer> {
             perLaunch = Double.isNaN(kernelMillis[0]) ? null : TimingStats.of(kernelMillis);
             kernel = !Double.isNaN(batches[0]) ? TimingStats.of(batches) : perLaunch;
         }
+        DeviceCall deviceCall = onCpu || plan.device() == null ? null : timeDeviceCall(plan, shape, in);
 
         out.printf("backend     %s (%s)%n", plan.backendId(), device);
         out.printf("shape       %s, seed %d%n", shape, inputSeed);
@@ -154,6 +155,15 @@ final class RunCommand implements Callable<Integer> {
         }
         if (perLaunch != null && kernel != perLaunch) {
             printTiming(out, "per launch", perLaunch, shape, "events around each launch, launch latency included");
+        }
+        if (deviceCall != null) {
+            printTiming(out, "device call", deviceCall.timing(), shape,
+                    "forward on device tensors + synchronize: the whole Java call an engine makes");
+            if (kernel != null) {
+                out.printf("%-11s %.3gx the kernel, %.3g us of host time per call  [%s]%n", "", deviceCall.timing().medianMillis()
+                        / kernel.medianMillis(), 1e3 * (deviceCall.timing().medianMillis() - kernel.medianMillis()),
+                        deviceCall.check().passes() ? "output matches the host-tensor call" : "OUTPUT DIFFERS from the host-tensor call");
+            }
         }
 
         Map<String, Object> result = new LinkedHashMap<>();
@@ -181,6 +191,14 @@ final class RunCommand implements Callable<Integer> {
         }
         if (perLaunch != null) {
             result.put("per_launch_median_ms", Numbers.json(perLaunch.medianMillis()));
+        }
+        if (deviceCall != null) {
+            putTiming(result, "device_call_", deviceCall.timing(), shape);
+            if (kernel != null) {
+                result.put("device_call_over_kernel", Numbers.json(deviceCall.timing().medianMillis() / kernel.medianMillis()));
+                result.put("host_overhead_us", Numbers.json(1e3 * (deviceCall.timing().medianMillis() - kernel.medianMillis())));
+            }
+            result.put("device_call_matches_host_call", deviceCall.check().passes());
         }
 
         int exit = 0;
@@ -223,6 +241,41 @@ final class RunCommand implements Callable<Integer> {
             s.append(" --warmup ").append(warmup).append(" --iters ").append(iters);
         }
         return check ? s.append(" --check").toString() : s.toString();
+    }
+
+    /** A device-tensor call's timing, and its output compared with the host-tensor call's. */
+    private record DeviceCall(TimingStats timing, ErrorStats check) {
+    }
+
+    /** Times plan.forward on device tensors (inputs copied once) followed by a synchronisation, as an engine calls it. */
+    private DeviceCall timeDeviceCall(AttentionPlan plan, AttentionShape shape, RandomInputs in) {
+        io.github.tornadoattention.AttentionDevice device = plan.device();
+        try (io.github.tornadoattention.DeviceTensor dq = device.allocate(io.github.tornadoattention.DType.FP16, shape.queryElements());
+             io.github.tornadoattention.DeviceTensor dk = device.allocate(io.github.tornadoattention.DType.FP16, shape.kvElements());
+             io.github.tornadoattention.DeviceTensor dv = device.allocate(io.github.tornadoattention.DType.FP16, shape.kvElements());
+             io.github.tornadoattention.DeviceTensor dO = device.allocate(io.github.tornadoattention.DType.FP16, shape.outputElements());
+             HalfTensor expected = plan.forward(in.q(), in.k(), in.v());
+             HalfTensor actual = RandomInputs.poisonedOutput(shape)) {
+            dq.copyFrom(in.q());
+            dk.copyFrom(in.k());
+            dv.copyFrom(in.v());
+            dO.copyFrom(actual);
+            for (int i = 0; i < Math.max(1, warmup); i++) {
+                plan.forward(dq, dk, dv, dO, null);
+                device.synchronize();
+            }
+            TimingStats timing = time(() -> {
+                plan.forward(dq, dk, dv, dO, null);
+                device.synchronize();
+            });
+            dO.copyTo(actual);
+            device.synchronize();
+            double[] reference = new double[Math.toIntExact(expected.length())];
+            for (int i = 0; i < reference.length; i++) {
+                reference[i] = expected.get(i);
+            }
+            return new DeviceCall(timing, ErrorStats.compare(actual, reference, null, null));
+        }
     }
 
     private TimingStats time(Runnable call) {
