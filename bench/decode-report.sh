@@ -20,9 +20,13 @@ STEPS=${STEPS:-64}
 SEED=${SEED:-$(date +%s)}
 SHAPE="--batch 8 --heads 32 --kv-heads 8 --dim 128"
 if [ -z "${JAVA_HOME:-}" ] || [ ! -x "$JAVA_HOME/bin/java" ]; then
-  bundle=${BUNDLE:-.gpu/gpu-bundle.tar.xz}
-  [ -d /opt/gpu-bundle ] || tar -xJf "$bundle" -C /opt || { echo "cannot unpack $bundle" >&2; exit 2; }
-  export JAVA_HOME=/opt/gpu-bundle/jdk
+  if [ -f "${JDK_TAR:-.gpu/jdk25.tar.xz}" ]; then   # a jlink'ed JDK 25 is all ptx-cuda needs
+    mkdir -p /opt/jdk25 && tar -xJf "${JDK_TAR:-.gpu/jdk25.tar.xz}" -C /opt/jdk25 && export JAVA_HOME=/opt/jdk25/jdk
+  else
+    bundle=${BUNDLE:-.gpu/gpu-bundle.tar.xz}
+    [ -d /opt/gpu-bundle ] || tar -xJf "$bundle" -C /opt || { echo "cannot unpack $bundle" >&2; exit 2; }
+    export JAVA_HOME=/opt/gpu-bundle/jdk
+  fi
 fi
 export TORNADOVM_HOME= # ptx-cuda needs no TornadoVM
 ta() { JAVA_HOME=$JAVA_HOME bin/tornado-attention "$@"; }
@@ -38,6 +42,15 @@ for args in "--context 3000 --ragged" "--context 3000 --ragged --page-size 16" "
   ta decode $dims $args --steps 8 --layers 2 --backend ptx-cuda --check --seed "$SEED" --json \
     > "$OUT/check-$(echo "$args" | tr -d ' -').log" 2>&1 || fail=1
   grep -h "^check" "$OUT/check-$(echo "$args" | tr -d ' -').log" | sed "s/^/[$args] /"
+done
+
+echo "== prefill on device-resident tensors (whole Java call vs kernel)"
+: > "$OUT/prefill.jsonl"
+for shape in "--batch 4 --heads 16 --seq 2048 --dim 128" "--batch 4 --heads 16 --seq 2048 --dim 128 --causal" \
+             "--batch 8 --heads 8 --seq 128 --dim 64"; do
+  ta run $shape --backend ptx-cuda --check --warmup 10 --iters 50 --seed "$SEED" --json > "$OUT/prefill.log" 2>&1 || fail=1
+  grep -h "device call\|^ .*x the kernel\|^check" "$OUT/prefill.log" | sed "s/^/[$shape] /"
+  tail -n 1 "$OUT/prefill.log" >> "$OUT/prefill.jsonl"
 done
 
 echo "== per-token decode, $LAYERS layers"
