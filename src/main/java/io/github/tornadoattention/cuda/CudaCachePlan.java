@@ -11,6 +11,7 @@ import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.TensorStrides;
+import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
 import java.lang.foreign.Arena;
@@ -27,12 +28,11 @@ final class CudaCachePlan extends CacheAttentionPlan {
     /** Keys per split come in multiples of this (a multiple of every decode tile's Bc). */
     static final int SPLIT_GRANULE = 256;
     static final int MAX_SPLITS = 128;
-    private static final int DECODE_ROWS_PER_BLOCK = 16;
+    private final KernelManifest.Kernel split;
+    private final KernelManifest.Kernel combine;
+    private final KernelManifest.Kernel prefill;
     /** CUDA grid y and z are limited to 65535 blocks. */
     private static final int MAX_GRID_YZ = 65535;
-    private static final int DECODE_THREADS = 32;
-    private static final int COMBINE_THREADS = 128;
-    private static final int PREFILL_THREADS = 128;
     /** ParamIndex P_PAGE_SIZE and P_PAGES_PER_SEQ (ptx-overrides/src/flash_params.cuh). */
     static final int P_PAGE_SIZE = 23;
     static final int P_PAGES_PER_SEQ = 24;
@@ -49,7 +49,6 @@ final class CudaCachePlan extends CacheAttentionPlan {
     private final long splitFunction;
     private final long combineFunction;
     private final long prefillFunction;
-    private final int prefillRows;
     private final KernelArgs splitArgs = new KernelArgs(arena, 9);
     private final KernelArgs combineArgs = new KernelArgs(arena, 6);
     private final KernelArgs prefillArgs = new KernelArgs(arena, 9);
@@ -69,12 +68,16 @@ final class CudaCachePlan extends CacheAttentionPlan {
                     "the kernels launch one block row per (sequence, head): at most " + MAX_GRID_YZ);
         }
         String paged = cacheSpec.paged() ? "_paged" : "";
-        splitFunction = device.function("flash_cache_decode_split" + paged + "_d" + d);
-        combineFunction = device.function("flash_cache_decode_combine_d" + d);
-        prefillFunction = device.function(prefillEntry(d, spec.causal(), cacheSpec.paged()));
-        prefillRows = d == 128 && spec.causal() ? 64 : 128;
+        // Entry names and launch geometry from the kernel manifest (ptx/manifest.tsv), the one launch table.
+        KernelManifest manifest = KernelManifest.shipped();
+        split = manifest.entry("flash_cache_decode_split" + paged + "_d" + d);
+        combine = manifest.entry("flash_cache_decode_combine_d" + d);
+        prefill = manifest.entry(prefillEntry(d, spec.causal(), cacheSpec.paged()));
+        splitFunction = device.function(split.entry());
+        combineFunction = device.function(combine.entry());
+        prefillFunction = device.function(prefill.entry());
         rowBlocks = (spec.groupSize() * Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES)
-                + DECODE_ROWS_PER_BLOCK - 1) / DECODE_ROWS_PER_BLOCK;
+                + split.rowsPerBlock() - 1) / split.rowsPerBlock();
         maxSplits = Math.max(1, Math.min(MAX_SPLITS, (spec.maxLength() + SPLIT_GRANULE - 1) / SPLIT_GRANULE));
         DeviceTensor dp = null, pp = null, po = null, pl = null;
         try {
@@ -146,12 +149,12 @@ final class CudaCachePlan extends CacheAttentionPlan {
         splitArgs.pointer(0, q.address()).pointer(1, cache.keys().address()).pointer(2, cache.values().address())
                 .pointer(3, partialO.address()).pointer(4, partialLse.address()).pointer(5, denseParams.address())
                 .pointer(6, step).pointer(7, blocks).integer(8, keysPerSplit);
-        device.launch(splitFunction, splits, rowBlocks, spec().batch() * spec().kvHeads(), DECODE_THREADS, splitArgs);
+        device.launch(splitFunction, splits, rowBlocks, spec().batch() * spec().kvHeads(), split.threads(), splitArgs);
         long rows = (long) spec().batch() * spec().heads() * spec().maxQueryLength();
-        int rowsPerBlock = COMBINE_THREADS / (spec().headDim() / 8);
+        int rowsPerBlock = combine.rowsPerBlock();
         combineArgs.pointer(0, partialO.address()).pointer(1, partialLse.address()).pointer(2, o.address())
                 .pointer(3, lse == null ? 0 : lse.address()).pointer(4, denseParams.address()).integer(5, splits);
-        device.launch(combineFunction, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, COMBINE_THREADS,
+        device.launch(combineFunction, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, combine.threads(),
                 combineArgs);
     }
 
@@ -187,8 +190,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
                 .pointer(3, o.address()).pointer(4, lse == null ? 0 : lse.address()).pointer(5, packedParams.address())
                 .pointer(6, step + 4L * 2 * spec().batch()).pointer(7, step)
                 .pointer(8, cache.spec().paged() ? cache.blockTable().address() : 0);
-        device.launch(prefillFunction, (maxNew + prefillRows - 1) / prefillRows, spec().batch() * spec().heads(), 1,
-                PREFILL_THREADS, prefillArgs);
+        device.launch(prefillFunction, (maxNew + prefill.rowsPerBlock() - 1) / prefill.rowsPerBlock(),
+                spec().batch() * spec().heads(), 1, prefill.threads(), prefillArgs);
     }
 
     @Override

@@ -22,9 +22,10 @@ import java.util.concurrent.atomic.AtomicLong;
  * uploads are truly asynchronous and cost no allocation.
  */
 public final class CudaDevice extends AttentionDevice {
-    /** cuLaunchKernel block sizes of the cache kernels (ptx-overrides/src/flash_cache.cu). */
-    static final int APPEND_THREADS = 128;
-    static final int MERGE_THREADS = 128;
+    /** Block sizes of the append and merge kernels, from the kernel manifest. */
+    private static final int APPEND_THREADS = io.github.tornadoattention.ptx.KernelManifest.shipped().entry("kv_cache_append").threads();
+    private static final int MERGE_THREADS = io.github.tornadoattention.ptx.KernelManifest.shipped().entry("attention_merge_states").threads();
+    /** The module of the cache kernels (ptx-overrides/src/flash_cache.cu). */
     static final String CACHE_MODULE = "flash_cache.ptx";
 
     private final CudaContext cuda;

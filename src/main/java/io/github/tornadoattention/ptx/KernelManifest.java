@@ -104,6 +104,12 @@ public final class KernelManifest {
         return found.get(0);
     }
 
+    /** The entry named {@code entry} (hosts that pick their entry by name, like the KV-cache host). */
+    public Kernel entry(String entry) {
+        return kernels.stream().filter(k -> k.entry().equals(entry)).findFirst()
+                .orElseThrow(() -> new IllegalArgumentException("the kernel manifest has no entry " + entry));
+    }
+
     /** The head dims whose calls of either causal flag have a CUDA-driver entry of {@code kind}, ascending. */
     public List<Integer> headDims(String kind) {
         return kernels.stream().filter(k -> k.kind().equals(kind) && k.headerBytes() == 0).map(Kernel::headDim)
