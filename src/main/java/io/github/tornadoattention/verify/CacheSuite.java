@@ -65,6 +65,25 @@ public final class CacheSuite {
             int[] prompt = {0, 1, 77, 200};
             model.appendPacked(cache, device, random, prompt);
             results.add(check(tag + "varlen prefill " + Arrays.toString(prompt), device, prefillPlan, cache, model, random, true));
+            if (pageSize > 0) {
+                // Slot 0 takes slot 3's whole pages in a shuffled order: a block table far from the pool's order.
+                int[] pages = Arrays.copyOf(cache.pages(3), 200 / pageSize);
+                List<Integer> order = new ArrayList<>();
+                for (int i = 0; i < pages.length; i++) {
+                    order.add(i);
+                }
+                java.util.Collections.shuffle(order, random);
+                int[] shuffled = new int[pages.length];
+                for (int i = 0; i < pages.length; i++) {
+                    shuffled[i] = pages[order.get(i)];
+                    for (int r = 0; r < pageSize; r++) {
+                        model.keys.get(0).add(model.keys.get(3).get(order.get(i) * pageSize + r));
+                        model.values.get(0).add(model.values.get(3).get(order.get(i) * pageSize + r));
+                    }
+                }
+                cache.usePages(0, shuffled, pages.length * pageSize);
+                model.newTokens[0] = 0;
+            }
             for (int stepIndex = 0; stepIndex < 5; stepIndex++) {
                 int[] counts = {random.nextInt(2), 1, random.nextInt(2), 1};
                 model.appendDense(cache, device, random, 1, counts);
