@@ -164,6 +164,8 @@ final class RunCommand implements Callable<Integer> {
                         / kernel.medianMillis(), 1e3 * (deviceCall.timing().medianMillis() - kernel.medianMillis()),
                         deviceCall.check().passes() ? "output matches the host-tensor call" : "OUTPUT DIFFERS from the host-tensor call");
             }
+            out.printf("%-11s %.3g us until forward returns  [the host's own cost of a call: checks, argument slots, launches]%n",
+                    "enqueue", 1e3 * deviceCall.enqueue().medianMillis());
         }
 
         Map<String, Object> result = new LinkedHashMap<>();
@@ -199,6 +201,7 @@ final class RunCommand implements Callable<Integer> {
                 result.put("host_overhead_us", Numbers.json(1e3 * (deviceCall.timing().medianMillis() - kernel.medianMillis())));
             }
             result.put("device_call_matches_host_call", deviceCall.check().passes());
+            result.put("enqueue_us", Numbers.json(1e3 * deviceCall.enqueue().medianMillis()));
         }
 
         int exit = 0;
@@ -244,7 +247,7 @@ final class RunCommand implements Callable<Integer> {
     }
 
     /** A device-tensor call's timing, and its output compared with the host-tensor call's. */
-    private record DeviceCall(TimingStats timing, ErrorStats check) {
+    private record DeviceCall(TimingStats timing, TimingStats enqueue, ErrorStats check) {
     }
 
     /** Times plan.forward on device tensors (inputs copied once) followed by a synchronisation, as an engine calls it. */
@@ -268,13 +271,21 @@ final class RunCommand implements Callable<Integer> {
                 plan.forward(dq, dk, dv, dO, null);
                 device.synchronize();
             });
+            // The host's own cost: until forward returns (the synchronisation after each call is not timed).
+            double[] enqueue = new double[iters];
+            for (int i = 0; i < iters; i++) {
+                long start = System.nanoTime();
+                plan.forward(dq, dk, dv, dO, null);
+                enqueue[i] = (System.nanoTime() - start) / 1e6;
+                device.synchronize();
+            }
             dO.copyTo(actual);
             device.synchronize();
             double[] reference = new double[Math.toIntExact(expected.length())];
             for (int i = 0; i < reference.length; i++) {
                 reference[i] = expected.get(i);
             }
-            return new DeviceCall(timing, ErrorStats.compare(actual, reference, null, null));
+            return new DeviceCall(timing, TimingStats.of(enqueue), ErrorStats.compare(actual, reference, null, null));
         }
     }
 
