@@ -36,40 +36,10 @@ public final class CpuReference {
         TensorStrides qs = s.queryStrides();
         TensorStrides kvs = s.kvStrides();
         int kvHead = s.kvHeadOf(h);
-        int d = s.headDim();
         double[] scores = new double[s.kvLength()];
         for (int i = 0; i < s.queryLength(); i++) {
-            long qRow = qs.rowStart(b, h, i);
-            int lseIndex = (b * s.queryHeads() + h) * s.queryLength() + i;
-            int lastKey = s.lastVisibleKey(i);
-            if (lastKey < 0) {
-                // No visible key: O stays 0, logsumexp is log(0).
-                lse[lseIndex] = Double.NEGATIVE_INFINITY;
-                continue;
-            }
-            double max = Double.NEGATIVE_INFINITY;
-            for (int j = 0; j <= lastKey; j++) {
-                long kRow = kvs.rowStart(b, kvHead, j);
-                double dot = 0;
-                for (int c = 0; c < d; c++) {
-                    dot += (double) q[(int) (qRow + c)] * k[(int) (kRow + c)];
-                }
-                scores[j] = s.scale() * dot;
-                max = Math.max(max, scores[j]);
-            }
-            double sum = 0;
-            for (int j = 0; j <= lastKey; j++) {
-                scores[j] = Math.exp(scores[j] - max);
-                sum += scores[j];
-            }
-            for (int j = 0; j <= lastKey; j++) {
-                long vRow = kvs.rowStart(b, kvHead, j);
-                double p = scores[j] / sum;
-                for (int c = 0; c < d; c++) {
-                    out[(int) (qRow + c)] += p * v[(int) (vRow + c)];
-                }
-            }
-            lse[lseIndex] = max + Math.log(sum);
+            lse[(b * s.queryHeads() + h) * s.queryLength() + i] = softmaxRow(s.scale(), q, qs.rowStart(b, h, i), k, v,
+                    j -> kvs.rowStart(b, kvHead, j), s.lastVisibleKey(i), scores, out, s.headDim());
         }
     }
 
@@ -106,11 +76,14 @@ public final class CpuReference {
             int kvHead = h / spec.groupSize();
             int length = lengths[b];
             int n = newTokens[b];
-            float[][] k = new float[length][d];
-            float[][] v = new float[length][d];
+            float[] k = new float[length * d];
+            float[] v = new float[length * d];
+            float[] row = new float[d];
             for (int j = 0; j < length; j++) {
-                keys.read(b, kvHead, j, k[j]);
-                values.read(b, kvHead, j, v[j]);
+                keys.read(b, kvHead, j, row);
+                System.arraycopy(row, 0, k, j * d, d);
+                values.read(b, kvHead, j, row);
+                System.arraycopy(row, 0, v, j * d, d);
             }
             double[] scores = new double[length];
             for (int j = 0; j < n; j++) {
@@ -118,23 +91,29 @@ public final class CpuReference {
                 int lseIndex = packed ? h * spec.maxTotalQueries() + offsets[b] + j
                         : (b * heads + h) * spec.maxQueryLength() + j;
                 int lastKey = spec.causal() ? Math.min(length - 1, length - n + j) : length - 1;
-                lse[lseIndex] = softmaxRow(spec.scale(), q, qRow, k, v, lastKey, scores, out, d);
+                lse[lseIndex] = softmaxRow(spec.scale(), q, qRow, k, v, key -> (long) key * d, lastKey, scores, out, d);
             }
         });
         return new Result(out, lse);
     }
 
-    /** O row = softmax(scale * q k^T) V over keys [0, lastKey], added into {@code out} at {@code row}; returns lse. */
-    private static double softmaxRow(double scale, float[] q, long row, float[][] k, float[][] v, int lastKey,
-                                     double[] scores, double[] out, int d) {
+    /**
+     * One query row, the definition: O row = softmax(scale * q k^T) V over keys [0, lastKey] (materialised
+     * scores, double accumulation), added into {@code out} at {@code row}; returns the logsumexp (natural
+     * log), -inf when the row sees no key (O stays 0). Key j's K and V rows start at {@code rowStart(j)}.
+     */
+    private static double softmaxRow(double scale, float[] q, long row, float[] k, float[] v,
+                                     java.util.function.IntToLongFunction rowStart, int lastKey, double[] scores,
+                                     double[] out, int d) {
         if (lastKey < 0) {
             return Double.NEGATIVE_INFINITY;
         }
         double max = Double.NEGATIVE_INFINITY;
         for (int j = 0; j <= lastKey; j++) {
+            long kRow = rowStart.applyAsLong(j);
             double dot = 0;
             for (int c = 0; c < d; c++) {
-                dot += (double) q[(int) (row + c)] * k[j][c];
+                dot += (double) q[(int) (row + c)] * k[(int) (kRow + c)];
             }
             scores[j] = scale * dot;
             max = Math.max(max, scores[j]);
@@ -145,9 +124,10 @@ public final class CpuReference {
             sum += scores[j];
         }
         for (int j = 0; j <= lastKey; j++) {
+            long vRow = rowStart.applyAsLong(j);
             double p = scores[j] / sum;
             for (int c = 0; c < d; c++) {
-                out[(int) (row + c)] += p * v[j][c];
+                out[(int) (row + c)] += p * v[(int) (vRow + c)];
             }
         }
         return max + Math.log(sum);
