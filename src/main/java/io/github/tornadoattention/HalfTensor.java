@@ -3,12 +3,7 @@ package io.github.tornadoattention;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.lang.ref.Cleaner;
 import java.lang.ref.Reference;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicLong;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * A flat array of IEEE fp16 values in off-heap memory (a {@link MemorySegment}).
@@ -21,7 +16,7 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Not safe for concurrent writes. Closing frees the memory; a tensor may be shared by threads
  * for reading. {@link #close()} is the contract: a tensor that becomes unreachable unclosed has its
- * memory freed by a {@link Cleaner} when the garbage collector notices, and the leak is logged (a
+ * memory freed by a {@link LeakGuard} when the garbage collector notices, and the leak is logged (a
  * warning the first time, debug level after that). Keep the tensor itself reachable for as long as
  * its {@link #data()} is in use.
  */
@@ -31,14 +26,8 @@ public final class HalfTensor implements AutoCloseable {
     /** The most elements a tensor can hold: its bytes, with room for the alignment, must fit in a {@code long}. */
     public static final long MAX_LENGTH = (Long.MAX_VALUE - ALIGNMENT) / Short.BYTES;
 
-    private static final Logger LOG = LoggerFactory.getLogger(HalfTensor.class);
-    private static final Cleaner CLEANER = Cleaner.create();
-    private static final AtomicBoolean LEAK_REPORTED = new AtomicBoolean();
-    /** Tensors the cleaner freed because they were dropped without {@link #close()} (for tests). */
-    static final AtomicLong LEAKS_FREED = new AtomicLong();
-
-    private final Memory memory;
-    private final Cleaner.Cleanable cleanable;
+    private final Arena arena;
+    private final LeakGuard guard;
     private final MemorySegment data;
     private final long length;
     private long version;
@@ -47,45 +36,16 @@ public final class HalfTensor implements AutoCloseable {
         if (length <= 0 || length > MAX_LENGTH) {
             throw new InvalidArgumentException("length", length, "must be in 1.." + MAX_LENGTH);
         }
-        this.memory = new Memory(Arena.ofShared(), length);
+        Arena memory = Arena.ofShared();
         try {
-            this.data = memory.arena.allocate(2 * length, ALIGNMENT);
+            this.data = memory.allocate(2 * length, ALIGNMENT);
         } catch (RuntimeException | OutOfMemoryError e) {
-            memory.arena.close();
+            memory.close();
             throw e;
         }
+        this.arena = memory;
         this.length = length;
-        this.cleanable = CLEANER.register(this, memory);
-    }
-
-    /**
-     * The tensor's memory, apart from the tensor so that the cleaner can free it once the tensor is
-     * unreachable (a cleaner action that referenced the tensor would keep it reachable forever).
-     */
-    private static final class Memory implements Runnable {
-        private final Arena arena;
-        private final long length;
-        private volatile boolean closedByOwner;
-
-        Memory(Arena arena, long length) {
-            this.arena = arena;
-            this.length = length;
-        }
-
-        @Override
-        public void run() {
-            if (!closedByOwner) {
-                LEAKS_FREED.incrementAndGet();
-                String message = "a HalfTensor (length {}) was not closed; the garbage collector freed its memory."
-                        + " Close tensors (try-with-resources)";
-                if (LEAK_REPORTED.compareAndSet(false, true)) {
-                    LOG.warn(message + "; further leaks are logged at debug level", length);
-                } else {
-                    LOG.debug(message, length);
-                }
-            }
-            arena.close();
-        }
+        this.guard = LeakGuard.register(this, "a HalfTensor of length " + length, memory::close);
     }
 
     /** A tensor of {@code length} zeros. */
@@ -114,7 +74,7 @@ public final class HalfTensor implements AutoCloseable {
     }
 
     public boolean isOpen() {
-        return memory.arena.scope().isAlive();
+        return arena.scope().isAlive();
     }
 
     public float get(long index) {
@@ -201,8 +161,7 @@ public final class HalfTensor implements AutoCloseable {
     /** Frees the memory; closing again does nothing. */
     @Override
     public void close() {
-        memory.closedByOwner = true;
-        cleanable.clean();
+        guard.close();
     }
 
     private void ensureOpen() {

@@ -92,15 +92,15 @@ class HalfTensorTest {
     /** The safety net: a tensor dropped without close() has its memory freed once the GC finds it. */
     @Test
     void theCleanerFreesDroppedTensors() throws InterruptedException {
-        long before = HalfTensor.LEAKS_FREED.get();
+        long before = LeakGuard.leaksFreed();
         int dropped = 200;
         MemorySegment keptSegment = allocateAndDrop(dropped);
-        for (int i = 0; i < 100 && (keptSegment.scope().isAlive() || HalfTensor.LEAKS_FREED.get() - before < dropped); i++) {
+        for (int i = 0; i < 100 && (keptSegment.scope().isAlive() || LeakGuard.leaksFreed() - before < dropped); i++) {
             System.gc();
             Thread.sleep(50);
         }
-        assertTrue(HalfTensor.LEAKS_FREED.get() - before >= dropped,
-                "freed " + (HalfTensor.LEAKS_FREED.get() - before) + " of " + dropped);
+        assertTrue(LeakGuard.leaksFreed() - before >= dropped,
+                "freed " + (LeakGuard.leaksFreed() - before) + " of " + dropped);
         assertFalse(keptSegment.scope().isAlive(), "the dropped tensor's memory is still allocated");
     }
 
