@@ -221,7 +221,7 @@ final class DecodeCommand implements Callable<Integer> {
         return java.util.Arrays.stream(values).max().orElse(0);
     }
 
-    private static double round(double value) {
-        return Double.parseDouble(String.format("%.4g", value));
+    private static Double round(double value) {
+        return Numbers.json(value);
     }
 }

@@ -16,7 +16,7 @@ import picocli.CommandLine.Command;
  */
 @Command(name = "tornado-attention", mixinStandardHelpOptions = true, version = "tornado-attention 0.1.0",
         description = "FlashAttention forward for Java: CPU reference, TornadoVM kernels, hand-tuned PTX.",
-        subcommands = {RunCommand.class, BackendsCommand.class, SelftestCommand.class, DecodeCommand.class,
+        subcommands = {RunCommand.class, BackendsCommand.class, SelftestCommand.class, DecodeCommand.class, PrefillCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main implements Runnable {
     @CommandLine.Spec

@@ -52,4 +52,15 @@ class DecodeCommandTest {
         assertEquals(Main.EXIT_BAD_INPUT, r.exit());
         assertTrue(r.err().contains("--context") && r.err().contains("--force"), r.err());
     }
+
+    @Test
+    void varlenPrefillOfRaggedPromptsMatchesTheOracle() throws Exception {
+        Result r = run("prefill", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--lengths", "0,1,37,100",
+                "--page-size", "16", "--iters", "2", "--backend", "cpu-reference", "--check", "--json", "--seed", "5");
+        assertEquals(0, r.exit(), r.err());
+        String[] lines = r.out().strip().split("\n");
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals(Boolean.TRUE, json.get("passed"));
+        assertTrue(((Number) json.get("max_abs_error")).doubleValue() < 1e-2);
+    }
 }

@@ -1,0 +1,194 @@
+package io.github.tornadoattention.cli;
+
+import com.fasterxml.jackson.jr.ob.JSON;
+import io.github.tornadoattention.Attention;
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.CacheAttentionPlan;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.cpu.CpuReference;
+import io.github.tornadoattention.measure.TimingStats;
+import io.github.tornadoattention.verify.ErrorStats;
+import io.github.tornadoattention.verify.KvCacheModel;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code prefill}: varlen prefill through the Java API as an engine runs it: prompts of different lengths
+ * packed along the sequence axis, appended into an empty KV cache and attended causally per prompt
+ * ({@link KvCache#appendPacked} + {@link CacheAttentionPlan#forwardPacked}), one synchronisation.
+ */
+@Command(name = "prefill", mixinStandardHelpOptions = true,
+        description = "Time varlen prefill (packed prompts into a KV cache + causal attention) through the Java API.")
+final class PrefillCommand implements Callable<Integer> {
+    @Spec
+    CommandSpec spec;
+
+    @Option(names = "--heads", required = true, paramLabel = "H", description = "query heads")
+    int heads;
+
+    @Option(names = "--kv-heads", paramLabel = "HKV", description = "key/value heads (default: --heads)")
+    Integer kvHeads;
+
+    @Option(names = "--dim", required = true, paramLabel = "D", description = "head dim")
+    int dim;
+
+    @Option(names = "--lengths", required = true, split = ",", paramLabel = "N,N,...", description = "prompt lengths, one per sequence")
+    List<Integer> lengths;
+
+    @Option(names = "--page-size", paramLabel = "P", defaultValue = "0", description = "paged cache with pages of P tokens (default: contiguous)")
+    int pageSize;
+
+    @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO, description = "ptx-cuda, cpu-reference or auto (default)")
+    String backend;
+
+    @Option(names = "--iters", paramLabel = "N", defaultValue = "20", description = "timed calls (default: ${DEFAULT-VALUE})")
+    int iters;
+
+    @Option(names = "--check", description = "compare the output with the CPU reference; exit 1 if out of tolerance")
+    boolean check;
+
+    @Option(names = "--seed", paramLabel = "N", description = "seed of the random inputs (default: fresh each run)")
+    Long seed;
+
+    @Option(names = "--json", description = "also print one JSON object on the last line")
+    boolean json;
+
+    @Override
+    public Integer call() throws IOException {
+        if (iters < 1 || iters > 10_000) {
+            throw new InvalidArgumentException("--iters", iters, "must be in 1..10000");
+        }
+        int[] prompts = lengths.stream().mapToInt(Integer::intValue).toArray();
+        for (int n : prompts) {
+            if (n < 0) {
+                throw new InvalidArgumentException("--lengths", lengths, "every length must be >= 0");
+            }
+        }
+        int batch = prompts.length;
+        int hkv = kvHeads == null ? heads : kvHeads;
+        int longest = Math.max(1, Arrays.stream(prompts).max().orElse(1));
+        int total = Arrays.stream(prompts).sum();
+        AttentionDevice device = Attention.device(backend);
+        if (device.backendId().equals(Backends.CPU_REFERENCE) && 2.0 * heads * dim * (double) longest * total > 2e10) {
+            throw new InvalidArgumentException("--lengths", lengths, "the CPU device would take minutes; use shorter prompts");
+        }
+        long inputSeed = seed != null ? seed : System.nanoTime();
+        Random random = new Random(inputSeed);
+        KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, hkv, longest, dim)
+                : KvCacheSpec.paged(batch, hkv, longest, dim, pageSize);
+        CacheAttentionSpec attention = CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(hkv).headDim(dim)
+                .maxQueryLength(longest).maxTotalQueries(Math.max(1, total)).maxLength(longest).causal(true).build();
+        PrintWriter out = spec.commandLine().getOut();
+        KvCacheModel model = new KvCacheModel(batch, hkv, dim);
+        float[] q = KvCacheModel.randomFp16(random, (int) attention.packedQueryElements());
+        try (KvCache cache = device.kvCache(cacheSpec); CacheAttentionPlan plan = device.plan(attention, cacheSpec);
+             DeviceTensor dq = KvCacheModel.upload(device, q);
+             DeviceTensor o = device.allocate(DType.FP16, attention.packedQueryElements())) {
+            model.appendPacked(cache, device, random, prompts); // the prompts' K and V (kept for the check)
+            DeviceTensor k = KvCacheModel.upload(device, flat(model.keys, prompts, hkv, dim));
+            DeviceTensor v = KvCacheModel.upload(device, flat(model.values, prompts, hkv, dim));
+            Runnable call = () -> {
+                cache.resetAll();
+                cache.appendPacked(k, v, prompts);
+                plan.forwardPacked(dq, cache, o, null);
+            };
+            for (int i = 0; i < 3; i++) {
+                call.run();
+                device.synchronize();
+            }
+            double[] wall = new double[iters];
+            double[] kernel = new double[iters];
+            for (int i = 0; i < iters; i++) {
+                long start = System.nanoTime();
+                call.run();
+                device.synchronize();
+                wall[i] = (System.nanoTime() - start) / 1e6;
+            }
+            for (int i = 0; i < iters; i++) {
+                kernel[i] = device.timeEach(List.of(call)).map(ms -> ms[0]).orElse(Double.NaN);
+            }
+            TimingStats callStats = TimingStats.of(wall);
+            TimingStats kernelStats = Double.isNaN(kernel[0]) ? null : TimingStats.of(kernel);
+            double flops = 0;
+            for (int n : prompts) {
+                flops += 2.0 * heads * dim * n * (n + 1); // causal: 4*H*D per visible pair, n(n+1)/2 pairs
+            }
+            out.printf("backend     %s (%s)%n", device.backendId(), device.name());
+            out.printf("prefill     %d prompts %s, Hq=%d Hkv=%d D=%d, %s cache, seed %d%n", batch, lengths, heads, hkv, dim,
+                    pageSize == 0 ? "contiguous" : "paged (" + pageSize + ")", inputSeed);
+            out.printf("call        median %.4g ms (95%% CI %.4g..%.4g), %s  [reset + append + attention +"
+                    + " synchronize]%n", callStats.medianMillis(), callStats.lowMillis(), callStats.highMillis(),
+                    Numbers.throughput(flops, callStats.medianMillis()));
+            if (kernelStats != null) {
+                out.printf("device      median %.4g ms  [CUDA events around the append and the attention]%n",
+                        kernelStats.medianMillis());
+            }
+            Map<String, Object> result = new LinkedHashMap<>();
+            result.put("backend", device.backendId());
+            result.put("lengths", prompts);
+            result.put("heads", heads);
+            result.put("kv_heads", hkv);
+            result.put("dim", dim);
+            result.put("page_size", pageSize);
+            result.put("call_median_ms", Numbers.json(callStats.medianMillis()));
+            result.put("device_median_ms", kernelStats == null ? null : Numbers.json(kernelStats.medianMillis()));
+            result.put("tflops", Numbers.json(callStats.teraflops(flops)));
+            result.put("seed", inputSeed);
+            boolean passed = true;
+            if (check) {
+                try (HalfTensor nan = HalfTensor.allocate(o.length())) {
+                    nan.fill(Float.NaN);
+                    o.copyFrom(nan);
+                }
+                call.run();
+                float[] actual = Arrays.copyOf(KvCacheModel.download(device, o), Math.max(1, total) * heads * dim);
+                CpuReference.Result expected = model.expected(attention, q, true);
+                try (HalfTensor h = HalfTensor.of(actual)) {
+                    ErrorStats e = ErrorStats.compare(h, Arrays.copyOf(expected.output(), actual.length), null, null);
+                    out.printf("check       %s: %s (against the CPU reference)%n", e.passes() ? "PASS" : "FAIL", e);
+                    result.put("max_abs_error", Numbers.json(e.maxAbsError()));
+                    passed = e.passes();
+                }
+            }
+            result.put("passed", passed);
+            k.close();
+            v.close();
+            if (json) {
+                out.println(JSON.std.asString(result));
+            }
+            return passed ? 0 : Main.EXIT_FAILED;
+        }
+    }
+
+    /** The model's prompt rows packed: [total, kvHeads, headDim]. */
+    private static float[] flat(List<List<float[][]>> rows, int[] prompts, int kvHeads, int d) {
+        int total = Math.max(1, Arrays.stream(prompts).sum());
+        float[] out = new float[total * kvHeads * d];
+        int row = 0;
+        for (int b = 0; b < prompts.length; b++) {
+            for (int j = 0; j < prompts[b]; j++, row++) {
+                for (int h = 0; h < kvHeads; h++) {
+                    System.arraycopy(rows.get(b).get(j)[h], 0, out, (row * kvHeads + h) * d, d);
+                }
+            }
+        }
+        return out;
+    }
+}
