@@ -19,6 +19,9 @@ LAYERS=${LAYERS:-32}
 STEPS=${STEPS:-64}
 SEED=${SEED:-$(date +%s)}
 SHAPE="--batch 8 --heads 32 --kv-heads 8 --dim 128"
+PHASES=${PHASES:-correctness prefill varlen decode}
+want() { [[ " $PHASES " == *" $1 "* ]]; }
+PROMPTS=${PROMPTS:-2816,256,4096,1536,3456,896,2176,3840}   # 8 prompts, 256..4096
 if [ -z "${JAVA_HOME:-}" ] || [ ! -x "$JAVA_HOME/bin/java" ]; then
   if [ -f "${JDK_TAR:-.gpu/jdk25.tar.xz}" ]; then   # a jlink'ed JDK 25 is all ptx-cuda needs
     mkdir -p /opt/jdk25 && tar -xJf "${JDK_TAR:-.gpu/jdk25.tar.xz}" -C /opt/jdk25 && export JAVA_HOME=/opt/jdk25/jdk
@@ -33,6 +36,7 @@ ta() { JAVA_HOME=$JAVA_HOME bin/tornado-attention "$@"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 fail=0
 
+if want correctness; then
 echo "== correctness (seed $SEED)"
 ta selftest --backend ptx-cuda --inference --seed "$SEED" > "$OUT/selftest-inference.log" 2>&1 || fail=1
 tail -n 3 "$OUT/selftest-inference.log"
@@ -44,6 +48,9 @@ for args in "--context 3000 --ragged" "--context 3000 --ragged --page-size 16" "
   grep -h "^check" "$OUT/check-$(echo "$args" | tr -d ' -').log" | sed "s/^/[$args] /"
 done
 
+fi
+
+if want prefill; then
 echo "== prefill on device-resident tensors (whole Java call vs kernel)"
 : > "$OUT/prefill.jsonl"
 for shape in "--batch 4 --heads 16 --seq 2048 --dim 128" "--batch 4 --heads 16 --seq 2048 --dim 128 --causal" \
@@ -53,6 +60,19 @@ for shape in "--batch 4 --heads 16 --seq 2048 --dim 128" "--batch 4 --heads 16 -
   tail -n 1 "$OUT/prefill.log" >> "$OUT/prefill.jsonl"
 done
 
+fi
+
+if want varlen; then
+echo "== varlen prefill: prompts $PROMPTS packed (Hq=32, Hkv=8, D=128, causal per prompt)"
+for page in 0 16; do
+  ta prefill --heads 32 --kv-heads 8 --dim 128 --lengths "$PROMPTS" --page-size $page --backend ptx-cuda --check \
+    --seed "$SEED" --json > "$OUT/varlen-$page.log" 2>&1 || fail=1
+  grep -h "^call\|^device\|^check" "$OUT/varlen-$page.log" | sed "s/^/[page size $page] /"
+done
+python3 bench/varlen_baseline.py --heads 32 --kv-heads 8 --dim 128 --lengths "$PROMPTS" 2>&1 | tee "$OUT/varlen-torch.jsonl"
+fi
+
+if want decode; then
 echo "== per-token decode, $LAYERS layers"
 : > "$OUT/decode.jsonl"
 for n in $CONTEXTS; do
@@ -65,7 +85,9 @@ for n in $CONTEXTS; do
     --steps "$STEPS" >> "$OUT/decode.jsonl" 2> "$OUT/torch-$n.err" || fail=1
 done
 
-python3 - "$OUT/decode.jsonl" <<'PY'
+fi
+
+[ -s "$OUT/decode.jsonl" ] && python3 - "$OUT/decode.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 torch = {(r["context"], r["backend"]): r for r in rows if r.get("backend", "").startswith("torch")}
