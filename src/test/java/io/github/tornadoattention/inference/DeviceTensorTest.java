@@ -77,4 +77,95 @@ class DeviceTensorTest {
                     () -> plan.forward(dq, dk, dv, dk, null)).argument());
         }
     }
+
+    /** A second device (host memory, nothing implemented beyond allocation) to hand the CPU device a foreign tensor. */
+    private static final class OtherDevice extends AttentionDevice {
+        private final java.util.Map<Long, java.lang.foreign.Arena> arenas = new java.util.HashMap<>();
+
+        OtherDevice() {
+            super("other");
+        }
+
+        @Override
+        public String name() {
+            return "another device";
+        }
+
+        @Override
+        public void synchronize() {
+        }
+
+        @Override
+        protected long malloc(long bytes) {
+            java.lang.foreign.Arena arena = java.lang.foreign.Arena.ofShared();
+            long address = arena.allocate(bytes, 64).address();
+            arenas.put(address, arena);
+            return address;
+        }
+
+        @Override
+        protected void free(long address, long bytes) {
+            arenas.remove(address).close();
+        }
+
+        @Override
+        protected void copyToDevice(long destination, java.lang.foreign.MemorySegment source, long bytes) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        protected void copyToHost(java.lang.foreign.MemorySegment destination, long source, long bytes) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        protected void copyOnDevice(long destination, long source, long bytes) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        protected void uploadInts(long destination, int[] values, int from, int count) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        protected void appendToCache(io.github.tornadoattention.KvCache cache, io.github.tornadoattention.KvCache.Append append) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        protected io.github.tornadoattention.CacheAttentionPlan newCachePlan(io.github.tornadoattention.CacheAttentionSpec spec,
+                                                                           io.github.tornadoattention.KvCacheSpec cacheSpec) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        protected void merge(DeviceTensor oParts, DeviceTensor lseParts, int parts, long rows, int headDim, DeviceTensor o,
+                             DeviceTensor lse) {
+            throw new UnsupportedOperationException();
+        }
+    }
+
+    @Test
+    void aTensorOfAnotherDeviceIsRefusedBeforeAnythingIsWritten() {
+        AttentionDevice other = new OtherDevice();
+        io.github.tornadoattention.KvCacheSpec spec = io.github.tornadoattention.KvCacheSpec.contiguous(2, 1, 16, 8);
+        io.github.tornadoattention.CacheAttentionSpec attention = io.github.tornadoattention.CacheAttentionSpec.builder()
+                .batch(2).heads(2).kvHeads(1).headDim(8).maxQueryLength(1).maxLength(16).build();
+        try (io.github.tornadoattention.KvCache cache = device.kvCache(spec);
+             io.github.tornadoattention.CacheAttentionPlan plan = device.plan(attention, spec);
+             DeviceTensor foreign = other.allocate(DType.FP16, 2 * 8);
+             DeviceTensor local = device.allocate(DType.FP16, 2 * 8);
+             DeviceTensor q = device.allocate(DType.FP16, attention.denseQueryElements());
+             DeviceTensor foreignO = other.allocate(DType.FP16, attention.denseQueryElements())) {
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                    () -> cache.append(foreign, local, io.github.tornadoattention.Layout.BHSD, 1, 1, 1));
+            assertEquals("newKeys", e.argument());
+            assertEquals(0, cache.length(0), "nothing appended");
+            assertEquals("o", assertThrows(InvalidArgumentException.class,
+                    () -> plan.forward(q, cache, foreignO, null)).argument());
+            assertEquals("source", assertThrows(InvalidArgumentException.class,
+                    () -> local.copyFrom(foreign, 0, 0, 4)).argument());
+        }
+    }
 }
