@@ -401,7 +401,10 @@ public final class MmaKernels {
                             // (subnormals and rounding as the hardware does them), so no fp16 encoding by hand. Lane (g = lane / 4,
                             // c = lane % 4) stored S^T rows (keys) g and g + 8 of every key block at query columns 2 c, 2 c + 1 of the
                             // warp's two 8-query blocks; it reads its own values back (same thread: no barrier). Masked keys get
-                            // z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            // z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check. NaN scores: Math.min
+                            // and Math.max lower to min.f32/max.f32, which return the non-NaN operand, so a masked NaN gives P = 0
+                            // exactly and a visible one z = 1e30, P = +infinity (its row's O and sum NaN/+infinity, the recompute it
+                            // triggers harmless to the other rows); unmasked, P = NaN. (KernelEmulator.ptxKernel runs them so.)
                             int g = lane >>> 2;
                             int c2 = (lane & 3) << 1;
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
@@ -508,7 +511,10 @@ public final class MmaKernels {
                     // overwrites them), so that the flag's barrier also publishes O for writeOutputTransposed.
                     normaliseOwnColumns(scratch, oBase, warp, lane, d, bq);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
-                    if (flag[0] == stamp) {
+                    // After the first attempt only: the recompute can raise the flag again only for a score that is NaN or
+                    // +infinity (the exact max bounds every other), and its rowMax is the m of the logsumexp below (reset,
+                    // it made the logsumexp -infinity for every row of the tile, not only for the rows that see that key).
+                    if (attempt == 0 && flag[0] == stamp) {
                         attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
                         if (t < bq) {
                             rowMax[t] = Float.NEGATIVE_INFINITY;
@@ -785,7 +791,10 @@ public final class MmaKernels {
                             // one fp16 store per value, converted by TornadoVM (as in attentionD64Pipelined). Lane (g = lane / 4,
                             // c = lane % 4) stored S^T rows (keys) g and g + 8 of every key block at query columns 2 c, 2 c + 1 of the
                             // warp's two 8-query blocks; it reads its own values back (same thread: no barrier). Masked keys get
-                            // z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check.
+                            // z = -1e30 (P = 0) branch-free; excess tracks the largest z for the recompute check. NaN scores: Math.min
+                            // and Math.max lower to min.f32/max.f32, which return the non-NaN operand, so a masked NaN gives P = 0
+                            // exactly and a visible one z = 1e30, P = +infinity (its row's O and sum NaN/+infinity, the recompute it
+                            // triggers harmless to the other rows); unmasked, P = NaN. (KernelEmulator.ptxKernel runs them so.)
                             int g = lane >>> 2;
                             int c2 = (lane & 3) << 1;
                             // Keys need masking only in causal attention or where the last K/V tile is partial; a constant of the
@@ -913,7 +922,10 @@ public final class MmaKernels {
                     // overwrites them), so that the flag's barrier also publishes O for writeOutputTransposed.
                     normaliseOwnColumns(scratch, oBase, warp, lane, d, bq);
                     kc.localBarrier();   // every thread has set the flag or not, O is normalised
-                    if (flag[0] == stamp) {
+                    // After the first attempt only: the recompute can raise the flag again only for a score that is NaN or
+                    // +infinity (the exact max bounds every other), and its rowMax is the m of the logsumexp below (reset,
+                    // it made the logsumexp -infinity for every row of the tile, not only for the rows that see that key).
+                    if (attempt == 0 && flag[0] == stamp) {
                         attempts = 2;    // some score exceeded its row's reference max: recompute with exact maxima
                         if (t < bq) {
                             rowMax[t] = Float.NEGATIVE_INFINITY;
@@ -974,7 +986,8 @@ public final class MmaKernels {
     /**
      * O (already divided by l) from the O^T scratch ({@link MmaLayout#outputTAt}) to fp16, four values per 64-bit
      * store: a warp instruction covers 8 queries x 4 quads of one 16-column block (its loads touch 4 lines of one
-     * fragment); logsumexp = m + ln(l) (thread t < Br passes its row's m), -infinity for a row that saw no key.
+     * fragment); logsumexp = m + ln(l) (thread t < Br passes its row's m), -infinity for a row that saw no key, NaN for
+     * one that saw a NaN score.
      */
     static void writeOutputTransposed(FloatArray scratch, LongArray o, FloatArray lse, float rowMax, int t, int oBase,
                                       int qBase, int qRow, int q0, int queryLength, int lseBase, int d, int bq) {
@@ -992,8 +1005,10 @@ public final class MmaKernels {
             }
         }
         if (t < bq && q0 + t < queryLength) {
+            // A row that sees a NaN (or +infinity) score has a NaN or +infinite sum (P = e^z is NaN, or +infinity where the
+            // mask's min.f32 turned a NaN z into 1e30): sum - sum, 0 for every finite sum, makes its logsumexp NaN.
             float sum = scratch.get(oBase + bq * d + t);
-            lse.set(lseBase + q0 + t, sum > 0.0f ? rowMax + TornadoMath.log(sum) : Float.NEGATIVE_INFINITY);
+            lse.set(lseBase + q0 + t, sum == 0.0f ? Float.NEGATIVE_INFINITY : rowMax + TornadoMath.log(sum) + (sum - sum));
         }
     }
 }

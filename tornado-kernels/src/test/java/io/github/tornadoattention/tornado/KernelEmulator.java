@@ -1,6 +1,16 @@
 package io.github.tornadoattention.tornado;
 
+import java.io.IOException;
+import java.io.InputStream;
+import java.lang.classfile.ClassFile;
+import java.lang.classfile.ClassTransform;
+import java.lang.classfile.CodeTransform;
+import java.lang.classfile.instruction.InvokeInstruction;
+import java.lang.constant.ClassDesc;
 import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.lang.reflect.Field;
 import java.util.ArrayList;
 import java.util.List;
@@ -12,6 +22,7 @@ import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.enums.MMAShape;
 import uk.ac.manchester.tornado.api.types.HalfFloat;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 
 /**
  * Runs a KernelContext kernel on the CPU, one Java thread per GPU thread, so that the kernels' index
@@ -37,6 +48,13 @@ import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
  * </ul>
  * (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; TornadoVM's LdmatrixStmt and
  * MMAStoreStmt.) Races the kernel might have are not reliably detected.
+ *
+ * <p>The kernel's own Java code runs with Java's semantics, which differ from the PTX that TornadoVM generates
+ * where a value is NaN: {@code Math.min}/{@code Math.max} of floats lower to {@code min.f32}/{@code max.f32}, which
+ * return the other operand where one is NaN (Java's return NaN). {@link #ptxKernel} loads a kernel class with those
+ * calls replaced by {@link #ptxMin}/{@link #ptxMax}. (The other float operations the kernels use agree on NaN and
+ * infinities: the arithmetic, comparisons ({@code setp} is ordered, as Java's), {@code ex2.approx}/{@code lg2.approx}
+ * for TornadoMath's exp/log, {@code cvt.rn.f16.f32} (NaN stays a NaN) and {@code mma} (IEEE products and sums).)
  */
 final class KernelEmulator {
     /** A kernel body taking the emulated context. */
@@ -57,6 +75,63 @@ final class KernelEmulator {
     }
 
     private KernelEmulator() {
+    }
+
+    /** {@code min.f32}: where one operand is NaN, the other (NaN only if both are). */
+    static float ptxMin(float a, float b) {
+        return Float.isNaN(a) ? b : Float.isNaN(b) ? a : Math.min(a, b);
+    }
+
+    /** {@code max.f32}: where one operand is NaN, the other (NaN only if both are). */
+    static float ptxMax(float a, float b) {
+        return Float.isNaN(a) ? b : Float.isNaN(b) ? a : Math.max(a, b);
+    }
+
+    /**
+     * The static kernel method {@code name} of {@code kernels} (a class of this package) with the float semantics
+     * of TornadoVM's PTX: the class is loaded again, as a hidden class, with every {@code Math.min(float, float)}
+     * and {@code Math.max(float, float)} call replaced by {@link #ptxMin}/{@link #ptxMax}.
+     */
+    static MmaPlan.Kernel ptxKernel(Class<?> kernels, String name) {
+        byte[] bytes;
+        try (InputStream in = kernels.getResourceAsStream(kernels.getSimpleName() + ".class")) {
+            bytes = in.readAllBytes();
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+        ClassDesc math = ClassDesc.of("java.lang.Math");
+        ClassDesc emulator = ClassDesc.of(KernelEmulator.class.getName());
+        CodeTransform minMax = (code, element) -> {
+            if (element instanceof InvokeInstruction call && call.owner().asSymbol().equals(math)
+                    && call.typeSymbol().descriptorString().equals("(FF)F")
+                    && (call.name().equalsString("min") || call.name().equalsString("max"))) {
+                code.invokestatic(emulator, call.name().equalsString("min") ? "ptxMin" : "ptxMax", call.typeSymbol());
+            } else {
+                code.with(element);
+            }
+        };
+        ClassFile files = ClassFile.of();
+        byte[] rewritten = files.transformClass(files.parse(bytes), ClassTransform.transformingMethodBodies(minMax));
+        try {
+            Class<?> hidden = MethodHandles.lookup().defineHiddenClass(rewritten, true).lookupClass();
+            MethodHandle kernel = MethodHandles.privateLookupIn(hidden, MethodHandles.lookup()).findStatic(hidden, name,
+                    MethodType.methodType(void.class, KernelContext.class, LongArray.class, LongArray.class,
+                            LongArray.class, LongArray.class, FloatArray.class, FloatArray.class, int.class, int.class,
+                            int.class, int.class, int.class, int.class, int.class, float.class, int.class));
+            return (kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength, causal, bshd,
+                    scale, grid) -> {
+                try {
+                    kernel.invoke(kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength,
+                            causal, bshd, scale, grid);
+                } catch (RuntimeException | Error e) {
+                    throw e;
+                } catch (Throwable e) {
+                    throw new IllegalStateException(e);
+                }
+            };
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("cannot load " + kernels.getName() + " with PTX float semantics", e);
+        }
     }
 
     /** Bytes of local memory one workgroup of the last {@link #launch} allocated (its static shared memory). */

@@ -7,7 +7,9 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.cpu.CpuReference;
 import io.github.tornadoattention.verify.ErrorStats;
+import io.github.tornadoattention.verify.NanCheck;
 import io.github.tornadoattention.verify.RandomInputs;
 import java.io.File;
 import java.io.IOException;
@@ -18,16 +20,21 @@ import java.lang.classfile.CodeModel;
 import java.lang.classfile.Instruction;
 import java.lang.classfile.MethodModel;
 import java.lang.classfile.Opcode;
+import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.params.provider.ValueSource;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
@@ -35,10 +42,12 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /**
  * The tornado-mma kernels ({@link MmaKernels}) and the synchronous ones they were derived from
  * ({@link MmaSynchronousKernels}), run by {@link KernelEmulator} on the CPU (no GPU needed) with the MMA
- * intrinsics' PTX semantics, against the CPU reference: layouts, masks, GQA, BSHD, tails, the grid loop
- * and the recompute path.
+ * intrinsics' PTX semantics and the PTX's float min/max ({@link KernelEmulator#ptxKernel}), against the CPU
+ * reference: layouts, masks, GQA, BSHD, tails, the grid loop, the recompute path and a NaN in the inputs.
  */
 class MmaKernelsTest {
+    /** The kernels with the PTX's float semantics, loaded once each ({@link #kernel(int, boolean)}). */
+    private static final Map<String, MmaPlan.Kernel> KERNELS = new ConcurrentHashMap<>();
 
     static Stream<AttentionShape> shapes() {
         return Stream.of(
@@ -119,7 +128,7 @@ class MmaKernelsTest {
 
     /** Keys past the first tile score far above the first tile's max: the tile is recomputed. */
     @ParameterizedTest
-    @org.junit.jupiter.params.provider.ValueSource(ints = {64, 128})
+    @ValueSource(ints = {64, 128})
     void recomputesWhenAScoreExceedsTheReferenceMax(int d) {
         AttentionShape shape = shape(1, 1, 1, 64, 200, d, false, Layout.BHSD);
         try (RandomInputs in = RandomInputs.generate(shape, 7)) {
@@ -135,12 +144,121 @@ class MmaKernelsTest {
         }
     }
 
+    /**
+     * The suite's {@code nan-in-one-key} case ({@link NanCheck}: one NaN in key 120 of kv head 1, batch 1; B 2, Hq 4,
+     * Hkv 2, Sq 150, Skv 200, causal, BSHD) with its inputs (selftest --seed 20261128, case 23) and grid, as the suite
+     * checks it, also at D = 128. It failed on the GPU and here (12 rows of the query tile 64..127 that do not see the
+     * key with logsumexp -infinity: the recompute that the NaN key triggers raised the flag again and reset rowMax).
+     */
+    @ParameterizedTest
+    @ValueSource(ints = {64, 128})
+    void nanInOneKeyCasePasses(int d) {
+        AttentionShape shape = nanShape(d, NanCheck.testCase().shape().kvLength(), true);
+        try (RandomInputs in = RandomInputs.generate(shape, 20261128L + 22);
+             HalfTensor out = HalfTensor.allocate(shape.outputElements())) {
+            NanCheck.poison(shape, in.k());
+            CpuReference.Result expected = CpuReference.compute(shape, in.q(), in.k(), in.v());
+            float[] lse = runPoisoned(shape, in, out);
+            ErrorStats errors = NanCheck.compare(shape, out, expected.output(), lse, expected.logSumExp());
+            assertTrue(errors.passes(), errors.toString());
+        }
+    }
+
+    /**
+     * One NaN in one key (column 7 of key {@code key}, kv head 1, batch 1) reaches exactly the rows that see it: their
+     * O is NaN in every element and their logsumexp NaN, every other row is the reference's. Key 10 lies in the
+     * first K/V tile (the reference max; causal with Skv = Sq, rows 0..9 of the tile do not see it), key 120 past it;
+     * causal or with a partial last K/V tile the masking's {@code min.f32} turns a visible NaN score into 1e30
+     * (P = +infinity, which triggers the recompute), unmasked (Skv 192, not causal) the NaN stays a NaN.
+     */
+    @ParameterizedTest
+    @CsvSource({"64, 150, true, 10", "64, 192, false, 120", "64, 200, false, 10",
+            "128, 150, true, 10", "128, 192, false, 120"})
+    void aNanKeyReachesExactlyTheRowsThatSeeIt(int d, int kvLength, boolean causal, int key) {
+        AttentionShape shape = nanShape(d, kvLength, causal);
+        try (RandomInputs in = RandomInputs.generate(shape, 11);
+             HalfTensor out = HalfTensor.allocate(shape.outputElements())) {
+            in.k().set(shape.kvStrides().rowStart(1, 1, key) + 7, Float.NaN);
+            CpuReference.Result expected = CpuReference.compute(shape, in.q(), in.k(), in.v());
+            float[] lse = runPoisoned(shape, in, out);
+            List<String> wrong = new ArrayList<>();
+            int nanRows = 0;
+            for (int b = 0; b < shape.batch(); b++) {
+                for (int h = 0; h < shape.queryHeads(); h++) {
+                    for (int i = 0; i < shape.queryLength(); i++) {
+                        boolean sees = b == 1 && shape.kvHeadOf(h) == 1 && key <= shape.lastVisibleKey(i);
+                        nanRows += sees ? 1 : 0;
+                        long start = shape.queryStrides().rowStart(b, h, i);
+                        int at = (b * shape.queryHeads() + h) * shape.queryLength() + i;
+                        boolean ok = sees ? Float.isNaN(lse[at])
+                                : Math.abs(lse[at] - expected.logSumExp()[at]) <= 1e-3;
+                        for (int c = 0; c < d; c++) {
+                            float actual = out.get(start + c);
+                            ok &= sees ? Float.isNaN(actual)
+                                    : Math.abs(actual - expected.output()[Math.toIntExact(start + c)]) <= 1e-2;
+                        }
+                        if (!ok && wrong.size() < 10) {
+                            wrong.add("b" + b + " h" + h + " row " + i + (sees ? " (sees the key)" : "") + ": lse "
+                                    + lse[at] + ", O[0] " + out.get(start));
+                        }
+                    }
+                }
+            }
+            assertTrue(nanRows > 0 && nanRows < shape.batch() * shape.queryHeads() * shape.queryLength());
+            assertTrue(wrong.isEmpty(), "wrong rows: " + wrong);
+        }
+    }
+
+    /** {@link NanCheck}'s shape with head dim {@code d}, Skv {@code kvLength} and the mask {@code causal}. */
+    private static AttentionShape nanShape(int d, int kvLength, boolean causal) {
+        AttentionShape s = NanCheck.testCase().shape();
+        return shape(s.batch(), s.queryHeads(), s.kvHeads(), s.queryLength(), kvLength, d, causal, s.layout());
+    }
+
+    /**
+     * Runs the shipped kernel with the float semantics of the PTX on the whole grid into {@code out} and a logsumexp
+     * (returned), both filled with {@link NanCheck#SENTINEL} first.
+     */
+    private static float[] runPoisoned(AttentionShape s, RandomInputs in, HalfTensor out) {
+        MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
+        float[] lseValues = new float[s.logSumExpElements()];
+        NanCheck.prepare(out, lseValues);
+        LongArray q = EmulatedInputs.longs(in.q());
+        LongArray k = EmulatedInputs.longs(in.k());
+        LongArray v = EmulatedInputs.longs(in.v());
+        LongArray o = EmulatedInputs.longs(out);
+        FloatArray lse = FloatArray.fromArray(lseValues);
+        int grid = config.gridSize(s.batch(), s.queryHeads(), s.queryLength());
+        FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
+        MmaPlan.Kernel kernel = kernel(s.headDim(), false);
+        KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
+                s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), s.causal() ? 1 : 0,
+                s.layout() == Layout.BSHD ? 1 : 0, s.scale(), grid));
+        MemorySegment.copy(o.getSegment(), 0, out.data(), 0, out.data().byteSize());
+        out.markModified();
+        return lse.toHeapArray();
+    }
+
+    /**
+     * The shipped kernel ({@link MmaPlan#kernel}) or the synchronous one ({@link MmaSynchronousKernels#kernel}) for a
+     * head dim, with the float semantics of TornadoVM's PTX ({@link KernelEmulator#ptxKernel}).
+     */
+    static MmaPlan.Kernel kernel(int headDim, boolean synchronous) {
+        return KERNELS.computeIfAbsent(headDim + (synchronous ? " synchronous" : ""), key -> synchronous
+                ? KernelEmulator.ptxKernel(MmaSynchronousKernels.class, headDim == 64 ? "attentionD64" : "attentionD128")
+                : KernelEmulator.ptxKernel(MmaKernels.class,
+                        headDim == 64 ? "attentionD64Pipelined" : "attentionD128Pipelined"));
+    }
+
     /** The shipped kernel for the shape's head dim, on at most {@code maxGrid} CTAs. */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
         return run(s, in, maxGrid, false);
     }
 
-    /** {@code synchronous}: {@link MmaSynchronousKernels}' kernel, else the shipped one ({@link MmaPlan#kernel}). */
+    /**
+     * {@code synchronous}: {@link MmaSynchronousKernels}' kernel, else the shipped one ({@link MmaPlan#kernel}); both with
+     * the float semantics of the PTX ({@link #kernel(int, boolean)}).
+     */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean synchronous) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
@@ -153,7 +271,7 @@ class MmaKernelsTest {
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
-        MmaPlan.Kernel kernel = synchronous ? MmaSynchronousKernels.kernel(s.headDim()) : MmaPlan.kernel(s.headDim());
+        MmaPlan.Kernel kernel = kernel(s.headDim(), synchronous);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
                 s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid));
         assertEquals(synchronous ? MmaSynchronousKernels.sharedMemoryBytes(config) : config.sharedMemoryBytes(),
