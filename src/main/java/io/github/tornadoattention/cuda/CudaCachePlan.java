@@ -33,9 +33,6 @@ final class CudaCachePlan extends CacheAttentionPlan {
     private final KernelManifest.Kernel prefill;
     /** CUDA grid y and z are limited to 65535 blocks. */
     private static final int MAX_GRID_YZ = 65535;
-    /** ParamIndex P_PAGE_SIZE and P_PAGES_PER_SEQ (ptx-overrides/src/flash_params.cuh). */
-    static final int P_PAGE_SIZE = 23;
-    static final int P_PAGES_PER_SEQ = 24;
 
     private final CudaDevice device;
     /** Argument blocks and params staging: freed by the collector with the plan (its device buffers are guarded tensors). */
@@ -115,15 +112,15 @@ final class CudaCachePlan extends CacheAttentionPlan {
                         Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES), cache.capacity(),
                         spec.headDim(), spec.causal(), spec.scale(), spec.layout());
         int[] p = KernelParams.of(shape, 0);
-        p[0] = spec.batch();
+        p[KernelParams.P_B] = spec.batch();
         TensorStrides kv = cache.strides();
-        for (int at : new int[] {12, 15}) { // P_K_STRIDE, P_V_STRIDE
+        for (int at : new int[] {KernelParams.P_K_STRIDE, KernelParams.P_V_STRIDE}) {
             p[at] = Math.toIntExact(kv.batch());
             p[at + 1] = Math.toIntExact(kv.head());
             p[at + 2] = Math.toIntExact(kv.row());
         }
-        p[P_PAGE_SIZE] = cache.pageSize();
-        p[P_PAGES_PER_SEQ] = cache.pagesPerSequence();
+        p[KernelParams.P_PAGE_SIZE] = cache.pageSize();
+        p[KernelParams.P_PAGES_PER_SEQ] = cache.pagesPerSequence();
         return p;
     }
 

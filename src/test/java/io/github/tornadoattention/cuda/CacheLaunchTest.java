@@ -43,8 +43,8 @@ class CacheLaunchTest {
         assertEquals(8 * 16 * 128, dense[12]);           // K page stride
         assertEquals(16 * 128, dense[13]);               // K head stride within a page
         assertEquals(128, dense[14]);
-        assertEquals(16, dense[CudaCachePlan.P_PAGE_SIZE]);
-        assertEquals(256, dense[CudaCachePlan.P_PAGES_PER_SEQ]);
+        assertEquals(16, dense[io.github.tornadoattention.ptx.KernelParams.P_PAGE_SIZE]);
+        assertEquals(256, dense[io.github.tornadoattention.ptx.KernelParams.P_PAGES_PER_SEQ]);
         int[] packed = CudaCachePlan.params(spec, paged, true);
         assertEquals(4, packed[0]);
         assertEquals(1000, packed[3]);                   // the lse row length [heads, maxTotalQueries]
