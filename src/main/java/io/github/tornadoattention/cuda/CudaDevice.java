@@ -182,9 +182,13 @@ public final class CudaDevice extends AttentionDevice {
     @Override
     protected synchronized void uploadInts(long destination, int[] values, int from, int count) {
         cuda.makeCurrent();
-        MemorySegment staged = ring.take(4L * count);
-        MemorySegment.copy(values, from, staged, JAVA_INT, 0, count);
-        driver.copyToDevice(destination, staged, 4L * count, stream);
+        // Through the ring in pieces: a whole block table (slots x pages per sequence) can exceed a ring half.
+        for (int done = 0; done < count; done += UploadRing.MAX_INTS) {
+            int n = Math.min(UploadRing.MAX_INTS, count - done);
+            MemorySegment staged = ring.take(4L * n);
+            MemorySegment.copy(values, from + done, staged, JAVA_INT, 0, n);
+            driver.copyToDevice(destination + 4L * done, staged, 4L * n, stream);
+        }
     }
 
     @Override
@@ -253,6 +257,8 @@ public final class CudaDevice extends AttentionDevice {
      */
     private static final class UploadRing {
         private static final long BYTES = 1 << 20;
+        /** The most ints one upload stages (a quarter of the ring). */
+        static final int MAX_INTS = (int) (BYTES / 16);
         private final CudaDriver driver;
         private final long stream;
         private MemorySegment memory;
