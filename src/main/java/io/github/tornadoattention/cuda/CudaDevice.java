@@ -255,14 +255,16 @@ public final class CudaDevice extends AttentionDevice {
      * Page-locked staging for small uploads: a ring in two halves; before writing into a half again,
      * wait for the event recorded when it was last left (long completed in a steady loop).
      */
-    private static final class UploadRing {
-        private static final long BYTES = 1 << 20;
+    static final class UploadRing {
+        static final long BYTES = 1 << 20;
+        private static final long HALF = BYTES / 2;
         /** The most ints one upload stages (a quarter of the ring). */
         static final int MAX_INTS = (int) (BYTES / 16);
         private final CudaDriver driver;
         private final long stream;
         private MemorySegment memory;
         private final long[] halfDone = new long[2];
+        private int half;
         private long offset;
 
         UploadRing(CudaDriver driver, long stream) {
@@ -271,28 +273,37 @@ public final class CudaDevice extends AttentionDevice {
         }
 
         MemorySegment take(long bytes) {
-            if (bytes > BYTES / 2) {
-                throw new InvalidArgumentException("upload bytes", bytes, "metadata uploads must be <= " + BYTES / 2);
+            if (bytes > HALF) {
+                throw new InvalidArgumentException("upload bytes", bytes, "metadata uploads must be <= " + HALF);
             }
             if (memory == null) {
                 memory = driver.hostAlloc(BYTES);
                 halfDone[0] = driver.createEvent();
                 halfDone[1] = driver.createEvent();
             }
-            long aligned = (bytes + 15) & ~15L;
-            long half = offset / (BYTES / 2);
-            long next = offset + aligned;
-            if (next > (half + 1) * (BYTES / 2)) {
+            Place p = place(half, offset, bytes);
+            if (p.half() != half) {
                 // Leaving this half: mark it, and make sure the other half's last uploads have been read.
-                driver.recordEvent(halfDone[(int) half], stream);
-                long other = (half + 1) % 2;
-                driver.synchronizeEvent(halfDone[(int) other]);
-                offset = other * (BYTES / 2);
-                next = offset + aligned;
+                driver.recordEvent(halfDone[half], stream);
+                driver.synchronizeEvent(halfDone[p.half()]);
             }
-            MemorySegment slice = memory.asSlice(offset, bytes);
-            offset = next;
-            return slice;
+            half = p.half();
+            offset = p.next();
+            return memory.asSlice(p.at(), bytes);
+        }
+
+        /** Where an upload of {@code bytes} goes: the half it fills, its offset, and the fill after it (16-byte aligned). */
+        record Place(int half, long at, long next) {
+        }
+
+        /** The ring's arithmetic, apart from the driver: fill {@code half} from {@code offset}, or start the other half. */
+        static Place place(int half, long offset, long bytes) {
+            long aligned = (bytes + 15) & ~15L;
+            if (offset + aligned <= (half + 1) * HALF) {
+                return new Place(half, offset, offset + aligned);
+            }
+            int other = 1 - half;
+            return new Place(other, other * HALF, other * HALF + aligned);
         }
     }
 }
