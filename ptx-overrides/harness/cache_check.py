@@ -13,6 +13,11 @@ decode step (split + combine) at B=8, Hq=32, Hkv=8, D=128: GB/s of K/V read agai
 peak and beside SDPA FLASH over the same cache slice.  A short table is printed last.
 
   python3 ptx-overrides/harness/cache_check.py [--seed N] [--no-time] [--emulate]
+  python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N]
+
+--tornado-twins: only the TornadoVM twins (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
+kv_cache_append_tornado[_h128]), every array allocated behind a fake header of 16 (128) bytes and
+passed as a pointer to that header, against the same references (GPU only; no timing).
 
 --emulate: no GPU; every launch runs a Python model of the ABI instead (checks this script's
 plumbing and references on the CPU; timings then mean nothing).
@@ -45,10 +50,13 @@ ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
 ap.add_argument("--no-time", action="store_true")
 ap.add_argument("--emulate", action="store_true")
 ap.add_argument("--no-check", action="store_true")
+ap.add_argument("--tornado-twins", action="store_true", help="check only the TornadoVM twins (no timing)")
 ap.add_argument("--ptx", default=None, help="another build of flash_cache.cu (a variant to compare)")
 ARGS = ap.parse_args()
 if ARGS.ptx:
     PTX = ARGS.ptx
+if ARGS.tornado_twins and ARGS.emulate:
+    sys.exit("--tornado-twins needs a GPU (the twins have no Python model)")
 DEV = "cpu" if ARGS.emulate else "cuda"
 os.makedirs(OUT, exist_ok=True)
 
@@ -302,7 +310,7 @@ class Kernels:
 
     @staticmethod
     def threads(name):
-        return 32 if name.startswith("flash_cache_decode_split") else 128
+        return 32 if name.startswith(("flash_cache_decode_split", "flash_cache_decode_fused")) else 128
 
     def launch(self, name, grid, args):
         assert name in self.names, f"no entry {name} in flash_cache.ptx"
@@ -912,6 +920,166 @@ def timing(K, gen, sms, peak):
     return rows, pre, copy_bw
 
 
+# --------------------------------------------------------------------------- TornadoVM twins (--tornado-twins)
+def behind_header(t, hdr):
+    """(header buffer, view): a copy of t whose data starts hdr bytes into a fresh buffer whose header bytes
+    hold garbage (0xA5); the kernel gets the buffer (the header pointer), the check reads the view."""
+    t = t.contiguous()
+    nbytes = t.numel() * t.element_size()
+    buf = torch.full((hdr + max(nbytes, 16),), 0xA5, dtype=torch.uint8, device=DEV)
+    view = buf[hdr:hdr + nbytes].view(t.dtype).view(t.shape)
+    view.copy_(t)
+    return buf, view
+
+
+def twin_name(base, hdr):
+    return base + ("_tornado" if hdr == 16 else "_tornado_h128")
+
+
+def check_tornado_decode(K, res, rng, gen, sms, hdr):
+    """flash_cache_decode_fused[_paged]_d{D} twins: contiguous and paged, ragged lengths incl. 0, n_b in {0, 1}
+    (and a few n_b = 4 plans), launched twice (the second launch sees the tickets the first left)."""
+    cases = []
+    for D in (64, 128):
+        for ps in (0, 16, 1):
+            for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 8, True, 4), (8, 8, True, 1)):
+                cases.append((D, Hq, Hkv, causal, ps, Sq, 5, 900))
+        for ps in (0, 16):
+            cases.append((D, 32, 8, True, ps, 1, 3, 20000))
+    for ci, (D, Hq, Hkv, causal, ps, Sq, B, hi) in enumerate(cases):
+        lens = ragged(rng, B, hi)
+        if hi > 5000:
+            lens = [hi - rng.randint(0, 77), rng.randint(1, 300), 0][:B]
+        news = [rng.choice([n for n in (0, 1, 1, 4) if n <= Sq]) for _ in lens]
+        news = [min(n, max(Lb, 1)) for n, Lb in zip(news, lens)]
+        news[ci % B] = 0  # every plan has an n_b = 0 sequence ...
+        if all(n == 0 for n in news):
+            news[(ci + 1) % B] = 1  # ... and a real one
+        cap = max(lens) + rng.randint(0, 40)
+        cache = Cache(B, Hkv, cap, D, ps, gen)
+        cache.fill(lens, gen)
+        group = f"fused twin h{hdr} d{D} {'paged' if ps else 'contig'}"
+        tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} Sq{Sq} "
+               f"L={lens} n={news}")
+        for kps_mode in ("host", 64):
+            try:
+                dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=None if kps_mode == "host" else 64, sms=sms)
+                prm = dec.prm.clone()
+                prm[25] = dec.kps  # P_KEYS_PER_SPLIT
+                rows = B * Hq * Sq
+                hq, qv = behind_header(dec.q, hdr)
+                hk, _ = behind_header(cache.k, hdr)
+                hv, _ = behind_header(cache.v, hdr)
+                ho, ov = behind_header(torch.full_like(dec.o, NAN), hdr)
+                hl, lv = behind_header(torch.full((B, Hq, Sq), NAN, device=DEV), hdr)
+                hp, _ = behind_header(prm, hdr)
+                hn, _ = behind_header(dec.lens_t, hdr)
+                bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
+                hb, _ = behind_header(bt, hdr)
+                hw, _ = behind_header(torch.full((dec.splits * rows * (D + 1),), NAN, device=DEV), hdr)
+                nt = dec.row_blocks * B * Hkv
+                ht, tv = behind_header(torch.zeros(nt, dtype=torch.int32, device=DEV), hdr)
+                name = twin_name(f"flash_cache_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
+                args = [None, hq, hk, hv, ho, hl, hp, hn, hb, hw, ht]
+                for launch in range(2):
+                    ov.fill_(NAN)
+                    lv.fill_(NAN)
+                    K.launch(name, dec.g1, args)
+                    torch.cuda.synchronize()
+                    dec.o.copy_(ov)
+                    dec.lse.copy_(lv)
+                    refs = reference([dec.qv[b, :, :n] for b, n in enumerate(news)], cache, lens, news, causal,
+                                     dec.scale, Hq)
+                    oref = torch.zeros(B, Hq, Sq, D, device=DEV, dtype=torch.float64)
+                    lref = torch.full((B, Hq, Sq), NEG_INF, device=DEV, dtype=torch.float64)
+                    for b, (o_, l_) in enumerate(refs):
+                        oref[b, :, :news[b]] = o_
+                        lref[b, :, :news[b]] = l_
+                    r = compare(dec.o, dec.lse, oref, lref)
+                    if int(tv.abs().sum()) != 0:
+                        r.update(ok=False, why=r["why"] + " tickets not reset")
+                    if not (hq[:hdr] == 0xA5).all() or not (ho[:hdr] == 0xA5).all() or not (hw[:hdr] == 0xA5).all():
+                        r.update(ok=False, why=r["why"] + " a header was written")
+                    res.add(group, f"{tag} kps={dec.kps} splits={dec.splits} launch{launch}", r)
+            except Exception as ex:  # noqa
+                res.error(group, tag, ex)
+
+
+def check_tornado_append(K, res, rng, gen, hdr):
+    """kv_cache_append twin (append_params instead of scalars), dense and packed, contiguous and paged."""
+    for D in (64, 128):
+        for ps in (0, 16, 1):
+            for packed in (False, True):
+                B, Hkv = 5, 8
+                ctx = ragged(rng, B, 900)
+                news = [rng.choice([0, 1, 4, 37]) for _ in range(B)]
+                if max(news) == 0:
+                    news[0] = 1
+                lens = [c + n for c, n in zip(ctx, news)]
+                cap = max(lens) + rng.randint(0, 30)
+                cache = Cache(B, Hkv, cap, D, ps, gen)
+                cache.fill(ctx, gen)
+                max_new = max(news)
+                tag = f"D{D} {'page' + str(ps) if ps else 'contig'} {'packed' if packed else 'dense'} ctx={ctx} n={news}"
+                group = f"append twin h{hdr}"
+                try:
+                    if packed:
+                        offs = [0]
+                        for n in news:
+                            offs.append(offs[-1] + n)
+                        nk = randn(max(offs[-1], 1), Hkv, D, gen=gen)
+                        nv = randn(max(offs[-1], 1), Hkv, D, gen=gen)
+                        new_k = [nk[offs[b]:offs[b + 1]].transpose(0, 1) for b in range(B)]
+                        new_v = [nv[offs[b]:offs[b + 1]].transpose(0, 1) for b in range(B)]
+                        nstr = (0, D, Hkv * D)
+                        noff = torch.tensor(offs, dtype=torch.int32, device=DEV)
+                    else:
+                        nk = randn(B, Hkv, max_new, D, gen=gen)
+                        nv = randn(B, Hkv, max_new, D, gen=gen)
+                        new_k = [nk[b, :, :news[b]] for b in range(B)]
+                        new_v = [nv[b, :, :news[b]] for b in range(B)]
+                        nstr = (Hkv * max_new * D, max_new * D, D)
+                        noff = torch.full((B + 1,), 1 << 30, dtype=torch.int32, device=DEV)  # must not be read
+                    exp_k, exp_v = cache.k.clone(), cache.v.clone()
+                    saved = cache.k, cache.v
+                    cache.k, cache.v = exp_k, exp_v
+                    for b in range(B):
+                        if news[b]:
+                            cache.write(b, ctx[b], new_k[b], new_v[b])
+                    cache.k, cache.v = saved
+                    ap_ = [0] * 16
+                    ap_[0:4] = [B, Hkv, D, max_new]
+                    ap_[4:7] = list(nstr)
+                    ap_[7:10] = list(cache.strides)
+                    ap_[10:13] = [ps, cache.pps, int(packed)]
+                    hkc, kcv = behind_header(cache.k, hdr)
+                    hvc, vcv = behind_header(cache.v, hdr)
+                    hnk, _ = behind_header(nk, hdr)
+                    hnv, _ = behind_header(nv, hdr)
+                    hn, _ = behind_header(torch.tensor(lens + news, dtype=torch.int32, device=DEV), hdr)
+                    bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
+                    hb, _ = behind_header(bt, hdr)
+                    ho, _ = behind_header(noff, hdr)
+                    hap, _ = behind_header(torch.tensor(ap_, dtype=torch.int32, device=DEV), hdr)
+                    rows_per_block = 128 // (D // 8)
+                    grid = (max(1, math.ceil(max_new / rows_per_block)), Hkv, B)
+                    K.launch(twin_name("kv_cache_append", hdr), grid, [None, hkc, hvc, hnk, hnv, hn, hb, ho, hap])
+                    torch.cuda.synchronize()
+                    same = torch.equal(kcv.view(torch.int16), exp_k.view(torch.int16)) and \
+                        torch.equal(vcv.view(torch.int16), exp_v.view(torch.int16)) and \
+                        bool((hkc[:hdr] == 0xA5).all()) and bool((hvc[:hdr] == 0xA5).all())
+                    res.add(group, tag, dict(ok=same, why="" if same else "cache (or its header) differs from torch indexing",
+                                             max_abs=0.0, rel=0.0, lse_err=0.0))
+                except Exception as ex:  # noqa
+                    res.error(group, tag, ex)
+
+
+def check_tornado_twins(K, res, rng, gen, sms):
+    for hdr in (16, 128):
+        check_tornado_decode(K, res, rng, gen, sms, hdr)
+        check_tornado_append(K, res, rng, gen, hdr)
+
+
 # --------------------------------------------------------------------------- main
 def main():
     torch.manual_seed(ARGS.seed)
@@ -933,10 +1101,11 @@ def main():
             f"CTAs/SM {e['occ']}")
     res = Results()
     t0 = time.time()
-    for fn in () if ARGS.no_check else (check_decode, check_prefill, check_append, check_merge):
+    checks = (check_tornado_twins,) if ARGS.tornado_twins else (check_decode, check_prefill, check_append, check_merge)
+    for fn in () if ARGS.no_check else checks:
         t1 = time.time()
         try:
-            if fn in (check_decode, check_append):
+            if fn in (check_decode, check_append, check_tornado_twins):
                 fn(K, res, rng, gen, sms)
             else:
                 fn(K, res, rng, gen)
@@ -945,7 +1114,7 @@ def main():
         log(f"{fn.__name__}: {time.time() - t1:.0f}s")
     log(f"correctness: {time.time() - t0:.0f}s")
     dec, pre, copy_bw = [], [], NAN
-    if not ARGS.no_time:
+    if not ARGS.no_time and not ARGS.tornado_twins:
         try:
             dec, pre, copy_bw = timing(K, gen, sms, peak)
         except Exception as ex:  # noqa

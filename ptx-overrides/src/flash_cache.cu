@@ -1,7 +1,8 @@
 // Shipped KV-cache entries (ptx/flash_cache.ptx): attention over a contiguous or paged KV cache
 // with per-sequence lengths (decode split pass + combine, varlen prefill), the append of new
-// tokens, and the public merge of partial results.  CUDA-driver entries only, fp16, D = 64/128,
-// static shared memory, dynamic shared memory 0 for every launch.
+// tokens, and the public merge of partial results (CUDA-driver entries 1-5), plus TornadoVM
+// twins of the decode (fused, 6) and of the append (7).  fp16, D = 64/128, static shared
+// memory, dynamic shared memory 0 for every launch.
 //
 // ---- ABI ----------------------------------------------------------------------------------
 // params: the 32-int block of flash_params.cuh, read as
@@ -11,6 +12,7 @@
 //   [4] Skv = cache capacity per sequence (not read by the kernels)
 //   [7] scale*log2(e) bits, [8] write_lse, [22] scale bits, [9..20] strides in elements as
 //       today (q, k, v, o: batch, head, row); [21] unused
+//   [25] P_KEYS_PER_SPLIT: keys per split of the fused decode twins (6 below); not read by 1-5
 //   [23] P_PAGE_SIZE: 0 = contiguous cache, else tokens per page, a power of two (1, 2, 4, ...)
 //   [24] P_PAGES_PER_SEQ: block-table row stride
 //   K/V contiguous [slots, Hkv, capacity, D]: k_sb, k_sh, k_sr as usual (V likewise).
@@ -66,6 +68,39 @@
 // Host checks as for the other entries (16-byte aligned bases, strides multiples of 8 and
 // < 2^31, B*Hq and B*Hkv <= 65535), plus 0 <= n_b <= Sq (decode), n_b <= L_b <= capacity,
 // page ids inside the pool.
+//
+// ---- TornadoVM twins (prebuilt tasks over a TornadoVM engine's own arrays) ----------------
+// A leading uint64 kernel_context (ignored), then every argument an array passed as a pointer
+// to its TornadoVM header, the data kHdr bytes in: _tornado = 16 (TornadoVM's default),
+// _tornado_h128 = 128 (-Dtornado.panama.objectHeader=128); the manifest's header_bytes.  No scalar
+// arguments (TornadoVM compiles scalars into the kernel as constants): what varies per step
+// comes from device memory.  No null arrays: an unused one (block_table of a contiguous cache,
+// new_offsets of a dense append) is any small int array, not read.
+// 6. flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, k, v, __half* o,
+//        float* lse, const int* params, const int* lens, const int* block_table,
+//        float* workspace, int* tickets)
+//    The decode split pass (1) and combine (2) in one launch: the split pass's block (32) and
+//    grid (num_splits, ceil(G*Sq/16), B*Hkv); num_splits = gridDim.x, keys per split =
+//    params[25] (P_KEYS_PER_SPLIT, a multiple of 64, num_splits >= ceil(max_b L_b / it)).  Each
+//    CTA writes its partials, then takes a ticket (atomicAdd on tickets[blockIdx.z * gridDim.y
+//    + blockIdx.y]); the last of the num_splits CTAs of a row block combines that block's rows
+//    into o (o strides) and lse [B, Hq, Sq] (always an array; written when write_lse = 1) and
+//    sets the ticket back to 0.  tickets: int32 [ceil(G*Sq/16) * B*Hkv], zeroed once before
+//    the first launch (the kernel leaves them zero; a launch that faults leaves them dirty).
+//    workspace: fp32 [num_splits*B*Hq*Sq*(D+1)] = o_partial [splits, B, Hq, Sq, D] then
+//    lse_partial [splits, B, Hq, Sq]; needs no zeroing.  Same semantics as 1 + 2: rows j >= n_b
+//    and rows that see no key get O = 0, lse = -inf.
+// 7. kv_cache_append_tornado[_h128](uint64 ctx, __half* k_cache, __half* v_cache,
+//        const __half* new_k, const __half* new_v, const int* lens, const int* block_table,
+//        const int* new_offsets, const int* append_params)
+//    kv_cache_append (4) with its integers in append_params, int32 [16] (flash::AppendParam):
+//    [0] B  [1] Hkv  [2] D  [3] max_new  [4..6] new_sb, new_sh, new_sr  [7..9] cache_sb,
+//    cache_sh, cache_sr  [10] page_size (0 = contiguous)  [11] pages_per_seq  [12] packed (1:
+//    rows from new_offsets, 0: dense, new_offsets not read); Hkv and max_new only size the grid.
+//    Block and grid as 4.  The kernel only writes k_cache / v_cache: an engine must declare the
+//    cache READ-WRITE (TornadoVM 5.2.0 drops the upload of an array whose first task in the
+//    graph only writes it, so a write-only cache would never receive the host's prompt; see
+//    tornado-kernels/README.md, "Device residency in TornadoVM 5.2.0").
 #include "flash_cache.cuh"
 
 // The shipped configurations (flash_fwd.cu, flash_decode.cu), in their cache modes.
@@ -107,3 +142,11 @@ attention_merge_states(const __half* __restrict__ o_parts, const float* __restri
                        __half* __restrict__ o, float* __restrict__ lse, int parts, int64_t rows, int D) {
   flash::merge_states_body(o_parts, lse_parts, o, lse, parts, rows, D);
 }
+
+// TornadoVM twins (ABI items 6 and 7 above), after every CUDA-driver entry.
+FLASH_CACHE_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
+FLASH_CACHE_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
+FLASH_CACHE_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
+FLASH_CACHE_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
+FLASH_CACHE_APPEND_TORNADO_ENTRY(_tornado, flash::kTornadoHeaderBytes)
+FLASH_CACHE_APPEND_TORNADO_ENTRY(_tornado_h128, 128)

@@ -149,6 +149,84 @@ __device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_p
   if (lse != nullptr && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : kNegInf;
 }
 
+// ---- TornadoVM twins (flash_cache.cu has the ABI): a leading kernel-context word, every array
+// behind a kHdr-byte header, no scalar arguments (TornadoVM compiles scalars in as constants).
+
+// Split-KV decode over a cache in one launch: each CTA runs the split pass for its keys; the last
+// of the gridDim.x split CTAs of a row block to finish (a ticket per row block) combines that
+// block's rows, as decode_fused_body (flash_decode_fused.cuh) does for the plain decode.
+// keys_per_split = params[P_KEYS_PER_SPLIT], num_splits = gridDim.x.  workspace (fp32):
+// o_partial [splits, B, Hq, Sq, D] then lse_partial [splits, B, Hq, Sq].
+template <class Kt, int kCache, int kHdr>
+__device__ __forceinline__ void cache_decode_fused_body(const __half* q, const __half* k, const __half* v,
+                                                        __half* o, float* lse, const int* params,
+                                                        const int* lens, const int* block_table,
+                                                        float* workspace, int* tickets) {
+  constexpr int D = Kt::kHeadDim;
+  const int* pd = at_data<kHdr>(params);
+  const int64_t rows = (int64_t)__ldg(pd + P_B) * __ldg(pd + P_HQ) * __ldg(pd + P_SQ);
+  // lse_partial as a header pointer: at_data<kHdr> of it is the data after o_partial.
+  float* lse_partial = workspace + (int64_t)gridDim.x * rows * D;
+  CacheArgs ca;
+  ca.lens = at_data<kHdr>(lens);
+  ca.block_table = at_data<kHdr>(block_table);
+  ca.keys_per_split = __ldg(pd + P_KEYS_PER_SPLIT);
+  run_fwd_cache_split_hdr<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
+
+  // Publish this CTA's partials, then take a ticket.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* ticket = at_data<kHdr>(tickets) + blockIdx.z * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other split's partials are visible from here on
+
+  constexpr int kThreadsPerRow = D / 8;
+  constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
+  Params p = load_params(pd);
+  p.num_splits = gridDim.x;
+  const int G = p.Hq / p.Hkv;
+  const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
+  const int n_b = __ldg(at_data<kHdr>(lens) + p.B + b), nvalid = G * n_b;
+  const int n_abs = max(p.Sq - n_b, 1);
+  // Packed row r of this block as in the split pass: the G*n_b real queries (r = j*n_b + s),
+  // then the absent ones (every split wrote O = 0, lse = -inf for them).
+  const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
+  for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
+    const int h = kvh * G + (r < nvalid ? r / n_b : (r - nvalid) / n_abs);
+    const int s = r < nvalid ? r % n_b : n_b + (r - nvalid) % n_abs;
+    const int64_t row = ((int64_t)b * p.Hq + h) * p.Sq + s;
+    combine_row<D, true>(at_data<kHdr>(workspace), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
+                         at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
+  }
+  if (threadIdx.x == 0) *ticket = 0;
+}
+
+// Words of kv_cache_append_tornado's append_params (int32).
+enum AppendParam {
+  A_B = 0, A_HKV = 1, A_D = 2, A_MAX_NEW = 3,
+  A_NEW_STRIDE = 4,    // batch, head, row strides of new_k/new_v (elements), 4..6
+  A_CACHE_STRIDE = 7,  // batch (page), head, row strides of the cache, 7..9
+  A_PAGE_SIZE = 10, A_PAGES_PER_SEQ = 11,
+  A_PACKED = 12,       // 1: rows from new_offsets (packed), 0: dense (new_offsets not read)
+  A_COUNT = 16
+};
+
+template <int kHdr>
+__device__ __forceinline__ void kv_append_tornado_body(__half* k_cache, __half* v_cache, const __half* new_k,
+                                                       const __half* new_v, const int* lens, const int* block_table,
+                                                       const int* new_offsets, const int* append_params) {
+  const int* a = at_data<kHdr>(append_params);
+  kv_append_body(at_data<kHdr>(k_cache), at_data<kHdr>(v_cache), at_data<kHdr>(new_k), at_data<kHdr>(new_v),
+                 at_data<kHdr>(lens), at_data<kHdr>(block_table),
+                 __ldg(a + A_PACKED) != 0 ? at_data<kHdr>(new_offsets) : nullptr, __ldg(a + A_B), __ldg(a + A_D),
+                 __ldg(a + A_NEW_STRIDE), __ldg(a + A_NEW_STRIDE + 1), __ldg(a + A_NEW_STRIDE + 2),
+                 __ldg(a + A_CACHE_STRIDE), __ldg(a + A_CACHE_STRIDE + 1), __ldg(a + A_CACHE_STRIDE + 2),
+                 __ldg(a + A_PAGE_SIZE), __ldg(a + A_PAGES_PER_SEQ));
+}
+
 }  // namespace flash
 
 // Split pass over a cache: flash_cache_decode_split[_paged]_d{D}.
@@ -194,4 +272,38 @@ __device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_p
     ca.block_table = block_table;                                                                 \
     ca.q_offsets = q_offsets;                                                                     \
     flash::run_fwd_cache<KT, false, MODE>(q, k, v, o, nullptr, lse, params, ca);                 \
+  }
+
+
+// flash_cache_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the cache
+// decode (split + combine in one launch).  No CUDA-driver twin: that host launches the two passes.
+#define FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                          \
+  FLASH_MANIFEST_ROW("cache-decode-fused", flash_cache_decode_fused_##NAME,                      \
+                     flash_cache_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)                    \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_cache_decode_fused_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,   \
+                                        const __half* __restrict__ k, const __half* __restrict__ v, \
+                                        __half* __restrict__ o, float* __restrict__ lse,         \
+                                        const int* __restrict__ params, const int* __restrict__ lens, \
+                                        const int* __restrict__ block_table,                     \
+                                        float* __restrict__ workspace, int* __restrict__ tickets) { \
+    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES>(q, k, v, o, lse, params, lens, block_table, \
+                                                           workspace, tickets);                  \
+  }
+#define FLASH_CACHE_FUSED_ENTRY(NAME, KT, MODE)                                                   \
+  FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)              \
+  FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
+
+// kv_cache_append_tornado / _tornado_h128: kv_cache_append with its integers in append_params.
+#define FLASH_CACHE_APPEND_TORNADO_ENTRY(TAIL, HEADER_BYTES)                                      \
+  FLASH_MANIFEST_PLAIN("cache-append", kv_cache_append, kv_cache_append##TAIL, HEADER_BYTES, 0, 0, \
+                       flash::kCacheThreads)                                                     \
+  extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
+  kv_cache_append##TAIL(uint64_t kernel_context, __half* __restrict__ k_cache,                   \
+                        __half* __restrict__ v_cache, const __half* __restrict__ new_k,          \
+                        const __half* __restrict__ new_v, const int* __restrict__ lens,          \
+                        const int* __restrict__ block_table, const int* __restrict__ new_offsets, \
+                        const int* __restrict__ append_params) {                                 \
+    flash::kv_append_tornado_body<HEADER_BYTES>(k_cache, v_cache, new_k, new_v, lens, block_table, \
+                                                new_offsets, append_params);                     \
   }

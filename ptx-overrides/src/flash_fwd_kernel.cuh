@@ -48,7 +48,9 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
                                          float* __restrict__ o_partial, float* __restrict__ lse,
                                          const int* __restrict__ params, unsigned char* smem,
                                          CacheArgs ca = CacheArgs{}) {
-  static_assert(kCache == kNoCache || kHdr == 0, "cache entries are CUDA-driver entries");
+  // Cache entries: CUDA-driver ABI, but for the fused decode's TornadoVM twins (split pass with a
+  // header; ca.lens / ca.block_table then come with the header already applied).
+  static_assert(kCache == kNoCache || kHdr == 0 || kDecode, "cache prefill entries are CUDA-driver entries");
   constexpr bool kC = kCache != kNoCache;
   using Opt = typename Kt::O;
   using L = TileLayout<Kt>;
@@ -183,8 +185,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   const __half* vbase;
   if constexpr (kCache == kCachePaged) {
     // The page term comes per key from the block table (pool [pages, Hkv, page_size, D]).
-    kbase = k;
-    vbase = v;
+    kbase = at_data<kHdr>(k);
+    vbase = at_data<kHdr>(v);
   } else {
     kbase = at_data<kHdr>(k) + (int64_t)b * p.k_sb + (int64_t)kvh * p.k_sh;
     vbase = at_data<kHdr>(v) + (int64_t)b * p.v_sb + (int64_t)kvh * p.v_sh;
@@ -255,8 +257,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
           int page = 0;
           if (key < Skv) page = __ldg(ca.block_table + bt_off + (key >> pg_shift));
           const int in_page = key & pg_mask;
-          const __half* kp = k + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8));
-          const __half* vp = v + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8));
+          const __half* kp = at_data<kHdr>(k) + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8));
+          const __half* vp = at_data<kHdr>(v) + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8));
 #pragma unroll
           for (int j = 0; j < kGroup; ++j) {
             const int r = r0 + (gi * kGroup + j) * kRowsPerPass;
@@ -277,8 +279,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         int page = 0;
         if (valid) page = __ldg(ca.block_table + bt_off + (key >> pg_shift));
         const int in_page = key & pg_mask;
-        if (with_k) cp_async_16(sK + L::chunk_off(r, c), k + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8)), valid);
-        if (with_v) cp_async_16(sV + L::chunk_off(r, c), v + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8)), valid);
+        if (with_k) cp_async_16(sK + L::chunk_off(r, c), at_data<kHdr>(k) + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8)), valid);
+        if (with_v) cp_async_16(sV + L::chunk_off(r, c), at_data<kHdr>(v) + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8)), valid);
       }
       return;
     }
@@ -667,7 +669,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
               *reinterpret_cast<float2*>(dst + dt * 8) = real ? make_float2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]) : make_float2(0.f, 0.f);
-            if (t4 == 0) lse[row_lin] = real ? lse_v[rg][hh] : kNegInf;
+            if (t4 == 0) at_data<kHdr>(lse)[row_lin] = real ? lse_v[rg][hh] : kNegInf;
           } else {
 #pragma unroll
           for (int dt = 0; dt < DT; ++dt)
@@ -759,6 +761,18 @@ __device__ __forceinline__ void run_fwd_cache(const __half* q, const __half* k, 
   static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
   __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
   fwd_body<Kt, kDecode, 0, kCache>(q, k, v, o, o_partial, lse, params, flash_smem, ca);
+}
+
+// The split pass over a cache for the TornadoVM twins (flash_cache_decode_fused*_tornado): every
+// array behind a kHdr-byte header (ca's pointers already at their data).  Its own function so
+// that run_fwd_cache's shared-memory symbol stays as it was.
+template <class Kt, int kCache, int kHdr>
+__device__ __forceinline__ void run_fwd_cache_split_hdr(const __half* q, const __half* k, const __half* v,
+                                                        float* o_partial, float* lse_partial,
+                                                        const int* params, CacheArgs ca) {
+  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
+  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
+  fwd_body<Kt, true, kHdr, kCache>(q, k, v, nullptr, o_partial, lse_partial, params, flash_smem, ca);
 }
 
 }  // namespace flash

@@ -18,6 +18,7 @@ enum ParamIndex {
   P_SCALE = 22,          // float bits of scale
   P_PAGE_SIZE = 23,      // KV-cache calls (flash_cache.cu): tokens per page, a power of two; 0 = contiguous cache
   P_PAGES_PER_SEQ = 24,  // KV-cache calls: block-table row stride (pages per sequence)
+  P_KEYS_PER_SPLIT = 25, // KV-cache fused decode (TornadoVM twins): keys per split, a multiple of 64
   P_COUNT = 32
 };
 

@@ -33,6 +33,11 @@ public final class KernelParams {
     public static final int P_PAGE_SIZE = 23;
     /** KV-cache calls: the block table's row stride (pages per sequence). */
     public static final int P_PAGES_PER_SEQ = 24;
+    /**
+     * KV-cache fused decode ({@code flash_cache_decode_fused*_tornado}): keys per split, a multiple of 64
+     * (TornadoVM compiles scalar arguments in as constants, so it comes from the params block).
+     */
+    public static final int P_KEYS_PER_SPLIT = 25;
     public static final int P_COUNT = 32;
     public static final int LENGTH = P_COUNT;
     private static final double LOG2_E = 1.4426950408889634;
