@@ -373,16 +373,6 @@ public final class KvCache implements AutoCloseable {
         return blockTable;
     }
 
-    /** A copy of the host mirror of {@link #stepInfo()}. */
-    public int[] stepSnapshot() {
-        return step.clone();
-    }
-
-    /** The page of {@code slot} holding token {@code position} (paged caches). */
-    public int pageOf(int slot, int position) {
-        return table[slot][position / spec.pageSize()];
-    }
-
     public boolean isOpen() {
         return !closed;
     }

@@ -12,7 +12,6 @@ import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.TensorStrides;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.util.OptionalDouble;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -37,8 +36,6 @@ public final class CudaDevice extends AttentionDevice {
     private final Arena arena = Arena.ofShared();
     private final KernelArgs appendArgs = new KernelArgs(arena, 19);
     private final KernelArgs mergeArgs = new KernelArgs(arena, 7);
-    private final long start;
-    private final long end;
     private final java.util.concurrent.ConcurrentHashMap<String, Long> functions = new java.util.concurrent.ConcurrentHashMap<>();
 
     CudaDevice(CudaContext cuda) {
@@ -60,8 +57,6 @@ public final class CudaDevice extends AttentionDevice {
             driver.free(probe);
         }
         this.ring = new UploadRing(driver, stream);
-        this.start = driver.createEvent();
-        this.end = driver.createEvent();
     }
 
     @Override
@@ -94,15 +89,6 @@ public final class CudaDevice extends AttentionDevice {
     public void synchronize() {
         cuda.makeCurrent();
         driver.synchronize(stream);
-    }
-
-    /** Device time of what {@code work} enqueues, timed with CUDA events (waits for it). */
-    public synchronized OptionalDouble timeOnDevice(Runnable work) {
-        cuda.makeCurrent();
-        driver.recordEvent(start, stream);
-        work.run();
-        driver.recordEvent(end, stream);
-        return OptionalDouble.of(driver.elapsedMillis(start, end));
     }
 
     private long[] events = new long[0];
