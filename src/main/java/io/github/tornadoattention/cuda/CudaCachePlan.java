@@ -133,33 +133,31 @@ final class CudaCachePlan extends CacheAttentionPlan {
 
     @Override
     protected synchronized void runDense(DeviceTensor q, KvCache cache, DeviceTensor o, DeviceTensor lse) {
-        int keysPerSplit = keysPerSplit(cache);
-        int maxLength = 0; // over the slots with queries: idle slots' rows are zeros whatever the grid
-        for (int b = 0; b < spec().batch(); b++) {
-            if (cache.newTokens(b) > 0) {
-                maxLength = Math.max(maxLength, cache.length(b));
-            }
-        }
-        int splits = Math.max(1, (maxLength + keysPerSplit - 1) / keysPerSplit);
+        Splits splits = splits(cache);
         long step = cache.stepInfo().address();
         long blocks = cache.spec().paged() ? cache.blockTable().address() : 0;
         splitArgs.pointer(0, q.address()).pointer(1, cache.keys().address()).pointer(2, cache.values().address())
                 .pointer(3, partialO.address()).pointer(4, partialLse.address()).pointer(5, denseParams.address())
-                .pointer(6, step).pointer(7, blocks).integer(8, keysPerSplit);
-        device.launch(splitFunction, splits, rowBlocks, spec().batch() * spec().kvHeads(), split.threads(), splitArgs);
+                .pointer(6, step).pointer(7, blocks).integer(8, splits.keysPerSplit());
+        device.launch(splitFunction, splits.count(), rowBlocks, spec().batch() * spec().kvHeads(), split.threads(), splitArgs);
         long rows = (long) spec().batch() * spec().heads() * spec().maxQueryLength();
         int rowsPerBlock = combine.rowsPerBlock();
         combineArgs.pointer(0, partialO.address()).pointer(1, partialLse.address()).pointer(2, o.address())
-                .pointer(3, lse == null ? 0 : lse.address()).pointer(4, denseParams.address()).integer(5, splits);
+                .pointer(3, lse == null ? 0 : lse.address()).pointer(4, denseParams.address()).integer(5, splits.count());
         device.launch(combineFunction, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, combine.threads(),
                 combineArgs);
     }
 
+    /** A decode launch's split of the keys: {@code keysPerSplit} keys per block, {@code count} splits (grid x). */
+    record Splits(int keysPerSplit, int count) {
+    }
+
     /**
-     * Keys per split from the lengths now: enough splits for about four one-warp blocks per SM over
-     * all the work, in granules of {@value #SPLIT_GRANULE} keys, at most {@link #maxSplits} per sequence.
+     * Splits from the lengths now, over the slots with queries (idle slots' rows are zeros whatever the
+     * grid): enough splits for about four one-warp blocks per SM over all the work, in granules of
+     * {@value #SPLIT_GRANULE} keys, at most {@link #maxSplits} per sequence.
      */
-    int keysPerSplit(KvCache cache) {
+    Splits splits(KvCache cache) {
         long granules = 0;
         int maxLength = 0;
         for (int b = 0; b < spec().batch(); b++) {
@@ -173,7 +171,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
         long target = 4L * device.context().multiprocessors();
         long perSplit = Math.max(1, Math.round((double) granules * blocksPerGranule / target));
         long byCap = ((long) maxLength + (long) maxSplits * SPLIT_GRANULE - 1) / ((long) maxSplits * SPLIT_GRANULE);
-        return Math.toIntExact(Math.max(perSplit, Math.max(1, byCap)) * SPLIT_GRANULE);
+        int keysPerSplit = Math.toIntExact(Math.max(perSplit, Math.max(1, byCap)) * SPLIT_GRANULE);
+        return new Splits(keysPerSplit, Math.max(1, (maxLength + keysPerSplit - 1) / keysPerSplit));
     }
 
     @Override
