@@ -101,9 +101,10 @@ final class PrefillCommand implements Callable<Integer> {
         try (KvCache cache = device.kvCache(cacheSpec); CacheAttentionPlan plan = device.plan(attention, cacheSpec);
              DeviceTensor dq = KvCacheModel.upload(device, q);
              DeviceTensor o = device.allocate(DType.FP16, attention.packedQueryElements())) {
-            model.appendPacked(cache, device, random, prompts); // the prompts' K and V (kept for the check)
-            DeviceTensor k = KvCacheModel.upload(device, flat(model.keys, prompts, hkv, dim));
-            DeviceTensor v = KvCacheModel.upload(device, flat(model.values, prompts, hkv, dim));
+            float[][] kv = model.randomPacked(random, prompts); // the prompts' K and V, kept for the check
+            model.recordPacked(kv[0], kv[1], prompts);
+            DeviceTensor k = KvCacheModel.upload(device, kv[0]);
+            DeviceTensor v = KvCacheModel.upload(device, kv[1]);
             Runnable call = () -> {
                 cache.resetAll();
                 cache.appendPacked(k, v, prompts);
@@ -153,10 +154,7 @@ final class PrefillCommand implements Callable<Integer> {
             result.put("seed", inputSeed);
             boolean passed = true;
             if (check) {
-                try (HalfTensor nan = HalfTensor.allocate(o.length())) {
-                    nan.fill(Float.NaN);
-                    o.copyFrom(nan);
-                }
+                KvCacheModel.poison(o);
                 call.run();
                 float[] actual = Arrays.copyOf(KvCacheModel.download(device, o), Math.max(1, total) * heads * dim);
                 CpuReference.Result expected = model.expected(attention, q, true);
@@ -175,20 +173,5 @@ final class PrefillCommand implements Callable<Integer> {
             }
             return passed ? 0 : Main.EXIT_FAILED;
         }
-    }
-
-    /** The model's prompt rows packed: [total, kvHeads, headDim]. */
-    private static float[] flat(List<List<float[][]>> rows, int[] prompts, int kvHeads, int d) {
-        int total = Math.max(1, Arrays.stream(prompts).sum());
-        float[] out = new float[total * kvHeads * d];
-        int row = 0;
-        for (int b = 0; b < prompts.length; b++) {
-            for (int j = 0; j < prompts[b]; j++, row++) {
-                for (int h = 0; h < kvHeads; h++) {
-                    System.arraycopy(rows.get(b).get(j)[h], 0, out, (row * kvHeads + h) * d, d);
-                }
-            }
-        }
-        return out;
     }
 }

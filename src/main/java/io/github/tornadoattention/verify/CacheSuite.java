@@ -186,10 +186,7 @@ public final class CacheSuite {
     }
 
     private static void poison(DeviceTensor o, DeviceTensor lse) {
-        try (HalfTensor nan = HalfTensor.allocate(o.length())) {
-            nan.fill(Float.NaN);
-            o.copyFrom(nan);
-        }
+        KvCacheModel.poison(o);
         float[] nans = new float[Math.toIntExact(lse.length())];
         Arrays.fill(nans, Float.NaN);
         try (Arena arena = Arena.ofConfined()) {

@@ -71,17 +71,27 @@ public final class KvCacheModel {
         System.arraycopy(counts, 0, newTokens, 0, slots);
     }
 
-    /** Appends packed [total, kvHeads, headDim] random rows. */
+    /** Appends packed [total, kvHeads, headDim] random rows to the cache, then to the model. */
     public void appendPacked(KvCache cache, AttentionDevice device, Random random, int[] counts) {
+        float[][] kv = randomPacked(random, counts);
+        try (DeviceTensor dk = upload(device, kv[0]); DeviceTensor dv = upload(device, kv[1])) {
+            cache.appendPacked(dk, dv, counts);
+        }
+        recordPacked(kv[0], kv[1], counts);
+    }
+
+    /** Random packed K and V rows for {@code counts} new tokens per slot: {k, v}, [max(1, total), kvHeads, headDim] each. */
+    public float[][] randomPacked(Random random, int[] counts) {
         int total = 0;
         for (int n : counts) {
             total += n;
         }
         float[] k = randomFp16(random, Math.max(1, total) * kvHeads * headDim);
-        float[] v = randomFp16(random, k.length);
-        try (DeviceTensor dk = upload(device, k); DeviceTensor dv = upload(device, v)) {
-            cache.appendPacked(dk, dv, counts);
-        }
+        return new float[][] {k, randomFp16(random, k.length)};
+    }
+
+    /** Records packed rows {@code k}, {@code v} (slot b's counts[b] rows after the slots before it) as appended. */
+    public void recordPacked(float[] k, float[] v, int[] counts) {
         int row = 0;
         for (int b = 0; b < slots; b++) {
             for (int j = 0; j < counts[b]; j++, row++) {
@@ -122,6 +132,14 @@ public final class KvCacheModel {
             x[i] = Float.float16ToFloat(Float.floatToFloat16((float) random.nextGaussian()));
         }
         return x;
+    }
+
+    /** Fills an fp16 device tensor with NaN: an output poisoned before the call under test. */
+    public static void poison(DeviceTensor fp16) {
+        try (HalfTensor nan = HalfTensor.allocate(fp16.length())) {
+            nan.fill(Float.NaN);
+            fp16.copyFrom(nan);
+        }
     }
 
     public static DeviceTensor upload(AttentionDevice device, float[] values) {
