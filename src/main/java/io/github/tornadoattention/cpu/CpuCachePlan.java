@@ -41,8 +41,10 @@ final class CpuCachePlan extends CacheAttentionPlan {
         MemorySegment keys = device.tensor(cache.keys());
         MemorySegment values = device.tensor(cache.values());
         long head = cache.spec().strides().head();
-        CpuReference.RowSource k = (b, h, j, into) -> readRow(keys, CpuDevice.storageRow(cache, b, j) + h * head, into);
-        CpuReference.RowSource v = (b, h, j, into) -> readRow(values, CpuDevice.storageRow(cache, b, j) + h * head, into);
+        KvCacheSpec spec = cache.spec();
+        int[] table = device.blockTable(cache);
+        CpuReference.RowSource k = (b, h, j, into) -> readRow(keys, CpuDevice.storageRow(spec, table, b, j) + h * head, into);
+        CpuReference.RowSource v = (b, h, j, into) -> readRow(values, CpuDevice.storageRow(spec, table, b, j) + h * head, into);
         CpuReference.Result r = CpuReference.cached(spec(), device.floats16(q), packed, k, v, lengths, newTokens);
         if (packed) {
             // Rows past this call's total stay as they were, as on a GPU.

@@ -86,12 +86,13 @@ final class CpuDevice extends AttentionDevice {
         MemorySegment step = tensor(cache.stepInfo());
         TensorStrides s = append.strides();
         TensorStrides storage = spec.strides();
+        int[] table = blockTable(cache);
         for (int b = 0; b < slots; b++) {
             int length = step.getAtIndex(JAVA_INT_UNALIGNED, b);
             int n = step.getAtIndex(JAVA_INT_UNALIGNED, slots + b);
             int offset = step.getAtIndex(JAVA_INT_UNALIGNED, 2L * slots + b);
             for (int j = 0; j < n; j++) {
-                long at = storageRow(cache, b, length - n + j);
+                long at = storageRow(spec, table, b, length - n + j);
                 for (int h = 0; h < spec.kvHeads(); h++) {
                     long from = append.packed() ? (offset + (long) j) * s.row() + h * s.head()
                             : b * s.batch() + h * s.head() + j * s.row();
@@ -103,15 +104,18 @@ final class CpuDevice extends AttentionDevice {
         }
     }
 
-    /** Element index of (slot, position, head 0, column 0) in the cache's storage, through the block table when paged. */
-    static long storageRow(KvCache cache, int slot, int position) {
-        KvCacheSpec spec = cache.spec();
+    /** The cache's block table as it is on the device (read once per call); null for a contiguous cache. */
+    int[] blockTable(KvCache cache) {
+        return cache.spec().paged() ? tensor(cache.blockTable()).toArray(JAVA_INT_UNALIGNED) : null;
+    }
+
+    /** Element index of (slot, position, head 0, column 0) in the cache's storage, through {@code table} when paged. */
+    static long storageRow(KvCacheSpec spec, int[] table, int slot, int position) {
         TensorStrides s = spec.strides();
-        if (!spec.paged()) {
+        if (table == null) {
             return slot * s.batch() + position * s.row();
         }
-        MemorySegment table = INSTANCE.tensor(cache.blockTable());
-        int page = table.getAtIndex(JAVA_INT_UNALIGNED, (long) slot * spec.pagesPerSequence() + position / spec.pageSize());
+        int page = table[slot * spec.pagesPerSequence() + position / spec.pageSize()];
         return page * s.batch() + (position % spec.pageSize()) * s.row();
     }
 
