@@ -179,10 +179,7 @@ public final class KvCache implements AutoCloseable {
     public void appendPacked(DeviceTensor newKeys, DeviceTensor newValues, int... newTokens) {
         requireOpen();
         int[] counts = checkCounts(newTokens, Integer.MAX_VALUE);
-        long total = 0;
-        for (int n : counts) {
-            total += n;
-        }
+        long total = sum(counts);
         long rowElements = (long) spec.kvHeads() * spec.headDim();
         for (DeviceTensor t : new DeviceTensor[] {newKeys, newValues}) {
             String name = t == newKeys ? "newKeys" : "newValues";
@@ -208,10 +205,7 @@ public final class KvCache implements AutoCloseable {
     public void appendPacked(HalfTensor newKeys, HalfTensor newValues, int... newTokens) {
         requireOpen();
         int[] counts = checkCounts(newTokens, Integer.MAX_VALUE);
-        long total = 0;
-        for (int n : counts) {
-            total += n;
-        }
+        long total = sum(counts);
         long elements = Math.max(1, total) * spec.kvHeads() * spec.headDim();
         if (total == 0) {
             commit(counts, null);
@@ -517,7 +511,10 @@ public final class KvCache implements AutoCloseable {
         }
     }
 
-    /** Copies host tensors into staging device tensors, grown (reallocated) only when too small. */
+    /**
+     * Copies host tensors into staging device tensors, reallocated when the size changes (a dense append
+     * takes tensors of exactly its size): host appends of one size allocate once.
+     */
     private void stage(HalfTensor k, HalfTensor v, long elements) {
         if (stagingKeys == null || stagingKeys.length() != elements) {
             if (stagingKeys != null) {
@@ -542,6 +539,14 @@ public final class KvCache implements AutoCloseable {
         if (closed) {
             throw new InvalidArgumentException("cache", "closed", "must be open");
         }
+    }
+
+    private static long sum(int[] values) {
+        long total = 0;
+        for (int v : values) {
+            total += v;
+        }
+        return total;
     }
 
     private static int max(int[] values) {
