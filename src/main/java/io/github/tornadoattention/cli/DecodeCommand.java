@@ -83,8 +83,8 @@ final class DecodeCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws IOException {
-        requireRange("--steps", steps, 1, 1_000_000);
-        requireRange("--warmup", warmup, 0, 1_000_000);
+        Limits.calls("--steps", steps, 1);
+        Limits.calls("--warmup", warmup, 0);
         requireRange("--layers", layers, 1, 1024);
         requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
         int hkv = kvHeads == null ? heads : kvHeads;
