@@ -57,12 +57,12 @@ public final class DeviceTensor implements AutoCloseable {
 
     /** Copies all of {@code source} (fp16) into elements [0, source.length()). */
     public void copyFrom(HalfTensor source) {
-        copyFrom(source, 0, 0, checkHalfSource(source).length());
+        copyFrom(source, 0, 0, checkOpenHost("source", source).length());
     }
 
     /** Copies {@code count} fp16 elements of {@code source} starting at {@code sourceOffset} to {@code offset}. */
     public void copyFrom(HalfTensor source, long sourceOffset, long offset, long count) {
-        checkHalfSource(source);
+        checkOpenHost("source", source);
         if (dtype != DType.FP16 && dtype != DType.BF16) {
             throw new InvalidArgumentException("this.dtype", dtype, "copying from a HalfTensor needs an FP16 tensor");
         }
@@ -101,10 +101,7 @@ public final class DeviceTensor implements AutoCloseable {
 
     /** Copies {@code count} elements from {@code offset} into {@code destination} at {@code destinationOffset}. */
     public void copyTo(HalfTensor destination, long offset, long destinationOffset, long count) {
-        InvalidArgumentException.requireNonNull("destination", destination);
-        if (!destination.isOpen()) {
-            throw new InvalidArgumentException("destination", "a closed HalfTensor", "must be open");
-        }
+        checkOpenHost("destination", destination);
         checkRange("destinationOffset", destinationOffset, count, destination.length());
         copyTo(destination.data().asSlice(2 * destinationOffset, 2 * count), offset);
         destination.markModified();
@@ -149,12 +146,12 @@ public final class DeviceTensor implements AutoCloseable {
         }
     }
 
-    private HalfTensor checkHalfSource(HalfTensor source) {
-        InvalidArgumentException.requireNonNull("source", source);
-        if (!source.isOpen()) {
-            throw new InvalidArgumentException("source", "a closed HalfTensor", "must be open");
+    private static HalfTensor checkOpenHost(String argument, HalfTensor tensor) {
+        InvalidArgumentException.requireNonNull(argument, tensor);
+        if (!tensor.isOpen()) {
+            throw new InvalidArgumentException(argument, "a closed HalfTensor", "must be open");
         }
-        return source;
+        return tensor;
     }
 
     private long elementsOf(MemorySegment segment) {
