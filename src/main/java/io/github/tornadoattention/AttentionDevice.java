@@ -42,7 +42,7 @@ public abstract class AttentionDevice {
         if (length < 1 || length > Long.MAX_VALUE / 8) {
             throw new InvalidArgumentException("length", length, "must be in [1, " + Long.MAX_VALUE / 8 + "]");
         }
-        long address = malloc(length * dtype.bytes());
+        long address = malloc(dtype, length);
         allocations.incrementAndGet();
         return new DeviceTensor(this, dtype, length, address, true);
     }
@@ -132,6 +132,15 @@ public abstract class AttentionDevice {
         return allocations.get();
     }
 
+    /**
+     * Task graphs built and kernels compiled through this device so far (TornadoVM devices: an execution
+     * plan per KV cache; 0 where kernels come precompiled and are loaded once): a step after warm-up
+     * compiles nothing.
+     */
+    public long compilations() {
+        return 0;
+    }
+
     /** Throws unless {@code tensor} lives on this device (any stream view of it). */
     public final void requireSame(String argument, DeviceTensor tensor) {
         if (!sameMemory(tensor.device())) {
@@ -155,7 +164,8 @@ public abstract class AttentionDevice {
 
     // ---- what a backend provides (addresses are device addresses, sizes in bytes)
 
-    protected abstract long malloc(long bytes);
+    /** Device memory for {@code length} elements of {@code dtype} (backends that allocate typed arrays need both). */
+    protected abstract long malloc(DType dtype, long length);
 
     protected abstract void free(long address, long bytes);
 

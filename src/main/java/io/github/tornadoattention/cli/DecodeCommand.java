@@ -107,6 +107,7 @@ final class DecodeCommand implements Callable<Integer> {
             }
             long plansAfterWarmup = Attention.plansCreated();
             long allocationsAfterWarmup = device.allocations();
+            long compilationsAfterWarmup = device.compilations();
             double[] stepMillis = new double[steps];
             for (int i = 0; i < steps; i++) {
                 long start = System.nanoTime();
@@ -115,6 +116,7 @@ final class DecodeCommand implements Callable<Integer> {
             }
             long plansInSteps = Attention.plansCreated() - plansAfterWarmup;
             long allocationsInSteps = device.allocations() - allocationsAfterWarmup;
+            long compilationsInSteps = device.compilations() - compilationsAfterWarmup;
             int kernelSamples = Math.min(steps, 16);
             double[] kernelMillis = new double[kernelSamples];
             for (int i = 0; i < kernelSamples; i++) {
@@ -137,8 +139,8 @@ final class DecodeCommand implements Callable<Integer> {
                 out.printf("K/V read    %.4g TB/s by the kernels, %.4g TB/s per step wall time%n",
                         bytes / kernel.medianMillis() / 1e9, bytes / step.medianMillis() / 1e9);
             }
-            out.printf("per step    %d plans created, %d device allocations (after %d warm-up steps)%n", plansInSteps,
-                    allocationsInSteps, warmup);
+            out.printf("per step    %d plans created, %d device allocations, %d compilations (after %d warm-up steps)%n",
+                    plansInSteps, allocationsInSteps, compilationsInSteps, warmup);
 
             Map<String, Object> result = new LinkedHashMap<>();
             result.put("backend", device.backendId());
@@ -161,9 +163,10 @@ final class DecodeCommand implements Callable<Integer> {
             result.put("plans_created", plansInSteps);
             result.put("plans_created_total", Attention.plansCreated() - plansBefore);
             result.put("allocations_after_warmup", allocationsInSteps);
-            result.put("compilations_after_warmup", 0);
+            result.put("compilations_after_warmup", compilationsInSteps);
+            result.put("compilations_total", device.compilations());
             result.put("seed", inputSeed);
-            boolean passed = plansInSteps == 0 && allocationsInSteps == 0;
+            boolean passed = plansInSteps == 0 && allocationsInSteps == 0 && compilationsInSteps == 0;
             if (check) {
                 ErrorStats worst = null;
                 for (int i = 0; i < 2; i++) {

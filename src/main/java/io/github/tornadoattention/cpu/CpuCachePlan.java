@@ -43,8 +43,8 @@ final class CpuCachePlan extends CacheAttentionPlan {
         long head = cache.spec().strides().head();
         KvCacheSpec spec = cache.spec();
         int[] table = device.blockTable(cache);
-        CpuReference.RowSource k = (b, h, j, into) -> readRow(keys, CpuDevice.storageRow(spec, table, b, j) + h * head, into);
-        CpuReference.RowSource v = (b, h, j, into) -> readRow(values, CpuDevice.storageRow(spec, table, b, j) + h * head, into);
+        CpuReference.RowSource k = (b, h, j, into) -> readRow(keys, HostCacheOps.storageRow(spec, table, b, j) + h * head, into);
+        CpuReference.RowSource v = (b, h, j, into) -> readRow(values, HostCacheOps.storageRow(spec, table, b, j) + h * head, into);
         CpuReference.Result r = CpuReference.cached(spec(), device.floats16(q), packed, k, v, lengths, newTokens);
         if (packed) {
             // Rows past this call's total stay as they were, as on a GPU.

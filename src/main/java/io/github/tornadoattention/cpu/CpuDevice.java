@@ -8,10 +8,10 @@ import io.github.tornadoattention.AttentionDevice;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.CacheAttentionPlan;
 import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
-import io.github.tornadoattention.TensorStrides;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.concurrent.ConcurrentHashMap;
@@ -42,7 +42,8 @@ final class CpuDevice extends AttentionDevice {
     }
 
     @Override
-    protected long malloc(long bytes) {
+    protected long malloc(DType dtype, long length) {
+        long bytes = length * dtype.bytes();
         Arena arena = Arena.ofShared();
         long address = arena.allocate(bytes, 64).address();
         arenas.put(address, arena);
@@ -79,44 +80,13 @@ final class CpuDevice extends AttentionDevice {
 
     @Override
     protected void appendToCache(KvCache cache, KvCache.Append append) {
-        KvCacheSpec spec = cache.spec();
-        int slots = spec.slots();
-        int d = spec.headDim();
-        long rowBytes = 2L * d;
-        MemorySegment step = tensor(cache.stepInfo());
-        TensorStrides s = append.strides();
-        TensorStrides storage = spec.strides();
-        int[] table = blockTable(cache);
-        for (int b = 0; b < slots; b++) {
-            int length = step.getAtIndex(JAVA_INT_UNALIGNED, b);
-            int n = step.getAtIndex(JAVA_INT_UNALIGNED, slots + b);
-            int offset = step.getAtIndex(JAVA_INT_UNALIGNED, 2L * slots + b);
-            for (int j = 0; j < n; j++) {
-                long at = storageRow(spec, table, b, length - n + j);
-                for (int h = 0; h < spec.kvHeads(); h++) {
-                    long from = append.packed() ? (offset + (long) j) * s.row() + h * s.head()
-                            : b * s.batch() + h * s.head() + j * s.row();
-                    long to = at + h * storage.head();
-                    MemorySegment.copy(tensor(append.keys()), 2 * from, tensor(cache.keys()), 2 * to, rowBytes);
-                    MemorySegment.copy(tensor(append.values()), 2 * from, tensor(cache.values()), 2 * to, rowBytes);
-                }
-            }
-        }
+        HostCacheOps.append(cache.spec(), tensor(cache.stepInfo()), blockTable(cache), append, tensor(append.keys()),
+                tensor(append.values()), tensor(cache.keys()), tensor(cache.values()));
     }
 
     /** The cache's block table as it is on the device (read once per call); null for a contiguous cache. */
     int[] blockTable(KvCache cache) {
         return cache.spec().paged() ? tensor(cache.blockTable()).toArray(JAVA_INT_UNALIGNED) : null;
-    }
-
-    /** Element index of (slot, position, head 0, column 0) in the cache's storage, through {@code table} when paged. */
-    static long storageRow(KvCacheSpec spec, int[] table, int slot, int position) {
-        TensorStrides s = spec.strides();
-        if (table == null) {
-            return slot * s.batch() + position * s.row();
-        }
-        int page = table[slot * spec.pagesPerSequence() + position / spec.pageSize()];
-        return page * s.batch() + (position % spec.pageSize()) * s.row();
     }
 
     @Override

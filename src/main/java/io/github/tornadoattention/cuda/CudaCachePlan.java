@@ -2,15 +2,12 @@ package io.github.tornadoattention.cuda;
 
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
-import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.CacheAttentionPlan;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
-import io.github.tornadoattention.Layout;
-import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
@@ -78,8 +75,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
         maxSplits = Math.max(1, Math.min(MAX_SPLITS, (spec.maxLength() + SPLIT_GRANULE - 1) / SPLIT_GRANULE));
         DeviceTensor dp = null, pp = null, po = null, pl = null;
         try {
-            dp = upload(params(spec, cacheSpec, false));
-            pp = upload(params(spec, cacheSpec, true));
+            dp = upload(KernelParams.forCache(spec, cacheSpec, false));
+            pp = upload(KernelParams.forCache(spec, cacheSpec, true));
             long partialRows = spec.maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES
                     ? (long) maxSplits * spec.batch() * spec.heads() * spec.maxQueryLength() : 1;
             po = device.allocate(io.github.tornadoattention.DType.FP32, partialRows * d);
@@ -101,27 +98,6 @@ final class CudaCachePlan extends CacheAttentionPlan {
 
     static String prefillEntry(int d, boolean causal, boolean paged) {
         return "flash_cache_fwd" + (paged ? "_paged" : "") + "_d" + d + (d == 128 && causal ? "_causal" : "");
-    }
-
-    /** The 32-int call descriptor: dense (q, o [batch, heads, maxQueryLength, D]) or packed ([total, heads, D]). */
-    static int[] params(CacheAttentionSpec spec, KvCacheSpec cache, boolean packed) {
-        AttentionShape shape = packed
-                ? new AttentionShape(1, spec.heads(), spec.kvHeads(), spec.maxTotalQueries(), cache.capacity(), spec.headDim(),
-                        spec.causal(), spec.scale(), Layout.BSHD)
-                : new AttentionShape(spec.batch(), spec.heads(), spec.kvHeads(),
-                        Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES), cache.capacity(),
-                        spec.headDim(), spec.causal(), spec.scale(), spec.layout());
-        int[] p = KernelParams.of(shape, 0);
-        p[KernelParams.P_B] = spec.batch();
-        TensorStrides kv = cache.strides();
-        for (int at : new int[] {KernelParams.P_K_STRIDE, KernelParams.P_V_STRIDE}) {
-            p[at] = Math.toIntExact(kv.batch());
-            p[at + 1] = Math.toIntExact(kv.head());
-            p[at + 2] = Math.toIntExact(kv.row());
-        }
-        p[KernelParams.P_PAGE_SIZE] = cache.pageSize();
-        p[KernelParams.P_PAGES_PER_SEQ] = cache.pagesPerSequence();
-        return p;
     }
 
     private DeviceTensor upload(int[] params) {

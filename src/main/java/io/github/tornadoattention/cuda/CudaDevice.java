@@ -117,15 +117,16 @@ public final class CudaDevice extends AttentionDevice {
 
     /** A plan's own device buffer, counted with this device's allocations. */
     long allocateCounted(long bytes) {
-        long pointer = malloc(bytes);
+        cuda.makeCurrent();
+        long pointer = driver.malloc(bytes);
         countAllocation();
         return pointer;
     }
 
     @Override
-    protected long malloc(long bytes) {
+    protected long malloc(io.github.tornadoattention.DType dtype, long length) {
         cuda.makeCurrent();
-        return driver.malloc(bytes);
+        return driver.malloc(length * dtype.bytes());
     }
 
     @Override

@@ -1,6 +1,9 @@
 package io.github.tornadoattention.ptx;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.TensorStrides;
 
 /**
@@ -65,6 +68,29 @@ public final class KernelParams {
         putStrides(p, P_O_STRIDE, q); // O has Q's shape and layout
         p[P_NUM_SPLITS] = splits;
         p[P_SCALE] = Float.floatToRawIntBits(shape.scale());
+        return p;
+    }
+
+    /**
+     * Params of the cache kernels (ptx-overrides/src/flash_cache.cu) for attention of {@code spec} over
+     * caches of {@code cache}: dense calls (q, o [batch, heads, maxQueryLength, D]) or packed ones
+     * ([total, heads, D], lse [heads, maxTotalQueries]). Keys per split 0: the fused TornadoVM twins derive
+     * it from the lengths at run time.
+     */
+    public static int[] forCache(CacheAttentionSpec spec, KvCacheSpec cache, boolean packed) {
+        AttentionShape shape = packed
+                ? new AttentionShape(1, spec.heads(), spec.kvHeads(), spec.maxTotalQueries(), cache.capacity(), spec.headDim(),
+                        spec.causal(), spec.scale(), Layout.BSHD)
+                : new AttentionShape(spec.batch(), spec.heads(), spec.kvHeads(),
+                        Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES), cache.capacity(),
+                        spec.headDim(), spec.causal(), spec.scale(), spec.layout());
+        int[] p = of(shape, 0);
+        p[P_B] = spec.batch();
+        TensorStrides kv = cache.strides();
+        putStrides(p, P_K_STRIDE, kv);
+        putStrides(p, P_V_STRIDE, kv);
+        p[P_PAGE_SIZE] = cache.pageSize();
+        p[P_PAGES_PER_SEQ] = cache.pagesPerSequence();
         return p;
     }
 

@@ -37,7 +37,7 @@ class CacheLaunchTest {
         CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(4).heads(32).kvHeads(8).headDim(128)
                 .maxQueryLength(1).maxTotalQueries(1000).maxLength(4096).layout(Layout.BHSD).build();
         KvCacheSpec paged = KvCacheSpec.paged(4, 8, 4096, 128, 16);
-        int[] dense = CudaCachePlan.params(spec, paged, false);
+        int[] dense = io.github.tornadoattention.ptx.KernelParams.forCache(spec, paged, false);
         assertEquals(4, dense[0]);
         assertEquals(1, dense[3]);                       // Sq: new tokens per sequence
         assertEquals(8 * 16 * 128, dense[12]);           // K page stride
@@ -45,7 +45,7 @@ class CacheLaunchTest {
         assertEquals(128, dense[14]);
         assertEquals(16, dense[io.github.tornadoattention.ptx.KernelParams.P_PAGE_SIZE]);
         assertEquals(256, dense[io.github.tornadoattention.ptx.KernelParams.P_PAGES_PER_SEQ]);
-        int[] packed = CudaCachePlan.params(spec, paged, true);
+        int[] packed = io.github.tornadoattention.ptx.KernelParams.forCache(spec, paged, true);
         assertEquals(4, packed[0]);
         assertEquals(1000, packed[3]);                   // the lse row length [heads, maxTotalQueries]
         assertEquals(128, packed[10]);                   // q head stride

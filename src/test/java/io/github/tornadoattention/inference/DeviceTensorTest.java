@@ -96,9 +96,9 @@ class DeviceTensorTest {
         }
 
         @Override
-        protected long malloc(long bytes) {
+        protected long malloc(io.github.tornadoattention.DType dtype, long length) {
             java.lang.foreign.Arena arena = java.lang.foreign.Arena.ofShared();
-            long address = arena.allocate(bytes, 64).address();
+            long address = arena.allocate(length * dtype.bytes(), 64).address();
             arenas.put(address, arena);
             return address;
         }
