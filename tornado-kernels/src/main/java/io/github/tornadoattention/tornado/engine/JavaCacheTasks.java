@@ -1,0 +1,269 @@
+package io.github.tornadoattention.tornado.engine;
+
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.TensorStrides;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.KernelContext;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.WorkerGrid1D;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+
+/**
+ * Adds the Java KV-cache kernels ({@link CacheKernels}) as tasks to an engine's TaskGraph, with their WorkerGrids
+ * (scheduler key {@code graphName + "." + taskName}) and their device-only arrays (constant params, workspaces: sent
+ * {@code FIRST_EXECUTION}, then resident). The arrays it is handed are the engine's; their shapes are checked by the
+ * caller ({@code CacheAttentionTasks}). Task names: {@code taskPrefix} + "Append", "DecodeSplit", "DecodeCombine",
+ * "Prefill", "CopyRanges".
+ *
+ * <p>Decode: {@link #splits()} splits of every slot's keys, fixed here from the capacity and the device's compute units
+ * (about {@value #WORKGROUPS_PER_UNIT} workgroups per unit); the keys per split follow each slot's run-time length.
+ */
+final class JavaCacheTasks {
+    /** Decode workgroups aimed at per compute unit (an SM holds up to 5 of 43 KB of local memory). */
+    static final int WORKGROUPS_PER_UNIT = 4;
+    static final int MAX_SPLITS = 64;
+    /** Workgroups of the copy kernel per compute unit (grid-stride loops over the ranges). */
+    static final int COPY_GROUPS_PER_UNIT = 2;
+
+    private final CacheAttentionSpec spec;
+    private final KvCacheSpec cacheSpec;
+    private final int computeUnits;
+    private final int sq;
+    private final int rowBlocks;
+    private final int splits;
+
+    /** Tasks for a device of {@code computeUnits} compute units (SMs): the decode's split count is chosen from them. */
+    JavaCacheTasks(CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
+        this(spec, cacheSpec, computeUnits, 0);
+    }
+
+    /** Tasks whose decode uses {@code splits} splits (>= 1; any count works, the keys per split follow the lengths). */
+    static JavaCacheTasks withSplits(CacheAttentionSpec spec, KvCacheSpec cacheSpec, int splits) {
+        if (splits < 1) {
+            throw new InvalidArgumentException("splits", splits, "must be >= 1");
+        }
+        return new JavaCacheTasks(spec, cacheSpec, Math.max(1, splits / WORKGROUPS_PER_UNIT), splits);
+    }
+
+    private JavaCacheTasks(CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits, int splits) {
+        checkSupported(spec, cacheSpec);
+        if (computeUnits < 1) {
+            throw new InvalidArgumentException("computeUnits", computeUnits, "must be >= 1");
+        }
+        this.spec = spec;
+        this.cacheSpec = cacheSpec;
+        this.computeUnits = computeUnits;
+        this.sq = Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
+        this.rowBlocks = (spec.groupSize() * sq + CacheKernels.ROWS - 1) / CacheKernels.ROWS;
+        long perSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
+        long wanted = splits > 0 ? splits : ((long) WORKGROUPS_PER_UNIT * computeUnits + perSplit - 1) / perSplit;
+        long tiles = (cacheSpec.capacity() + CacheKernels.BC - 1) / CacheKernels.BC;
+        this.splits = (int) Math.max(1, Math.min(Math.min(wanted, tiles), MAX_SPLITS));
+        if (decodeWorkspaceFloats() > Integer.MAX_VALUE || decodeGroups() > Integer.MAX_VALUE / CacheKernels.THREADS) {
+            throw new InvalidArgumentException("batch*heads*maxQueryLength*headDim", denseLseElements() * spec.headDim(),
+                    "too large for the decode workspace's 32-bit indices with " + this.splits + " splits");
+        }
+    }
+
+    /** Throws unless the Java cache kernels serve this spec and cache (fp16, head dim 16, 32, 64 or 128). */
+    static void checkSupported(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        InvalidArgumentException.requireNonNull("spec", spec);
+        InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
+        spec.checkCache(cacheSpec);
+        int d = spec.headDim();
+        if (d < 16 || d > CacheKernels.MAX_D || (d & (d - 1)) != 0) {
+            throw new InvalidArgumentException("headDim", d, "the Java cache kernels support 16, 32, 64, 128");
+        }
+        if (spec.dtype() != DType.FP16) {
+            throw new InvalidArgumentException("dtype", spec.dtype(), "the Java cache kernels are fp16");
+        }
+    }
+
+    /** Dense queries per slot of the decode: maxQueryLength, at most 16; q and o [B, Hq, this, D] in the spec's layout. */
+    int denseQueries() {
+        return sq;
+    }
+
+    long denseLseElements() {
+        return (long) spec.batch() * spec.heads() * sq;
+    }
+
+    /** Element strides of dense q and o, [B, Hq, denseQueries(), D] in the spec's layout. */
+    TensorStrides denseStrides() {
+        long d = spec.headDim();
+        long hq = spec.heads();
+        return spec.layout() == Layout.BSHD ? new TensorStrides(sq * hq * d, d, hq * d)
+                : new TensorStrides(hq * sq * d, sq * d, d);
+    }
+
+    /** Splits of the decode's key range (the grid's; fixed for the plan). */
+    int splits() {
+        return splits;
+    }
+
+    /** Decode row blocks per KV head: ceil(G * maxQueryLength / 16). */
+    int rowBlocks() {
+        return rowBlocks;
+    }
+
+    long decodeGroups() {
+        return (long) splits * spec.batch() * spec.kvHeads() * rowBlocks;
+    }
+
+    int combineGroups() {
+        return Math.toIntExact(denseLseElements());
+    }
+
+    int prefillGroups() {
+        return Math.toIntExact(((long) spec.maxTotalQueries() + CacheKernels.ROWS - 1) / CacheKernels.ROWS * spec.heads());
+    }
+
+    int copyGroups() {
+        return COPY_GROUPS_PER_UNIT * computeUnits;
+    }
+
+    /** fp32 O partials [splits, B, Hq, Sq, D], lse partials [splits, B, Hq, Sq], the combined O [B, Hq, Sq, D]. */
+    long decodeWorkspaceFloats() {
+        long rows = denseLseElements();
+        return (long) splits * rows * (spec.headDim() + 1) + rows * spec.headDim();
+    }
+
+    /** The attention params block ({@code CacheKernels.P_*}). */
+    IntArray attentionParams(boolean writeLse) {
+        int[] p = new int[CacheKernels.P_COUNT];
+        p[CacheKernels.P_B] = spec.batch();
+        p[CacheKernels.P_HQ] = spec.heads();
+        p[CacheKernels.P_HKV] = spec.kvHeads();
+        p[CacheKernels.P_D] = spec.headDim();
+        p[CacheKernels.P_SQ] = sq;
+        p[CacheKernels.P_MAX_TOTAL] = spec.maxTotalQueries();
+        p[CacheKernels.P_CAUSAL] = spec.causal() ? 1 : 0;
+        p[CacheKernels.P_WRITE_LSE] = writeLse ? 1 : 0;
+        TensorStrides q = denseStrides();
+        p[CacheKernels.P_Q_STRIDE] = Math.toIntExact(q.batch());
+        p[CacheKernels.P_Q_STRIDE + 1] = Math.toIntExact(q.head());
+        p[CacheKernels.P_Q_STRIDE + 2] = Math.toIntExact(q.row());
+        TensorStrides c = cacheSpec.strides();
+        p[CacheKernels.P_CACHE_STRIDE] = Math.toIntExact(c.batch());
+        p[CacheKernels.P_CACHE_STRIDE + 1] = Math.toIntExact(c.head());
+        p[CacheKernels.P_CACHE_STRIDE + 2] = Math.toIntExact(c.row());
+        p[CacheKernels.P_PAGE_SIZE] = cacheSpec.pageSize();
+        p[CacheKernels.P_PAGES_PER_SEQ] = cacheSpec.pagesPerSequence();
+        p[CacheKernels.P_SPLITS] = splits;
+        p[CacheKernels.P_ROW_BLOCKS] = rowBlocks;
+        return IntArray.fromArray(p);
+    }
+
+    /**
+     * The 16 append-params words ({@code flash::AppendParam}, shared with the PTX twin kv_cache_append_tornado):
+     * new K/V dense [B, Hkv, maxNew, D] with {@code newStrides} (batch, head, row; BHSD or BSHD), or packed [total,
+     * Hkv, D] (packed rows use the head and row strides; {@code newStrides} null: head D, row Hkv*D). For the Java
+     * kernel's grid, packed rows number at most B * maxNew.
+     */
+    static int[] appendParams(KvCacheSpec cacheSpec, TensorStrides newStrides, int maxNew, boolean packed) {
+        InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
+        if (maxNew < 1) {
+            throw new InvalidArgumentException("maxNew", maxNew, "must be >= 1");
+        }
+        int[] a = new int[CacheKernels.A_COUNT];
+        a[CacheKernels.A_B] = cacheSpec.slots();
+        a[CacheKernels.A_HKV] = cacheSpec.kvHeads();
+        a[CacheKernels.A_D] = cacheSpec.headDim();
+        a[CacheKernels.A_MAX_NEW] = maxNew;
+        TensorStrides n = packed && newStrides == null
+                ? new TensorStrides(0, cacheSpec.headDim(), (long) cacheSpec.kvHeads() * cacheSpec.headDim())
+                : InvalidArgumentException.requireNonNull("newStrides", newStrides);
+        a[CacheKernels.A_NEW_STRIDE] = Math.toIntExact(n.batch());
+        a[CacheKernels.A_NEW_STRIDE + 1] = Math.toIntExact(n.head());
+        a[CacheKernels.A_NEW_STRIDE + 2] = Math.toIntExact(n.row());
+        TensorStrides c = cacheSpec.strides();
+        a[CacheKernels.A_CACHE_STRIDE] = Math.toIntExact(c.batch());
+        a[CacheKernels.A_CACHE_STRIDE + 1] = Math.toIntExact(c.head());
+        a[CacheKernels.A_CACHE_STRIDE + 2] = Math.toIntExact(c.row());
+        a[CacheKernels.A_PAGE_SIZE] = cacheSpec.pageSize();
+        a[CacheKernels.A_PAGES_PER_SEQ] = cacheSpec.pagesPerSequence();
+        a[CacheKernels.A_PACKED] = packed ? 1 : 0;
+        return a;
+    }
+
+    /** Append workgroups for the given append-params words: B Hkv ceil(maxNew / 8) (packed: Hkv ceil(B maxNew / 8)). */
+    static int appendGroups(IntArray appendParams) {
+        long b = appendParams.get(CacheKernels.A_B);
+        long hkv = appendParams.get(CacheKernels.A_HKV);
+        long maxNew = appendParams.get(CacheKernels.A_MAX_NEW);
+        long groups = appendParams.get(CacheKernels.A_PACKED) == 1
+                ? hkv * ((b * maxNew + CacheKernels.APPEND_ROWS - 1) / CacheKernels.APPEND_ROWS)
+                : b * hkv * ((maxNew + CacheKernels.APPEND_ROWS - 1) / CacheKernels.APPEND_ROWS);
+        if (groups < 1 || groups > Integer.MAX_VALUE / CacheKernels.APPEND_THREADS) {
+            throw new InvalidArgumentException("appendParams", groups + " workgroups", "1 .. "
+                    + Integer.MAX_VALUE / CacheKernels.APPEND_THREADS);
+        }
+        return (int) groups;
+    }
+
+    /**
+     * The append task. {@code appendParams} (see {@link #appendParams}) must hold its values now: they size the grid.
+     * The kernel reads one element of each cache (into a device-only sink), so TornadoVM sends a cache declared
+     * {@code FIRST_EXECUTION} even when this task is the graph's first user of it.
+     */
+    void addAppend(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray newK,
+                   HalfFloatArray newV, IntArray appendParams, HalfFloatArray kCache, HalfFloatArray vCache,
+                   IntArray step, IntArray blockTable) {
+        String name = taskPrefix + "Append";
+        FloatArray sink = new FloatArray(1);
+        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, sink);
+        grid(s, graphName, name, appendGroups(appendParams), CacheKernels.APPEND_THREADS);
+        g.task(name, CacheKernels::append, new KernelContext(), newK, newV, kCache, vCache, step, blockTable,
+                appendParams, sink);
+    }
+
+    /** Split-KV decode: the split pass, then the combine into o (and lse when {@code writeLse}). */
+    void addDecode(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray q,
+                   HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
+                   FloatArray lse, boolean writeLse) {
+        IntArray params = attentionParams(writeLse);
+        FloatArray ws = new FloatArray(Math.toIntExact(decodeWorkspaceFloats()));
+        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, ws);
+        String split = taskPrefix + "DecodeSplit";
+        String combine = taskPrefix + "DecodeCombine";
+        grid(s, graphName, split, Math.toIntExact(decodeGroups()), CacheKernels.THREADS);
+        grid(s, graphName, combine, combineGroups(), CacheKernels.THREADS);
+        g.task(split, CacheKernels::decodeSplit, new KernelContext(), q, kCache, vCache, step, blockTable, params, ws,
+                spec.scale());
+        g.task(combine, CacheKernels::decodeCombine, new KernelContext(), ws, step, params, o, lse);
+    }
+
+    /** Packed (varlen) prefill over the cache, causal per prompt when the spec is causal. */
+    void addPrefill(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray q,
+                    HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
+                    FloatArray lse, boolean writeLse) {
+        IntArray params = attentionParams(writeLse);
+        FloatArray ws = new FloatArray(Math.toIntExact(spec.packedQueryElements()));
+        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, ws);
+        String name = taskPrefix + "Prefill";
+        grid(s, graphName, name, prefillGroups(), CacheKernels.THREADS);
+        g.task(name, CacheKernels::prefill, new KernelContext(), q, kCache, vCache, step, blockTable, params, ws, o, lse,
+                spec.scale());
+    }
+
+    /** Copies of element ranges within both caches (copies[0] = n, then n (src, dst, count) triples). */
+    void addCopyRanges(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray kCache,
+                       HalfFloatArray vCache, IntArray copies) {
+        String name = taskPrefix + "CopyRanges";
+        grid(s, graphName, name, copyGroups(), CacheKernels.COPY_THREADS);
+        g.task(name, CacheKernels::copyRanges, new KernelContext(), kCache, vCache, copies);
+    }
+
+    private static void grid(GridScheduler s, String graphName, String taskName, int groups, int threads) {
+        WorkerGrid1D worker = new WorkerGrid1D(groups * threads);
+        worker.setLocalWork(threads, 1, 1);
+        s.addWorkerGrid(graphName + "." + taskName, worker);
+    }
+}
