@@ -42,4 +42,16 @@ public final class PtxTornadoBackend implements AttentionBackend {
         TornadoBackendSupport.requireNoBailout(id());
         return new PtxTornadoPlan(shape, TornadoDevices.ptxDevice().require(id()), options);
     }
+
+    /** The inference API on this backend: KV caches kept on the GPU by TornadoVM task graphs. */
+    @Override
+    public io.github.tornadoattention.AttentionDevice device() {
+        return device(PlanOptions.defaults());
+    }
+
+    /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}). */
+    @Override
+    public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
+        return TornadoBackendSupport.device(id(), TornadoDevices::ptxDevice, options);
+    }
 }

@@ -60,4 +60,17 @@ final class TornadoBackendSupport {
                 + value) + " would let a kernel that fails to compile run as plain Java; run with -D" + BAILOUT_PROPERTY
                 + "=False (bin/tornado-attention does)";
     }
+
+    /**
+     * The inference device of backend {@code backendId} on the device {@code probe} found
+     * ({@link io.github.tornadoattention.tornado.inference.TornadoAttentionDevice}); {@code options.profile()}
+     * runs its task graphs with TornadoVM's profiler.
+     */
+    static io.github.tornadoattention.AttentionDevice device(String backendId, java.util.function.Supplier<TornadoDevices.Probe> probe,
+                                                             io.github.tornadoattention.PlanOptions options) {
+        io.github.tornadoattention.InvalidArgumentException.requireNonNull("options", options);
+        requireNoBailout(backendId);
+        return io.github.tornadoattention.tornado.inference.TornadoAttentionDevice.of(backendId,
+                probe.get().require(backendId), options.profile());
+    }
 }

@@ -51,4 +51,16 @@ public final class TornadoMmaBackend implements AttentionBackend {
             throw e;
         }
     }
+
+    /** The inference API on this backend: KV caches kept on the GPU by TornadoVM task graphs. */
+    @Override
+    public io.github.tornadoattention.AttentionDevice device() {
+        return device(PlanOptions.defaults());
+    }
+
+    /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}). */
+    @Override
+    public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
+        return TornadoBackendSupport.device(id(), TornadoDevices::ptxDevice, options);
+    }
 }

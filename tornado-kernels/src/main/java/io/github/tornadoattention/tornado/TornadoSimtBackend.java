@@ -38,4 +38,16 @@ public final class TornadoSimtBackend implements AttentionBackend {
         TornadoBackendSupport.requireNoBailout(id());
         return new SimtPlan(shape, TornadoDevices.anyDevice().require(id()), options);
     }
+
+    /** The inference API on this backend: KV caches kept on the GPU by TornadoVM task graphs. */
+    @Override
+    public io.github.tornadoattention.AttentionDevice device() {
+        return device(PlanOptions.defaults());
+    }
+
+    /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}). */
+    @Override
+    public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
+        return TornadoBackendSupport.device(id(), TornadoDevices::anyDevice, options);
+    }
 }

@@ -1,0 +1,343 @@
+package io.github.tornadoattention.tornado.engine;
+
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.TensorStrides;
+import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelParams;
+import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
+import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
+import java.util.List;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.common.Access;
+import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
+
+/**
+ * Attention over a KV cache as tasks of an engine's own TornadoVM {@link TaskGraph}, over the engine's own
+ * arrays: the way a TornadoVM engine (one task graph per layer, as GPULlama3.java builds them) adds our
+ * attention next to its projections, with nothing copied and nothing synchronised in between.
+ *
+ * <pre>{@code
+ * CacheAttentionTasks att = CacheAttentionTasks.create("ptx-tornado", spec, cacheSpec, device);
+ * HalfFloatArray kCache = att.newCacheArray(), vCache = att.newCacheArray();   // one pair per layer
+ * IntArray step = CacheAttentionTasks.newStepArray(slots), blocks = att.newBlockTable();
+ * TaskGraph layer = new TaskGraph("layer0")
+ *         .transferToDevice(DataTransferMode.FIRST_EXECUTION, kCache, vCache, blocks)  // the cache stays on the device
+ *         .transferToDevice(DataTransferMode.EVERY_EXECUTION, step)                    // lengths: runtime data
+ *         ... the engine's tasks writing q, newK, newV (fp16) ...;
+ * att.addAppend(layer, "layer0", scheduler, "attn_", newK, newV, kCache, vCache, step, blocks);
+ * att.addDecode(layer, "layer0", scheduler, "attn_", q, kCache, vCache, step, blocks, o, null);
+ * ... the engine's output projection reading o ...
+ * // per token: CacheAttentionTasks.setStep(step, lengthsAfterAppend, newTokens); plan.execute();
+ * }</pre>
+ *
+ * <p><b>What the tasks read at run time.</b> Everything that changes from step to step comes from device
+ * memory, never from a kernel scalar (TornadoVM compiles scalar arguments into the kernel as constants): the
+ * step array (int32 {@code [3*slots+1]}: each slot's length after this step's append L_b, its new tokens n_b,
+ * their prefix sums, the total; {@link #setStep}) and the block table of a paged cache. Changing lengths,
+ * appending, switching sequences or pages never rebuilds the graph or compiles anything. The split-KV decode
+ * grid is fixed when the task is added ({@link #splits()}, from the capacity and the device's SM count); the
+ * kernels derive the keys per split from the lengths of each step.
+ *
+ * <p><b>Semantics</b> are the library's (README, "Inference API"): query j of slot b sees key k iff
+ * k &lt; L_b and, causal, k &lt;= L_b - n_b + j; rows j &gt;= n_b, idle slots and rows that see no key give
+ * O = 0, lse = -inf. Layouts: cache [slots, Hkv, capacity, D] (contiguous) or a page pool [pages, Hkv,
+ * pageSize, D] with a block table [slots, pagesPerSequence]; dense q, o [slots, Hq, maxQueryLength, D]
+ * (BHSD), new K/V [slots, Hkv, maxQueryLength, D].
+ *
+ * <p><b>Backends.</b> {@code ptx-tornado}: the hand-tuned PTX as prebuilt tasks (one fused split-KV launch
+ * for decode; the append kernel); needs TornadoVM's PTX backend. {@code tornado-simt} and {@code tornado-mma}:
+ * the Java cache kernels ({@link CacheKernels}, scalar fp32; decode is memory bound, so both Java backends
+ * share them), JIT-compiled by TornadoVM with the engine's graph, on any TornadoVM backend.
+ *
+ * <p><b>Arrays</b> are checked when a task is added (type by the signature; lengths here): a wrong one is an
+ * {@link InvalidArgumentException} naming it, before any task runs. The device is the execution plan's
+ * ({@code withDevice}); the tasks are built for the device given to {@link #create} (its SM count, and for
+ * {@code ptx-tornado} a PTX device).
+ */
+public final class CacheAttentionTasks {
+    /** Backends whose kernels this class can add. */
+    public static final List<String> BACKENDS = List.of(Backends.PTX_TORNADO, Backends.TORNADO_MMA, Backends.TORNADO_SIMT);
+    /** Aim for this many decode blocks per SM over the whole grid at full capacity. */
+    private static final int BLOCKS_PER_SM = 4;
+    /** Keys per split come in multiples of the decode tiles' key block; no more splits than that allows. */
+    private static final int SPLIT_GRANULE = 256;
+
+    private final String backendId;
+    private final CacheAttentionSpec spec;
+    private final KvCacheSpec cacheSpec;
+    private final int splits;
+    private final JavaCacheTasks javaTasks;
+    private final long headerBytes = TornadoNativeArray.ARRAY_HEADER;
+
+    private CacheAttentionTasks(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
+        this.backendId = backendId;
+        this.spec = spec;
+        this.cacheSpec = cacheSpec;
+        int rowBlocks = Math.max(1, Math.ceilDiv(spec.groupSize() * denseQueries(), 16));
+        long blocksPerSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
+        int bySm = (int) Math.max(1, Math.round((double) BLOCKS_PER_SM * computeUnits / blocksPerSplit));
+        this.splits = Math.max(1, Math.min(bySm, Math.ceilDiv(cacheSpec.capacity(), SPLIT_GRANULE)));
+        this.javaTasks = backendId.equals(Backends.PTX_TORNADO) ? null : JavaCacheTasks.withSplits(spec, cacheSpec, splits);
+    }
+
+    /**
+     * Tasks of {@code backendId} ({@link #BACKENDS}) for attention of {@code spec} over caches of
+     * {@code cacheSpec}, built for {@code device} (the device the engine's execution plan will use).
+     */
+    public static CacheAttentionTasks create(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec,
+                                             TornadoDevice device) {
+        check(backendId, spec, cacheSpec);
+        InvalidArgumentException.requireNonNull("device", device);
+        return new CacheAttentionTasks(backendId, spec, cacheSpec, device.getPhysicalDevice().getDeviceMaxComputeUnits());
+    }
+
+    /** Throws an {@link InvalidArgumentException} unless {@code backendId}'s kernels serve {@code spec} over {@code cacheSpec}. */
+    public static void check(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        InvalidArgumentException.requireNonNull("backendId", backendId);
+        InvalidArgumentException.requireNonNull("spec", spec);
+        InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
+        if (!BACKENDS.contains(backendId)) {
+            throw new InvalidArgumentException("backendId", backendId, "must be one of " + BACKENDS);
+        }
+        spec.checkCache(cacheSpec);
+        if (spec.dtype() != DType.FP16) {
+            throw new InvalidArgumentException("spec.dtype", spec.dtype(), "the TornadoVM cache kernels are fp16 (bf16 is planned)");
+        }
+        if (backendId.equals(Backends.PTX_TORNADO)) {
+            if (!LaunchTable.HEAD_DIMS.contains(spec.headDim())) {
+                throw new InvalidArgumentException("spec.headDim", spec.headDim(), "ptx-tornado's cache kernels support " + LaunchTable.HEAD_DIMS);
+            }
+            List<Integer> headers = PrebuiltLaunches.headerBytes();
+            if (!headers.contains((int) TornadoNativeArray.ARRAY_HEADER)) {
+                throw new InvalidArgumentException("tornado.panama.objectHeader", TornadoNativeArray.ARRAY_HEADER,
+                        "the prebuilt kernels read arrays behind a header of " + headers + " bytes");
+            }
+        } else {
+            JavaCacheTasks.checkSupported(spec, cacheSpec);
+        }
+    }
+
+    /**
+     * The 16 int32 words of an append's parameters (the same for every backend): new K/V rows with element
+     * {@code strides} (batch, head, row; packed: row = the packed row), up to {@code maxNew} per slot.
+     */
+    public static int[] appendParams(KvCacheSpec cacheSpec, TensorStrides strides, int maxNew, boolean packed) {
+        return JavaCacheTasks.appendParams(cacheSpec, strides, maxNew, packed);
+    }
+
+    public String backendId() {
+        return backendId;
+    }
+
+    public CacheAttentionSpec spec() {
+        return spec;
+    }
+
+    public KvCacheSpec cacheSpec() {
+        return cacheSpec;
+    }
+
+    /** The decode grid's split count (grid x); keys per split follow the lengths at run time. */
+    public int splits() {
+        return splits;
+    }
+
+    /** Dense queries per slot of a decode task: the spec's {@code maxQueryLength}, at most 16. */
+    public int denseQueries() {
+        return Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
+    }
+
+    /** A K or V cache of {@code cacheSpec} (zeros), for one layer. */
+    public HalfFloatArray newCacheArray() {
+        return new HalfFloatArray(Math.toIntExact(cacheSpec.elements()));
+    }
+
+    /** The block table of a paged cache ([slots, pagesPerSequence] page ids, zeros); a contiguous cache: one unread int. */
+    public IntArray newBlockTable() {
+        return new IntArray(cacheSpec.paged() ? cacheSpec.slots() * cacheSpec.pagesPerSequence() : 1);
+    }
+
+    /** A step array for {@code slots} sequences (zeros: every slot empty and idle). */
+    public static IntArray newStepArray(int slots) {
+        if (slots < 1) {
+            throw new InvalidArgumentException("slots", slots, "must be >= 1");
+        }
+        return new IntArray(3 * slots + 1);
+    }
+
+    /**
+     * Writes a step (host side, before the engine's execution): slot b holds {@code lengthsAfter[b]} tokens
+     * after this step's append, of which {@code newTokens[b]} are new (0: idle this step); the packed offsets
+     * and the total follow. Checked: same length as the array's slots, 0 &lt;= n_b &lt;= L_b.
+     */
+    public static void setStep(IntArray step, int[] lengthsAfter, int[] newTokens) {
+        InvalidArgumentException.requireNonNull("step", step);
+        InvalidArgumentException.requireNonNull("lengthsAfter", lengthsAfter);
+        InvalidArgumentException.requireNonNull("newTokens", newTokens);
+        int slots = (step.getSize() - 1) / 3;
+        if (step.getSize() != 3 * slots + 1 || slots < 1) {
+            throw new InvalidArgumentException("step", step.getSize() + " ints", "must be 3*slots+1 ints (newStepArray)");
+        }
+        if (lengthsAfter.length != slots || newTokens.length != slots) {
+            throw new InvalidArgumentException("lengthsAfter/newTokens", lengthsAfter.length + "/" + newTokens.length,
+                    "must have one entry per slot (" + slots + ")");
+        }
+        for (int b = 0; b < slots; b++) {
+            if (newTokens[b] < 0 || newTokens[b] > lengthsAfter[b]) {
+                throw new InvalidArgumentException("newTokens[" + b + "]", newTokens[b],
+                        "must be in [0, lengthsAfter[" + b + "] = " + lengthsAfter[b] + "]");
+            }
+        }
+        int offset = 0;
+        for (int b = 0; b < slots; b++) {
+            step.set(b, lengthsAfter[b]);
+            step.set(slots + b, newTokens[b]);
+            step.set(2 * slots + b, offset);
+            offset += newTokens[b];
+        }
+        step.set(3 * slots, offset);
+    }
+
+    /**
+     * Adds the append of this step's new tokens: n_b rows of slot b from {@code newK}/{@code newV}
+     * [slots, Hkv, maxQueryLength, D] (BHSD) to positions L_b - n_b .. L_b - 1 of the cache. The cache is
+     * read and written (declare it {@code FIRST_EXECUTION}: TornadoVM drops the upload of an array whose first
+     * task only writes it).
+     */
+    public void addAppend(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                          HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray kCache, HalfFloatArray vCache,
+                          IntArray step, IntArray blockTable) {
+        int maxNew = denseQueries();
+        long rows = (long) spec.batch() * spec.kvHeads() * maxNew * spec.headDim();
+        requireLength("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
+        requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
+        IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
+        // A dense append reads no offsets; the PTX kernel still takes an array for them (not the step array:
+        // one array twice among a prebuilt task's arguments would be one buffer, the header pointer of both).
+        IntArray unusedOffsets = new IntArray(1);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, javaTasks == null ? new Object[] {params, unusedOffsets}
+                : new Object[] {params});
+        addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, maxNew, kCache, vCache, step, unusedOffsets,
+                blockTable);
+    }
+
+    /**
+     * The append with its parameters in {@code appendParams} (16 ints, {@link JavaCacheTasks#appendParams}),
+     * an array the caller declares and may change between executions (layout, dense or packed), for up to
+     * {@code maxRows} new rows per slot; {@code offsets} holds the packed offsets (a packed append on
+     * ptx-tornado: {@code slots + 1} ints; the Java kernels read them from the step array).
+     */
+    public void addAppend(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                          HalfFloatArray newK, HalfFloatArray newV, IntArray appendParams, int maxRows,
+                          HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray offsets, IntArray blockTable) {
+        requireCache(kCache, vCache, step, blockTable);
+        InvalidArgumentException.requireNonNull("newK", newK);
+        InvalidArgumentException.requireNonNull("newV", newV);
+        requireLength("appendParams", appendParams, 16, "16 ints (appendParams)");
+        if (javaTasks != null) {
+            javaTasks.addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, kCache, vCache, step, blockTable);
+            return;
+        }
+        KernelManifest.Kernel kernel = KernelManifest.shipped().entry("kv_cache_append" + headerSuffix());
+        int rowsPerBlock = kernel.threads() / (spec.headDim() / 8);
+        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "append", kernel,
+                Math.max(1, Math.ceilDiv(maxRows, rowsPerBlock)), spec.kvHeads(), spec.batch(),
+                kCache, Access.READ_WRITE, vCache, Access.READ_WRITE, newK, Access.READ_ONLY, newV, Access.READ_ONLY,
+                step, Access.READ_ONLY, blockTable, Access.READ_ONLY, offsets, Access.READ_ONLY, appendParams, Access.READ_ONLY);
+    }
+
+    /**
+     * Adds decode attention (up to {@link #denseQueries()} new queries per slot, split-KV) of {@code q} over the
+     * cache into {@code o} (both [slots, Hq, maxQueryLength, D] fp16) and, when not null, {@code lse}
+     * ([slots, Hq, maxQueryLength] fp32, natural log). Its workspace arrays are added to the graph
+     * ({@code FIRST_EXECUTION}: device only).
+     */
+    public void addDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                          HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
+                          IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+        requireCache(kCache, vCache, step, blockTable);
+        long queries = (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim();
+        requireLength("q", q, queries, "slots*heads*maxQueryLength*headDim");
+        requireLength("o", o, queries, "slots*heads*maxQueryLength*headDim");
+        long lseRows = (long) spec.batch() * spec.heads() * denseQueries();
+        if (lse != null) {
+            requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
+        }
+        if (javaTasks != null) {
+            FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
+            javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
+                    lse != null);
+            return;
+        }
+        CacheAttentionSpec dense = spec.toBuilder().maxQueryLength(denseQueries()).build();
+        IntArray params = IntArray.fromArray(KernelParams.forCache(dense, cacheSpec, false));
+        params.set(KernelParams.P_KEYS_PER_SPLIT, 0);   // derived from the lengths by the kernel
+        KernelManifest.Kernel kernel = KernelManifest.shipped().entry("flash_cache_decode_fused"
+                + (cacheSpec.paged() ? "_paged" : "") + "_d" + spec.headDim() + headerSuffix());
+        int rowBlocks = Math.ceilDiv(spec.groupSize() * denseQueries(), kernel.rowsPerBlock());
+        FloatArray workspace = new FloatArray(Math.toIntExact((long) splits * lseRows * (spec.headDim() + 1)));
+        IntArray tickets = new IntArray(rowBlocks * spec.batch() * spec.kvHeads());
+        FloatArray lseOut = lse != null ? lse : new FloatArray(Math.toIntExact(lseRows));
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, lse != null ? new Object[] {params, workspace, tickets}
+                : new Object[] {params, workspace, tickets, lseOut});
+        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", kernel, splits, rowBlocks,
+                spec.batch() * spec.kvHeads(),
+                q, Access.READ_ONLY, kCache, Access.READ_ONLY, vCache, Access.READ_ONLY, o, Access.WRITE_ONLY,
+                lseOut, Access.WRITE_ONLY, params, Access.READ_ONLY, step, Access.READ_ONLY, blockTable, Access.READ_ONLY,
+                workspace, Access.READ_WRITE, tickets, Access.READ_WRITE);
+    }
+
+    private FloatArray deviceOnly(TaskGraph graph, FloatArray array) {
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, array);
+        return array;
+    }
+
+    /** Strides of new K/V [slots, Hkv, maxNew, D] (BHSD). */
+    private TensorStrides denseNewStrides(int maxNew) {
+        long d = spec.headDim();
+        return new TensorStrides(spec.kvHeads() * maxNew * d, maxNew * d, d);
+    }
+
+    private String headerSuffix() {
+        return headerBytes == 16 ? "_tornado" : "_tornado_h" + headerBytes;
+    }
+
+    private void requireCache(HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable) {
+        requireLength("kCache", kCache, cacheSpec.elements(), "cacheSpec.elements()");
+        requireLength("vCache", vCache, cacheSpec.elements(), "cacheSpec.elements()");
+        if (kCache == vCache) {
+            throw new InvalidArgumentException("vCache", "the kCache array", "must be another array than kCache");
+        }
+        requireLength("step", step, 3L * spec.batch() + 1, "3*slots+1 ints (newStepArray)");
+        if (cacheSpec.paged()) {
+            requireLength("blockTable", blockTable, (long) cacheSpec.slots() * cacheSpec.pagesPerSequence(),
+                    "slots*pagesPerSequence ints (newBlockTable)");
+        } else {
+            InvalidArgumentException.requireNonNull("blockTable", blockTable);
+        }
+    }
+
+    private static void requireLength(String name, TornadoNativeArray array, long length, String what) {
+        InvalidArgumentException.requireNonNull(name, array);
+        if (array.getSize() != length) {
+            throw new InvalidArgumentException(name, array.getClass().getSimpleName() + "[" + array.getSize() + "]",
+                    "must have " + length + " elements (" + what + ")");
+        }
+    }
+
+    @Override
+    public String toString() {
+        return backendId + " cache attention " + spec + " over " + cacheSpec + ", " + splits + " splits";
+    }
+}

@@ -1,0 +1,430 @@
+package io.github.tornadoattention.tornado.inference;
+
+import static java.lang.foreign.ValueLayout.JAVA_FLOAT_UNALIGNED;
+import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
+
+import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.TensorStrides;
+import io.github.tornadoattention.cpu.HostCacheOps;
+import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
+import io.github.tornadoattention.tornado.inference.TornadoAttentionDevice.Memory;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.atomic.AtomicInteger;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.TornadoExecutionPlan;
+import uk.ac.manchester.tornado.api.TornadoExecutionResult;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.enums.ProfilerMode;
+import uk.ac.manchester.tornado.api.exceptions.TornadoExecutionPlanException;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+
+/**
+ * One KV cache on a TornadoVM device: a single task graph, in one execution plan, that keeps the cache's K
+ * and V on the GPU ({@code FIRST_EXECUTION}) and runs, in every execution, the append of held-back new
+ * tokens and attention for each variant (heads, causal flag, scale) of the plans over this cache. What a
+ * task should not do in an execution it gets as zero lengths (an append of nothing, attention over nothing),
+ * so one graph serves every call and is compiled once: TornadoVM keeps device buffers per execution plan,
+ * and only a task graph of the plan that owns the cache can touch it.
+ *
+ * <p>Per execution TornadoVM sends the small arrays declared {@code EVERY_EXECUTION}: the step arrays (int32
+ * [3*slots+1] each: the append's and each variant's lengths), the block table of a paged cache, the new K/V
+ * rows (S per slot) and each variant's queries (S per slot); outputs come back on request
+ * ({@code UNDER_DEMAND}). S bounds a call: appends and packed attention with more tokens per slot run in
+ * chunks of S.
+ *
+ * <p>States: <i>host</i> (no execution plan; the host arrays hold the cache, appends are host copies) and
+ * <i>device</i> (built; after the first execution the GPU holds it). {@link #evict} brings a device cache home
+ * (download, close) when the graph must be rebuilt or the host writes the cache directly.
+ */
+final class CacheGraph {
+    private static final AtomicInteger GRAPHS = new AtomicInteger();
+
+    /** One kind of attention call: its own task, step array and staging for queries and outputs. */
+    record VariantKey(int heads, boolean causal, float scale) {
+        static VariantKey of(CacheAttentionSpec spec) {
+            return new VariantKey(spec.heads(), spec.causal(), spec.scale());
+        }
+    }
+
+    private record Variant(VariantKey key, IntArray step, HalfFloatArray q, HalfFloatArray o, FloatArray lse) {
+    }
+
+    private final TornadoAttentionDevice device;
+    private final KvCache cache;
+    private final KvCacheSpec spec;
+    private final int slots;
+    private final Memory keys;
+    private final Memory values;
+    private final Memory stepInfo;
+    private final Memory blockTable;
+    private final Set<VariantKey> keysWanted = new LinkedHashSet<>();
+    private final List<Variant> variants = new ArrayList<>();
+    private TornadoExecutionPlan plan;
+    private TornadoExecutionResult last;
+    private int rows;
+    private HalfFloatArray newK;
+    private HalfFloatArray newV;
+    private IntArray appendStep;
+    private boolean appendPending;
+    private boolean hostCurrent = true;
+    private int executions;
+
+    CacheGraph(TornadoAttentionDevice device, KvCache cache) {
+        this.device = device;
+        this.cache = cache;
+        this.spec = cache.spec();
+        this.slots = spec.slots();
+        this.keys = memory(cache.keys());
+        this.values = memory(cache.values());
+        this.stepInfo = memory(cache.stepInfo());
+        this.blockTable = spec.paged() ? memory(cache.blockTable()) : null;
+    }
+
+    private Memory memory(DeviceTensor t) {
+        Memory m = device.find("cache", t.address(), t.byteSize());
+        m.graph = this;
+        return m;
+    }
+
+    /** Whether the GPU holds the newest contents of {@code m} (K or V after an execution). */
+    boolean onDevice(Memory m) {
+        return plan != null && !hostCurrent && (m == keys || m == values);
+    }
+
+    /** Executions of this graph so far (tests). */
+    int executions() {
+        return executions;
+    }
+
+    // ---- calls
+
+    void append(KvCache.Append append) {
+        int[] step = step();
+        MemorySegment srcK = host(append.keys());
+        MemorySegment srcV = host(append.values());
+        if (plan == null) {
+            HostCacheOps.append(spec, stepInfo.segment(), table(), append, srcK, srcV, keys.segment(), values.segment());
+            return;
+        }
+        int maxNew = maxNew(step);
+        int d = spec.headDim();
+        long rowBytes = 2L * d;
+        MemorySegment stageK = newK.getSegment();
+        MemorySegment stageV = newV.getSegment();
+        for (int j0 = 0; j0 < maxNew; j0 += rows) {
+            flush();
+            int[] chunk = new int[3 * slots + 1];
+            for (int b = 0; b < slots; b++) {
+                int n = step[slots + b];
+                int c = Math.max(0, Math.min(rows, n - j0));
+                chunk[b] = step[b] - n + j0 + c;
+                chunk[slots + b] = c;
+                for (int h = 0; h < spec.kvHeads(); h++) {
+                    for (int jj = 0; jj < c; jj++) {
+                        long from = 2 * HostCacheOps.sourceRow(append, b, step[2 * slots + b], h, j0 + jj);
+                        long to = 2 * ((((long) b * spec.kvHeads() + h) * rows + jj) * d);
+                        MemorySegment.copy(srcK, from, stageK, to, rowBytes);
+                        MemorySegment.copy(srcV, from, stageV, to, rowBytes);
+                    }
+                }
+            }
+            write(appendStep, chunk);
+            appendPending = true;
+        }
+    }
+
+    /** Dense attention of {@code plan}'s queries over the cache (at most S new tokens per slot). */
+    void attendDense(TornadoCachePlan caller, DeviceTensor q, DeviceTensor o, DeviceTensor lse) {
+        CacheAttentionSpec s = caller.spec();
+        Variant v = prepare(caller);
+        int[] step = step();
+        int sq = s.maxQueryLength();
+        TensorStrides strides = s.denseQueryStrides();
+        copyRows(host(q), strides, v.q.getSegment(), sq, s.heads(), 0, true);
+        write(v.step, step);
+        execute();
+        last.transferToHost(lse != null ? new Object[] {v.o, v.lse} : new Object[] {v.o});
+        copyRows(host(o), strides, v.o.getSegment(), sq, s.heads(), 0, false);
+        if (lse != null) {
+            MemorySegment out = host(lse);
+            MemorySegment staged = v.lse.getSegment();
+            for (int bh = 0; bh < slots * s.heads(); bh++) {
+                MemorySegment.copy(staged, 4L * bh * rows, out, 4L * bh * sq, 4L * sq);
+            }
+        }
+    }
+
+    /** Packed (varlen) attention of the last append's tokens, in chunks of S queries per slot. */
+    void attendPacked(TornadoCachePlan caller, DeviceTensor q, DeviceTensor o, DeviceTensor lse) {
+        CacheAttentionSpec s = caller.spec();
+        Variant v = prepare(caller);
+        int[] step = step();
+        int maxNew = maxNew(step);
+        int hq = s.heads();
+        int d = s.headDim();
+        long rowBytes = 2L * d;
+        MemorySegment qHost = host(q);
+        MemorySegment oHost = host(o);
+        MemorySegment lseHost = lse == null ? null : host(lse);
+        for (int j0 = 0; j0 < maxNew; j0 += rows) {
+            int[] chunk = new int[3 * slots + 1];
+            int[] counts = new int[slots];
+            for (int b = 0; b < slots; b++) {
+                int n = step[slots + b];
+                int c = Math.max(0, Math.min(rows, n - j0));
+                counts[b] = c;
+                // Causal: query j0 + jj sees keys up to L - n + j0 + jj, i.e. a step of length L - n + j0 + c.
+                chunk[b] = s.causal() ? step[b] - n + j0 + c : step[b];
+                chunk[slots + b] = c;
+                for (int h = 0; h < hq; h++) {
+                    for (int jj = 0; jj < c; jj++) {
+                        long packedRow = ((long) step[2 * slots + b] + j0 + jj) * hq + h;
+                        MemorySegment.copy(qHost, packedRow * rowBytes, v.q.getSegment(),
+                                (((long) b * hq + h) * rows + jj) * rowBytes, rowBytes);
+                    }
+                }
+            }
+            write(v.step, chunk);
+            execute();
+            last.transferToHost(lse != null ? new Object[] {v.o, v.lse} : new Object[] {v.o});
+            for (int b = 0; b < slots; b++) {
+                for (int h = 0; h < hq; h++) {
+                    for (int jj = 0; jj < counts[b]; jj++) {
+                        int t = step[2 * slots + b] + j0 + jj;
+                        long stagedRow = ((long) b * hq + h) * rows + jj;
+                        MemorySegment.copy(v.o.getSegment(), stagedRow * rowBytes, oHost, ((long) t * hq + h) * rowBytes,
+                                rowBytes);
+                        if (lseHost != null) {
+                            lseHost.setAtIndex(JAVA_FLOAT_UNALIGNED, (long) h * s.maxTotalQueries() + t,
+                                    v.lse.getSegment().getAtIndex(JAVA_FLOAT_UNALIGNED, stagedRow));
+                        }
+                    }
+                }
+            }
+        }
+        if (maxNew == 0) {
+            flush();
+        }
+    }
+
+    /** Runs a held-back append. */
+    void flush() {
+        if (appendPending) {
+            execute();
+        }
+    }
+
+    /** Brings the cache's newest K and V into the host arrays (the graph keeps them on the GPU too). */
+    void download(Memory m) {
+        flush();
+        if (plan != null && !hostCurrent) {
+            last.transferToHost(keys.array, values.array);
+            hostCurrent = true;
+        }
+    }
+
+    /** Downloads the cache and closes the execution plan: the host holds the cache until the graph is built again. */
+    void evict() {
+        download(keys);
+        closePlan();
+    }
+
+    /** Frees the graph's device memory (the cache is going away). */
+    void close() {
+        appendPending = false;
+        closePlan();
+        for (Memory m : new Memory[] {keys, values, stepInfo, blockTable}) {
+            if (m != null && m.graph == this) {
+                m.graph = null;
+            }
+        }
+    }
+
+    // ---- the graph
+
+    /** Builds (or rebuilds, carrying the cache over) the graph so it serves {@code caller}; returns its variant. */
+    private Variant prepare(TornadoCachePlan caller) {
+        List<TornadoCachePlan> plans = device.plansFor(spec);
+        int wantRows = 0;
+        boolean anyDense = false;
+        Set<VariantKey> want = new LinkedHashSet<>(keysWanted);
+        for (TornadoCachePlan p : plans) {
+            want.add(VariantKey.of(p.spec()));
+            if (p.spec().maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES) {
+                anyDense = true;
+                wantRows = Math.max(wantRows, p.spec().maxQueryLength());
+            }
+        }
+        want.add(VariantKey.of(caller.spec()));
+        if (!anyDense) {
+            wantRows = CacheAttentionSpec.MAX_DENSE_QUERIES;
+        }
+        if (plan == null || rows < wantRows || !keysWanted.containsAll(want)) {
+            evict();
+            keysWanted.addAll(want);
+            build(Math.max(rows, wantRows));
+        }
+        VariantKey key = VariantKey.of(caller.spec());
+        return variants.stream().filter(v -> v.key.equals(key)).findFirst().orElseThrow();
+    }
+
+    private void build(int rowsPerSlot) {
+        rows = rowsPerSlot;
+        variants.clear();
+        String name = "kv" + GRAPHS.incrementAndGet();
+        int d = spec.headDim();
+        HalfFloatArray k = (HalfFloatArray) keys.array;
+        HalfFloatArray vv = (HalfFloatArray) values.array;
+        IntArray table = blockTable != null ? (IntArray) blockTable.array : new IntArray(1);
+        newK = new HalfFloatArray(slots * spec.kvHeads() * rows * d);
+        newV = new HalfFloatArray(newK.getSize());
+        appendStep = new IntArray(3 * slots + 1);
+        IntArray unusedOffsets = new IntArray(slots + 1);
+        TaskGraph graph = new TaskGraph(name);
+        GridScheduler scheduler = new GridScheduler();
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, vv);
+        if (device.backendId().equals(Backends.PTX_TORNADO)) {
+            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, unusedOffsets);   // the PTX append's (unread) offsets
+        }
+        graph.transferToDevice(blockTable != null ? DataTransferMode.EVERY_EXECUTION : DataTransferMode.FIRST_EXECUTION, table);
+        graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, appendStep, newK, newV);
+        List<CacheAttentionTasks> tasks = new ArrayList<>();
+        for (VariantKey key : keysWanted) {
+            CacheAttentionSpec vs = CacheAttentionSpec.builder().batch(slots).heads(key.heads()).kvHeads(spec.kvHeads())
+                    .headDim(d).maxQueryLength(rows).maxLength(spec.capacity()).causal(key.causal()).scale(key.scale())
+                    .build();
+            tasks.add(CacheAttentionTasks.create(device.backendId(), vs, spec, device.tornadoDevice()));
+            long queries = (long) slots * key.heads() * rows;
+            Variant v = new Variant(key, new IntArray(3 * slots + 1), new HalfFloatArray(Math.toIntExact(queries * d)),
+                    new HalfFloatArray(Math.toIntExact(queries * d)), new FloatArray(Math.toIntExact(queries)));
+            variants.add(v);
+            graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, v.step, v.q);
+        }
+        IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec,
+                new TensorStrides((long) spec.kvHeads() * rows * d, (long) rows * d, d), rows, false));
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, appendParams);
+        tasks.get(0).addAppend(graph, name, scheduler, "append_", newK, newV, appendParams, rows, k, vv, appendStep,
+                unusedOffsets, table);
+        for (int i = 0; i < variants.size(); i++) {
+            Variant v = variants.get(i);
+            tasks.get(i).addDecode(graph, name, scheduler, "attend" + i + "_", v.q, k, vv, v.step, table, v.o, v.lse);
+        }
+        graph.transferToHost(DataTransferMode.UNDER_DEMAND, k, vv);
+        for (Variant v : variants) {
+            graph.transferToHost(DataTransferMode.UNDER_DEMAND, v.o, v.lse);
+        }
+        TornadoExecutionPlan built = new TornadoExecutionPlan(graph.snapshot());
+        try {
+            built.withDevice(device.tornadoDevice()).withGridScheduler(scheduler);
+            if (device.profile()) {
+                built.withProfiler(ProfilerMode.SILENT);
+            }
+            built.withPreCompilation();
+        } catch (RuntimeException | Error e) {
+            closeQuietly(built);
+            throw e;
+        } finally {
+            device.countCompilation();
+        }
+        plan = built;
+        last = null;
+    }
+
+    private void execute() {
+        TornadoExecutionResult result = plan.execute();
+        last = result;
+        hostCurrent = false;
+        executions++;
+        appendPending = false;
+        if (device.profile() && result.getProfilerResult() != null) {
+            device.addKernelNanos(result.getProfilerResult().getDeviceKernelTime());
+        }
+        // What ran is done: the next execution appends and attends nothing unless told.
+        zero(appendStep);
+        for (Variant v : variants) {
+            zero(v.step);
+        }
+    }
+
+    private void closePlan() {
+        if (plan != null) {
+            closeQuietly(plan);
+            plan = null;
+            last = null;
+            hostCurrent = true;
+        }
+    }
+
+    private static void closeQuietly(TornadoExecutionPlan p) {
+        try {
+            p.close();
+        } catch (TornadoExecutionPlanException | RuntimeException e) {
+            // Freeing device memory failed; nothing else to do for a plan that is going away.
+        }
+    }
+
+    // ---- host side
+
+    /** The cache's step ints as KvCache wrote them: lengths, new tokens, packed offsets, total. */
+    private int[] step() {
+        return stepInfo.segment().asSlice(0, 4L * (3 * slots + 1)).toArray(JAVA_INT_UNALIGNED);
+    }
+
+    private int[] table() {
+        return blockTable == null ? null : blockTable.segment().toArray(JAVA_INT_UNALIGNED);
+    }
+
+    private int maxNew(int[] step) {
+        int m = 0;
+        for (int b = 0; b < slots; b++) {
+            m = Math.max(m, step[slots + b]);
+        }
+        return m;
+    }
+
+    private MemorySegment host(DeviceTensor t) {
+        Memory m = device.find("tensor", t.address(), t.byteSize());
+        return m.segment().asSlice(t.address() - m.address, t.byteSize());
+    }
+
+    /**
+     * Copies dense rows between a caller's tensor ({@code strides}, {@code sq} rows per (slot, head)) and a
+     * staging array ([slots, heads, S, D]); {@code in}: caller to staging.
+     */
+    private void copyRows(MemorySegment caller, TensorStrides strides, MemorySegment staged, int sq, int heads, int j0,
+                          boolean in) {
+        long rowBytes = 2L * spec.headDim();
+        for (int b = 0; b < slots; b++) {
+            for (int h = 0; h < heads; h++) {
+                for (int j = 0; j < sq; j++) {
+                    long at = 2 * strides.rowStart(b, h, j0 + j);
+                    long st = (((long) b * heads + h) * rows + j) * rowBytes;
+                    if (in) {
+                        MemorySegment.copy(caller, at, staged, st, rowBytes);
+                    } else {
+                        MemorySegment.copy(staged, st, caller, at, rowBytes);
+                    }
+                }
+            }
+        }
+    }
+
+    private static void write(IntArray array, int[] values) {
+        MemorySegment.copy(values, 0, array.getSegment(), JAVA_INT_UNALIGNED, 0, values.length);
+    }
+
+    private static void zero(IntArray array) {
+        array.getSegment().fill((byte) 0);
+    }
+}

@@ -1,0 +1,70 @@
+package io.github.tornadoattention.tornado.prebuilt;
+
+import io.github.tornadoattention.ptx.KernelManifest;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import uk.ac.manchester.tornado.api.AccessorParameters;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.WorkerGrid3D;
+import uk.ac.manchester.tornado.api.common.Access;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
+
+/**
+ * Adds a shipped PTX entry to a task graph as a TornadoVM prebuilt task. TornadoVM loads a prebuilt
+ * task's PTX from a file when the execution plan compiles, which for a task in an engine's own graph
+ * happens whenever the engine decides; so the adapted PTX ({@link PrebuiltPtx}, one file per kernel name)
+ * is written to a directory of this JVM that is removed at exit.
+ */
+public final class PrebuiltTasks {
+    private static Path directory;
+
+    private PrebuiltTasks() {
+    }
+
+    /**
+     * Adds {@code kernel} as task {@code task} of {@code graph} (named {@code graphName}) over
+     * {@code arrayAccessPairs} (each kernel argument after the kernel context, then its {@link Access}),
+     * launched as a grid of {@code gridX x gridY x gridZ} blocks of the kernel's threads (TornadoVM's global
+     * work is blocks times threads in x); the worker grid goes to {@code scheduler} under
+     * {@code graphName + "." + task}.
+     */
+    public static void add(TaskGraph graph, GridScheduler scheduler, String graphName, String task,
+                           KernelManifest.Kernel kernel, int gridX, int gridY, int gridZ, Object... arrayAccessPairs) {
+        int n = arrayAccessPairs.length / 2;
+        AccessorParameters accessors = new AccessorParameters(n);
+        List<Class<?>> types = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            TornadoNativeArray array = (TornadoNativeArray) arrayAccessPairs[2 * i];
+            accessors.set(i, array, (Access) arrayAccessPairs[2 * i + 1]);
+            types.add(array.getClass());
+        }
+        String kernelName = PrebuiltPtx.mangledName(graphName, task, kernel.entry(), types);
+        Path file = write(kernelName, PrebuiltPtx.adapt(KernelManifest.ptx(kernel.module()), kernel.entry(), kernelName));
+        graph.prebuiltTask(task, kernel.entry(), file.toString(), accessors);
+        WorkerGrid3D grid = new WorkerGrid3D(gridX * kernel.threads(), gridY, gridZ);
+        grid.setLocalWork(kernel.threads(), 1, 1);
+        scheduler.addWorkerGrid(graphName + "." + task, grid);
+    }
+
+    private static synchronized Path write(String kernelName, String ptx) {
+        try {
+            if (directory == null) {
+                directory = Files.createTempDirectory("tornado-attention-ptx-");
+                directory.toFile().deleteOnExit();
+            }
+            Path file = directory.resolve(kernelName + ".ptx");
+            if (!Files.exists(file)) {
+                Files.writeString(file, ptx);
+                file.toFile().deleteOnExit();
+            }
+            return file;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+}

@@ -1,0 +1,245 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import io.github.tornadoattention.Attention;
+import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.CacheAttentionPlan;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.KvCache;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.verify.KvCacheModel;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.junit.jupiter.api.BeforeAll;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
+
+/**
+ * The TornadoVM inference device (KV caches in task graphs) under the fake CUDA driver of tools/fakecuda, in a
+ * child JVM: what a decode step asks of the driver. Per backend, with two layers: after warm-up a step (each layer
+ * appends one token per sequence and attends) compiles nothing, loads no module, allocates nothing, creates no
+ * plan; each layer is one execution (its launches: the append and the attention); the host sends the step's small
+ * arrays, never the cache (the cache went up once, with the first execution); O comes back once per layer; a paged
+ * cache behaves the same; closing frees every device buffer. The kernels' results need a GPU (launches are no-ops
+ * here): TornadoDeviceTest and {@code selftest --inference} check them there.
+ */
+class InferenceFakeDriverTest {
+    static final int SLOTS = 2;
+    static final int HQ = 4;
+    static final int HKV = 2;
+    static final int D = 64;
+    static final int CAPACITY = 256;
+    static final int LAYERS = 2;
+    static final int PROMPT = 37;
+    /** Bytes of one K or V cache array on the device (TornadoVM's header, then the data). */
+    static final long CACHE_BYTES = TornadoNativeArray.ARRAY_HEADER + 2L * SLOTS * HKV * CAPACITY * D;
+    private static final Pattern HOST_TO_DEVICE = Pattern.compile("\\[fakecuda] HtoD (\\d+) bytes into #(\\d+)");
+    private static final Pattern DEVICE_TO_HOST = Pattern.compile("\\[fakecuda] DtoH (\\d+) bytes from #(\\d+)");
+    private static final Pattern ALLOC = Pattern.compile("\\[fakecuda] alloc #(\\d+) (\\d+) bytes");
+    private static final Pattern FREE = Pattern.compile("\\[fakecuda] free #(\\d+)");
+    private static final Pattern MODULE = Pattern.compile("\\[fakecuda] module load");
+    private static final Pattern LAUNCH = Pattern.compile("\\[fakecuda] launch");
+    private static final Pattern COUNTERS = Pattern.compile("compilations (\\d+) plans (\\d+) allocations (\\d+)");
+    private static String log;
+
+    @BeforeAll
+    static void runTheProbe() throws IOException, InterruptedException {
+        Path argfile = FakeCuda.argfile();
+        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
+        Path lib = FakeCuda.library();
+        assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
+        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False", Probe.class.getName(),
+                "ptx-tornado", "tornado-simt", "tornado-mma");
+        Path cwd = Files.createTempDirectory("fake-inference");   // the argfile puts "." on the module path
+        Path out = cwd.resolve("probe.log");
+        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
+        log = Files.readString(out, StandardCharsets.UTF_8);
+        assertEquals(0, exit, log);
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
+    void aDecodeStepIsOneExecutionPerLayerAndCompilesNothing(String id) {
+        Map<String, List<String>> steps = steps(id);
+        for (String step : List.of("step", "paged-step")) {
+            List<String> lines = steps.get(step);
+            String where = id + " " + step + ":\n" + String.join("\n", lines);
+            assertEquals(0, count(lines, MODULE), "no module loaded in a step: " + where);
+            assertEquals(0, count(lines, ALLOC), "no device allocation in a step: " + where);
+            assertEquals(List.of(0L, 0L, 0L), counters(lines), "no compilation, plan or allocation in a step: " + where);
+            long launches = count(lines, LAUNCH);
+            assertTrue(launches >= 2 * LAYERS && launches <= 3 * LAYERS, "append + attention per layer: " + where);
+            List<Long> down = bytes(lines, DEVICE_TO_HOST);
+            assertEquals(LAYERS, down.size(), "O comes back once per layer: " + where);
+            long up = bytes(lines, HOST_TO_DEVICE).stream().mapToLong(Long::longValue).sum();
+            assertTrue(up < CACHE_BYTES / 4, "a step sends its small arrays only, not the cache (" + up + " bytes): " + where);
+        }
+        List<String> first = steps.get("first-step");
+        long cacheUploads = bytes(first, HOST_TO_DEVICE).stream().filter(b -> b == CACHE_BYTES).count();
+        assertEquals(2L * LAYERS, cacheUploads, "K and V of each layer go up once, with the first execution:\n"
+                + String.join("\n", first));
+        assertEquals(List.of((long) LAYERS, 0L, 0L), counters(first), "one graph per cache, compiled when first used");
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
+    void closingFreesEveryDeviceBuffer(String id) {
+        List<String> all = new ArrayList<>();
+        steps(id).values().forEach(all::addAll);
+        List<Integer> allocated = new ArrayList<>();
+        for (String line : all) {
+            Matcher m = ALLOC.matcher(line);
+            if (m.find()) {
+                allocated.add(Integer.parseInt(m.group(1)));
+            }
+        }
+        List<Integer> freed = new ArrayList<>();
+        for (String line : all) {
+            Matcher m = FREE.matcher(line);
+            if (m.find()) {
+                freed.add(Integer.parseInt(m.group(1)));
+            }
+        }
+        assertTrue(!allocated.isEmpty(), "the graphs allocated device buffers");
+        assertTrue(freed.containsAll(allocated), id + ": every buffer freed on close; allocated " + allocated + ", freed "
+                + freed);
+    }
+
+    private static Map<String, List<String>> steps(String id) {
+        Map<String, List<String>> steps = new LinkedHashMap<>();
+        List<String> current = null;
+        for (String line : log.lines().toList()) {
+            if (line.startsWith("[probe] ")) {
+                String[] words = line.split(" ", 4);
+                current = words[1].equals(id) ? new ArrayList<>() : null;
+                if (current != null) {
+                    steps.put(words.length > 2 ? words[2] : "", current);
+                    current.add(line);
+                }
+            } else if (current != null) {
+                current.add(line);
+            }
+        }
+        assertTrue(steps.containsKey("end") && !steps.containsKey("failed"), id + ":\n" + log);
+        return steps;
+    }
+
+    private static long count(List<String> lines, Pattern p) {
+        return lines.stream().filter(l -> p.matcher(l).find()).count();
+    }
+
+    private static List<Long> bytes(List<String> lines, Pattern p) {
+        List<Long> out = new ArrayList<>();
+        for (String line : lines) {
+            Matcher m = p.matcher(line);
+            if (m.find()) {
+                out.add(Long.parseLong(m.group(1)));
+            }
+        }
+        return out;
+    }
+
+    /** The counter deltas the probe prints at the end of a step: compilations, plans, allocations. */
+    private static List<Long> counters(List<String> lines) {
+        for (String line : lines) {
+            Matcher m = COUNTERS.matcher(line);
+            if (m.find()) {
+                return List.of(Long.parseLong(m.group(1)), Long.parseLong(m.group(2)), Long.parseLong(m.group(3)));
+            }
+        }
+        throw new AssertionError("no counters in\n" + String.join("\n", lines));
+    }
+
+    /** Runs in the child JVM: decode steps on each backend's device, marked for the log. */
+    static final class Probe {
+        private Probe() {
+        }
+
+        public static void main(String[] args) {
+            for (String id : args) {
+                try {
+                    run(id);
+                    mark(id, "end");
+                } catch (RuntimeException | Error e) {
+                    mark(id, "failed " + e);
+                    e.printStackTrace();
+                }
+            }
+        }
+
+        private static void run(String id) {
+            mark(id, "device");
+            AttentionDevice device = Attention.device(id);
+            CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(SLOTS).heads(HQ).kvHeads(HKV).headDim(D)
+                    .maxQueryLength(1).maxLength(CAPACITY).causal(true).build();
+            Random random = new Random(7);
+            int[] one = new int[SLOTS];
+            Arrays.fill(one, 1);
+            int[] prompt = new int[SLOTS];
+            Arrays.fill(prompt, PROMPT);
+            for (KvCacheSpec cacheSpec : List.of(KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D),
+                    KvCacheSpec.paged(SLOTS, HKV, CAPACITY, D, 16))) {
+                String prefix = cacheSpec.paged() ? "paged-" : "";
+                List<KvCache> caches = new ArrayList<>();
+                try (CacheAttentionPlan plan = device.plan(spec, cacheSpec);
+                     DeviceTensor q = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, (int) spec.denseQueryElements()));
+                     DeviceTensor k = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                     DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                     DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                     DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                     DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements())) {
+                    for (int l = 0; l < LAYERS; l++) {
+                        KvCache cache = device.kvCache(cacheSpec);
+                        caches.add(cache);
+                        cache.appendPacked(pk, pv, prompt);
+                    }
+                    mark(id, prefix + "first-step");
+                    step(id, device, caches, plan, q, k, v, o, one);
+                    mark(id, prefix + "warm-up");
+                    step(id, device, caches, plan, q, k, v, o, one);
+                    mark(id, prefix + "step");
+                    step(id, device, caches, plan, q, k, v, o, one);
+                    mark(id, prefix + "close");
+                } finally {
+                    caches.forEach(KvCache::close);
+                }
+            }
+        }
+
+        private static void step(String id, AttentionDevice device, List<KvCache> caches, CacheAttentionPlan plan,
+                                 DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o, int[] one) {
+            long compilations = device.compilations();
+            long plans = Attention.plansCreated();
+            long allocations = device.allocations();
+            for (KvCache cache : caches) {
+                cache.append(k, v, Layout.BHSD, 1, one);
+                plan.forward(q, cache, o, null);
+            }
+            device.synchronize();
+            System.err.println("[counters] compilations " + (device.compilations() - compilations) + " plans "
+                    + (Attention.plansCreated() - plans) + " allocations " + (device.allocations() - allocations));
+        }
+
+        private static void mark(String id, String step) {
+            System.err.println("[probe] " + id + " " + step);
+            System.err.flush();
+        }
+    }
+}
