@@ -108,7 +108,8 @@ public final class CacheKernels {
         float[] ps = kc.allocateFloatLocalArray(528);   // ROWS x (BC + 1)
         float[] red = kc.allocateFloatLocalArray(128);  // one value per thread
         int[] keyAt = kc.allocateIntLocalArray(64);     // [0, BC): element index of the tile's key rows; [BC, 2 BC): 1 if the key is in range
-        float[] acc = new float[16];                    // columns tq + 8 c of this thread's row
+        // The row's columns tq + 8 c are a0 .. a15: scalars, so that they live in registers (a private array went to
+        // the stack, one local load and store per multiply-add).
 
         int t = kc.localIdx;
         int r = t / 8;
@@ -157,9 +158,8 @@ public final class CacheKernels {
                 float x = q.get(b * qsb + (kvh * group + qj) * qsh + qsIdx * qsr + dl).getFloat32();
                 qs[rr * 129 + dl] = ok ? x : 0.0f;
             }
-            for (int c = 0; c < 16; c++) {
-                acc[c] = 0.0f;
-            }
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, a4 = 0.0f, a5 = 0.0f, a6 = 0.0f, a7 = 0.0f;
+            float a8 = 0.0f, a9 = 0.0f, a10 = 0.0f, a11 = 0.0f, a12 = 0.0f, a13 = 0.0f, a14 = 0.0f, a15 = 0.0f;
             float runningMax = Float.NEGATIVE_INFINITY;
             float partialSum = 0.0f;
             int csb = params.get(P_CACHE_STRIDE);
@@ -179,18 +179,18 @@ public final class CacheKernels {
                 // K and V tiles, 4 keys per trip so that 8 loads are in flight per thread; V of keys out of range is 0
                 // (P is 0 there, and 0 * NaN would not be).
                 for (int jj = t / d; jj < 32; jj += 4 * rowStep) {
-                    int a0 = keyAt[jj] + dl;
-                    int a1 = keyAt[jj + rowStep] + dl;
-                    int a2 = keyAt[jj + 2 * rowStep] + dl;
-                    int a3 = keyAt[jj + 3 * rowStep] + dl;
-                    float x0 = kCache.get(a0).getFloat32();
-                    float x1 = kCache.get(a1).getFloat32();
-                    float x2 = kCache.get(a2).getFloat32();
-                    float x3 = kCache.get(a3).getFloat32();
-                    float y0 = vCache.get(a0).getFloat32();
-                    float y1 = vCache.get(a1).getFloat32();
-                    float y2 = vCache.get(a2).getFloat32();
-                    float y3 = vCache.get(a3).getFloat32();
+                    int at0 = keyAt[jj] + dl;
+                    int at1 = keyAt[jj + rowStep] + dl;
+                    int at2 = keyAt[jj + 2 * rowStep] + dl;
+                    int at3 = keyAt[jj + 3 * rowStep] + dl;
+                    float x0 = kCache.get(at0).getFloat32();
+                    float x1 = kCache.get(at1).getFloat32();
+                    float x2 = kCache.get(at2).getFloat32();
+                    float x3 = kCache.get(at3).getFloat32();
+                    float y0 = vCache.get(at0).getFloat32();
+                    float y1 = vCache.get(at1).getFloat32();
+                    float y2 = vCache.get(at2).getFloat32();
+                    float y3 = vCache.get(at3).getFloat32();
                     ks[jj * 129 + dl] = x0;
                     ks[(jj + rowStep) * 129 + dl] = x1;
                     ks[(jj + 2 * rowStep) * 129 + dl] = x2;
@@ -241,14 +241,15 @@ public final class CacheKernels {
                 runningMax = newMax;
                 kc.localBarrier();   // P complete, red free again
                 if (rowLimit >= j0) {
-                    for (int c = 0; c < 16; c++) {
-                        acc[c] = acc[c] * alpha;
-                    }
+                    a0 *= alpha; a1 *= alpha; a2 *= alpha; a3 *= alpha; a4 *= alpha; a5 *= alpha; a6 *= alpha; a7 *= alpha;
+                    a8 *= alpha; a9 *= alpha; a10 *= alpha; a11 *= alpha; a12 *= alpha; a13 *= alpha; a14 *= alpha; a15 *= alpha;
                     for (int jj = 0; jj < 32; jj++) {
                         float p = ps[r * 33 + jj];
-                        for (int c = 0; c < 16; c++) {
-                            acc[c] += p * vs[jj * 128 + tq + 8 * c];
-                        }
+                        int vb = jj * 128 + tq;
+                        a0 += p * vs[vb + 0]; a1 += p * vs[vb + 8]; a2 += p * vs[vb + 16]; a3 += p * vs[vb + 24];
+                        a4 += p * vs[vb + 32]; a5 += p * vs[vb + 40]; a6 += p * vs[vb + 48]; a7 += p * vs[vb + 56];
+                        a8 += p * vs[vb + 64]; a9 += p * vs[vb + 72]; a10 += p * vs[vb + 80]; a11 += p * vs[vb + 88];
+                        a12 += p * vs[vb + 96]; a13 += p * vs[vb + 104]; a14 += p * vs[vb + 112]; a15 += p * vs[vb + 120];
                     }
                 }
             }
@@ -264,12 +265,24 @@ public final class CacheKernels {
             if (isReal) {
                 int part = ((split * batch + b) * hq + h) * sq + s;
                 float inverse = rowSum == 0.0f ? 0.0f : 1.0f / rowSum;
-                for (int c = 0; c < 16; c++) {
-                    int col = tq + 8 * c;
-                    if (col < d) {
-                        ws.set(part * d + col, acc[c] * inverse);
-                    }
-                }
+                int ob = part * d + tq;
+                int room = d - tq;   // columns tq + 8 c < d
+                put(ws, ob + 0, 0 < room, a0 * inverse);
+                put(ws, ob + 8, 8 < room, a1 * inverse);
+                put(ws, ob + 16, 16 < room, a2 * inverse);
+                put(ws, ob + 24, 24 < room, a3 * inverse);
+                put(ws, ob + 32, 32 < room, a4 * inverse);
+                put(ws, ob + 40, 40 < room, a5 * inverse);
+                put(ws, ob + 48, 48 < room, a6 * inverse);
+                put(ws, ob + 56, 56 < room, a7 * inverse);
+                put(ws, ob + 64, 64 < room, a8 * inverse);
+                put(ws, ob + 72, 72 < room, a9 * inverse);
+                put(ws, ob + 80, 80 < room, a10 * inverse);
+                put(ws, ob + 88, 88 < room, a11 * inverse);
+                put(ws, ob + 96, 96 < room, a12 * inverse);
+                put(ws, ob + 104, 104 < room, a13 * inverse);
+                put(ws, ob + 112, 112 < room, a14 * inverse);
+                put(ws, ob + 120, 120 < room, a15 * inverse);
                 if (tq == 0) {
                     ws.set(splits * batch * hq * sq * d + part,
                             rowSum == 0.0f ? Float.NEGATIVE_INFINITY : runningMax + TornadoMath.log(rowSum));
@@ -351,7 +364,8 @@ public final class CacheKernels {
         float[] ps = kc.allocateFloatLocalArray(528);   // ROWS x (BC + 1)
         float[] red = kc.allocateFloatLocalArray(128);  // one value per thread
         int[] keyAt = kc.allocateIntLocalArray(64);     // [0, BC): element index of the tile's key rows; [BC, 2 BC): 1 if the key is in range
-        float[] acc = new float[16];                    // columns tq + 8 c of this thread's row
+        // The row's columns tq + 8 c are a0 .. a15: scalars, so that they live in registers (a private array went to
+        // the stack, one local load and store per multiply-add).
 
         int t = kc.localIdx;
         int r = t / 8;
@@ -392,9 +406,8 @@ public final class CacheKernels {
                 int rowLimit = !mine ? -1 : causal == 1 ? Math.min(length - 1, length - n + pr - off) : length - 1;
                 int lastRow = Math.min(rowEnd, off + n) - 1 - off;   // the prompt's last query in this tile
                 int keyEnd = causal == 1 ? Math.min(length, length - n + lastRow + 1) : length;
-                for (int c = 0; c < 16; c++) {
-                    acc[c] = 0.0f;
-                }
+                float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, a4 = 0.0f, a5 = 0.0f, a6 = 0.0f, a7 = 0.0f;
+                float a8 = 0.0f, a9 = 0.0f, a10 = 0.0f, a11 = 0.0f, a12 = 0.0f, a13 = 0.0f, a14 = 0.0f, a15 = 0.0f;
                 float runningMax = Float.NEGATIVE_INFINITY;
                 float partialSum = 0.0f;
                 for (int j0 = 0; j0 < keyEnd; j0 += 32) {
@@ -406,18 +419,18 @@ public final class CacheKernels {
                     }
                     kc.localBarrier();
                     for (int jj = t / d; jj < 32; jj += 4 * rowStep) {
-                        int a0 = keyAt[jj] + dl;
-                        int a1 = keyAt[jj + rowStep] + dl;
-                        int a2 = keyAt[jj + 2 * rowStep] + dl;
-                        int a3 = keyAt[jj + 3 * rowStep] + dl;
-                        float x0 = kCache.get(a0).getFloat32();
-                        float x1 = kCache.get(a1).getFloat32();
-                        float x2 = kCache.get(a2).getFloat32();
-                        float x3 = kCache.get(a3).getFloat32();
-                        float y0 = vCache.get(a0).getFloat32();
-                        float y1 = vCache.get(a1).getFloat32();
-                        float y2 = vCache.get(a2).getFloat32();
-                        float y3 = vCache.get(a3).getFloat32();
+                        int at0 = keyAt[jj] + dl;
+                        int at1 = keyAt[jj + rowStep] + dl;
+                        int at2 = keyAt[jj + 2 * rowStep] + dl;
+                        int at3 = keyAt[jj + 3 * rowStep] + dl;
+                        float x0 = kCache.get(at0).getFloat32();
+                        float x1 = kCache.get(at1).getFloat32();
+                        float x2 = kCache.get(at2).getFloat32();
+                        float x3 = kCache.get(at3).getFloat32();
+                        float y0 = vCache.get(at0).getFloat32();
+                        float y1 = vCache.get(at1).getFloat32();
+                        float y2 = vCache.get(at2).getFloat32();
+                        float y3 = vCache.get(at3).getFloat32();
                         ks[jj * 129 + dl] = x0;
                         ks[(jj + rowStep) * 129 + dl] = x1;
                         ks[(jj + 2 * rowStep) * 129 + dl] = x2;
@@ -467,14 +480,15 @@ public final class CacheKernels {
                     runningMax = newMax;
                     kc.localBarrier();
                     if (rowLimit >= j0) {
-                        for (int c = 0; c < 16; c++) {
-                            acc[c] = acc[c] * alpha;
-                        }
+                        a0 *= alpha; a1 *= alpha; a2 *= alpha; a3 *= alpha; a4 *= alpha; a5 *= alpha; a6 *= alpha; a7 *= alpha;
+                        a8 *= alpha; a9 *= alpha; a10 *= alpha; a11 *= alpha; a12 *= alpha; a13 *= alpha; a14 *= alpha; a15 *= alpha;
                         for (int jj = 0; jj < 32; jj++) {
                             float p = ps[r * 33 + jj];
-                            for (int c = 0; c < 16; c++) {
-                                acc[c] += p * vs[jj * 128 + tq + 8 * c];
-                            }
+                            int vb = jj * 128 + tq;
+                            a0 += p * vs[vb + 0]; a1 += p * vs[vb + 8]; a2 += p * vs[vb + 16]; a3 += p * vs[vb + 24];
+                            a4 += p * vs[vb + 32]; a5 += p * vs[vb + 40]; a6 += p * vs[vb + 48]; a7 += p * vs[vb + 56];
+                            a8 += p * vs[vb + 64]; a9 += p * vs[vb + 72]; a10 += p * vs[vb + 80]; a11 += p * vs[vb + 88];
+                            a12 += p * vs[vb + 96]; a13 += p * vs[vb + 104]; a14 += p * vs[vb + 112]; a15 += p * vs[vb + 120];
                         }
                     }
                 }
@@ -486,12 +500,24 @@ public final class CacheKernels {
                 }
                 if (mine) {
                     float inverse = rowSum == 0.0f ? 0.0f : 1.0f / rowSum;
-                    for (int c = 0; c < 16; c++) {
-                        int col = tq + 8 * c;
-                        if (col < d) {
-                            ws.set((pr * hq + h) * d + col, acc[c] * inverse);
-                        }
-                    }
+                    int ob = (pr * hq + h) * d + tq;
+                    int room = d - tq;   // columns tq + 8 c < d
+                    put(ws, ob + 0, 0 < room, a0 * inverse);
+                    put(ws, ob + 8, 8 < room, a1 * inverse);
+                    put(ws, ob + 16, 16 < room, a2 * inverse);
+                    put(ws, ob + 24, 24 < room, a3 * inverse);
+                    put(ws, ob + 32, 32 < room, a4 * inverse);
+                    put(ws, ob + 40, 40 < room, a5 * inverse);
+                    put(ws, ob + 48, 48 < room, a6 * inverse);
+                    put(ws, ob + 56, 56 < room, a7 * inverse);
+                    put(ws, ob + 64, 64 < room, a8 * inverse);
+                    put(ws, ob + 72, 72 < room, a9 * inverse);
+                    put(ws, ob + 80, 80 < room, a10 * inverse);
+                    put(ws, ob + 88, 88 < room, a11 * inverse);
+                    put(ws, ob + 96, 96 < room, a12 * inverse);
+                    put(ws, ob + 104, 104 < room, a13 * inverse);
+                    put(ws, ob + 112, 112 < room, a14 * inverse);
+                    put(ws, ob + 120, 120 < room, a15 * inverse);
                     if (tq == 0 && writeLse) {
                         lse.set(h * maxTotal + pr,
                                 rowSum == 0.0f ? Float.NEGATIVE_INFINITY : runningMax + TornadoMath.log(rowSum));
@@ -591,6 +617,13 @@ public final class CacheKernels {
                 kCache.set(dst + e, kCache.get(src + e));
                 vCache.set(dst + e, vCache.get(src + e));
             }
+        }
+    }
+
+    /** ws[at] = value where {@code inside} (a column past D is not stored). */
+    static void put(FloatArray ws, int at, boolean inside, float value) {
+        if (inside) {
+            ws.set(at, value);
         }
     }
 
