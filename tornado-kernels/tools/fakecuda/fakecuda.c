@@ -164,6 +164,7 @@ static CUresult dump(CUmodule *m, const void *image) {
             fclose(f);
         }
     }
+    if (verbose()) fprintf(stderr, "[fakecuda] module load #%d\n", modules);
     modules++;
     *m = dummy();
     return CUDA_SUCCESS;

@@ -4,11 +4,12 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.PlanOptions;
+import java.util.List;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
-import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task16;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task16;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
@@ -53,12 +54,14 @@ final class MmaPlan extends TornadoAttentionPlan {
         // the rest); each CTA owns scratchFloatsPerCta() floats of scratch. A 1D grid.
         int gridSize = config.gridSize(s.batch(), s.queryHeads(), s.queryLength());
         FloatArray scratch = new FloatArray(gridSize * config.scratchFloatsPerCta());
-        build(device, q, k, v, (graph, name, scheduler) -> {
+        build(device, q, k, v, List.of(scratch), (graph, name, scheduler) -> {   // scratch: device-only workspace
             WorkerGrid1D worker = new WorkerGrid1D(gridSize * config.threads());
             worker.setLocalWork(config.threads(), 1, 1);
             scheduler.addWorkerGrid(name + ".flash", worker);
-            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, scratch);   // device-only workspace
-            graph.task("flash", kernel, new KernelContext(), q, k, v, o, lseArray, scratch, s.batch(), s.queryHeads(),
+            KernelContext kc = new KernelContext();
+            // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
+            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
+            graph.task("flash", kernel, kc, q, k, v, o, lseArray, scratch, s.batch(), s.queryHeads(),
                     s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         }, config.jitFlags(options));
     }

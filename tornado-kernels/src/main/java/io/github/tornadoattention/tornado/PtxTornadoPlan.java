@@ -21,7 +21,6 @@ import uk.ac.manchester.tornado.api.TaskGraph;
 import uk.ac.manchester.tornado.api.WorkerGrid3D;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
-import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
@@ -58,7 +57,7 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         IntArray params = IntArray.fromArray(KernelParams.of(s, splits));
         List<Object> arguments = new ArrayList<>(List.of(q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
                 o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY));
-        List<Object> deviceOnly = new ArrayList<>(List.of(params));
+        List<TornadoNativeArray> deviceOnly = new ArrayList<>(List.of(params));
         LaunchTable.Launch launch;
         if (splits > 0) {
             launch = PrebuiltLaunches.fusedDecode(s, splits, header);
@@ -74,13 +73,12 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
             launch = PrebuiltLaunches.prefill(s, header);
         }
         arguments.addAll(List.of(params, Access.READ_ONLY));
-        build(device, q, k, v, (graph, name, scheduler) -> {
-            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, deviceOnly.toArray());
+        build(device, q, k, v, deviceOnly, (graph, name, scheduler) -> {
             addTask(graph, scheduler, name, "flash", launch, arguments.toArray());
         }, null);
     }
 
-    /** Each execution plan has compiled its tasks (TornadoVM caches the module per plan): the PTX files can go. */
+    /** The execution plan has compiled its tasks (TornadoVM caches the module per plan): the PTX files can go. */
     @Override
     protected void compiled() {
         deletePtxFiles();

@@ -4,9 +4,11 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.PlanOptions;
+import java.util.List;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
@@ -27,11 +29,13 @@ final class SimtPlan extends TornadoAttentionPlan {
 
         // One workgroup of config.threads() threads per (query tile, batch x head), a 1D grid.
         int workgroups = config.workgroups(s.batch(), s.queryHeads(), s.queryLength());
-        build(device, q, k, v, (graph, name, scheduler) -> {
+        build(device, q, k, v, List.of(), (graph, name, scheduler) -> {
             WorkerGrid1D worker = new WorkerGrid1D(workgroups * config.threads());
             worker.setLocalWork(config.threads(), 1, 1);
             scheduler.addWorkerGrid(name + ".flash", worker);
             KernelContext kc = new KernelContext();
+            // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
+            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
             if (config == SimtTileConfig.UP_TO_64) {
                 graph.task("flash", SimtKernels::attentionUpTo64, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
                         s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());

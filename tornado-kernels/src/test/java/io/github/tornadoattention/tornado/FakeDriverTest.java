@@ -1,38 +1,62 @@
 package io.github.tornadoattention.tornado;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.PlanOptions;
+import io.github.tornadoattention.measure.BenchmarkHooks;
+import io.github.tornadoattention.verify.RandomInputs;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
- * What the TornadoVM-hosted plans ask of the CUDA driver, without a GPU: {@link FakeDriverProbeMain} runs in a child
- * JVM under TornadoVM with the fake driver of tools/fakecuda, which logs every allocation, copy and launch; the log is
- * cut at the probe's step markers. Checked for tornado-simt, tornado-mma and ptx-tornado: a forward sends Q, K and V;
- * a rerun (the benchmark hook) launches the kernels and copies nothing, after the first one, which sends the inputs
- * to the rerun plan once; closing the plans frees all their buffers; the profile option gives device times, the
- * defaults none. Skipped where gcc, cuda.h or TornadoVM are missing.
+ * What the TornadoVM-hosted plans ask of the CUDA driver, without a GPU: {@link Probe} runs in a child JVM under
+ * TornadoVM with the fake driver of tools/fakecuda, which logs every allocation, copy, launch and module load, and
+ * tools/fakecuda/hostpin.c preloaded, which models host registrations (cuMemHostRegister); the log is cut at the
+ * probe's step markers. Checked for tornado-simt, tornado-mma and ptx-tornado, per call: the device receives exactly
+ * the inputs whose tensor or version changed (Q alone for a new query, nothing when nothing changed, K or V when they
+ * changed), O comes back every time, a rerun copies nothing either way, every attention launch reads the buffers the
+ * inputs were sent to, and no call creates an execution plan or loads a module; closing the plan frees every device
+ * buffer and undoes every host registration; the profile option gives device times, the defaults none. Skipped
+ * where gcc, cuda.h or TornadoVM are missing.
  */
 class FakeDriverTest {
     private static final List<String> BACKENDS = List.of("tornado-simt", "tornado-mma", "ptx-tornado");
+    static final AttentionShape SHAPE = AttentionShape.builder().batch(1).heads(2).queryLength(100).kvLength(300)
+            .headDim(64).causal(true).build();
+    /** What sending Q (K, V) copies: TornadoVM's array header and the data, in one copy. */
+    private static final long Q_BYTES = TornadoNativeArray.ARRAY_HEADER + 2 * SHAPE.queryElements();
+    private static final long KV_BYTES = TornadoNativeArray.ARRAY_HEADER + 2 * SHAPE.kvElements();
+    /** The calls of the probe, in order, each a forward except the reruns. */
+    private static final List<String> FORWARDS = List.of("first", "same", "new-q", "new-k", "new-v", "other-k", "all",
+            "after-reruns");
     private static final Pattern HOST_TO_DEVICE = Pattern.compile("\\[fakecuda] HtoD (\\d+) bytes into #(\\d+)");
+    private static final Pattern DEVICE_TO_HOST = Pattern.compile("\\[fakecuda] DtoH (\\d+) bytes from #(\\d+)");
     private static final Pattern ALLOC = Pattern.compile("\\[fakecuda] alloc #(\\d+) (\\d+) bytes");
     private static final Pattern FREE = Pattern.compile("\\[fakecuda] free #(\\d+)");
-    /** Q is the smallest input (2 bytes per element); kernel-context and parameter copies are far smaller. */
-    private static final long INPUT_BYTES = 2 * FakeDriverProbeMain.SHAPE.queryElements();
+    private static final Pattern LAUNCH_ARG = Pattern.compile(" #(\\d+)\\+");
+    private static final Pattern EXIT = Pattern.compile(
+            "\\[hostpin] exit: (\\d+) registered, (\\d+) unregistered, (\\d+) still registered, (\\d+) freed while registered");
     private static String log;
 
     @BeforeAll
@@ -41,17 +65,19 @@ class FakeDriverTest {
         assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
         Path lib = FakeCuda.library();
         assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
-        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False",
-                FakeDriverProbeMain.class.getName());
+        Path hostpin = ResidencyReproTest.hostpin(lib);
+        assumeTrue(hostpin != null, "hostpin.c could not be built");
+        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False", Probe.class.getName());
         command.addAll(BACKENDS);
         Path cwd = Files.createTempDirectory("fake-driver");   // the argfile puts "." on the module path
         Path out = cwd.resolve("probe.log");
-        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
+        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "LD_PRELOAD", hostpin.toString(),
+                "FAKECUDA_VERBOSE", "1"));
         log = Files.readString(out, StandardCharsets.UTF_8);
         assertEquals(0, exit, log);
     }
 
-    /** The log lines of each step of backend {@code id}, by step name (the marker's first word). */
+    /** The log lines of each step of backend {@code id}, by step name (the marker's second word). */
     private static Map<String, List<String>> steps(String id) {
         Map<String, List<String>> steps = new LinkedHashMap<>();
         List<String> current = null;
@@ -71,38 +97,97 @@ class FakeDriverTest {
         return steps;
     }
 
-    private static long inputCopies(List<String> lines) {
-        return lines.stream().map(HOST_TO_DEVICE::matcher).filter(Matcher::find)
-                .filter(m -> Long.parseLong(m.group(1)) >= INPUT_BYTES).count();
+    /** The input-sized host-to-device copies of a step: destination allocation id to bytes, in order. */
+    private static List<long[]> inputCopies(List<String> lines) {
+        List<long[]> copies = new ArrayList<>();
+        for (String line : lines) {
+            Matcher m = HOST_TO_DEVICE.matcher(line);
+            if (m.find() && Long.parseLong(m.group(1)) >= Q_BYTES) {
+                copies.add(new long[] {Long.parseLong(m.group(2)), Long.parseLong(m.group(1))});
+            }
+        }
+        return copies;
     }
 
-    private static long launches(List<String> lines) {
-        return lines.stream().filter(l -> l.startsWith("[fakecuda] launch")).count();
+    private static long count(List<String> lines, Pattern pattern) {
+        return lines.stream().filter(l -> pattern.matcher(l).find()).count();
+    }
+
+    private static List<Set<Integer>> launches(List<String> lines) {
+        List<Set<Integer>> launches = new ArrayList<>();
+        for (String line : lines) {
+            if (line.startsWith("[fakecuda] launch")) {
+                Set<Integer> args = new HashSet<>();
+                Matcher m = LAUNCH_ARG.matcher(line);
+                while (m.find()) {
+                    args.add(Integer.parseInt(m.group(1)));
+                }
+                launches.add(args);
+            }
+        }
+        return launches;
+    }
+
+    /** The one allocation every input-sized copy of {@code step} went to, checking each copy's size. */
+    private static int onlyDestination(String id, Map<String, List<String>> steps, String step, long bytes) {
+        List<long[]> copies = inputCopies(steps.get(step));
+        assertEquals(1, copies.size(), id + " " + step + " sends one input: " + steps.get(step));
+        assertEquals(bytes, copies.getFirst()[1], id + " " + step + ": " + steps.get(step));
+        return (int) copies.getFirst()[0];
     }
 
     @Test
-    void aForwardSendsQkvAndARerunLaunchesWithoutCopies() {
+    void eachCallSendsExactlyTheInputsThatChanged() {
         for (String id : BACKENDS) {
             Map<String, List<String>> steps = steps(id);
-            assertEquals(3, inputCopies(steps.get("forward")), id + " forward sends q, k, v: " + steps.get("forward"));
-            assertTrue(launches(steps.get("forward")) >= 1, id + ": " + steps.get("forward"));
-            // Its first execution sends q, k, v (and, as the forward plan's first one does, what TornadoVM deems read
-            // by the kernel: mma's O and scratch).
-            assertTrue(inputCopies(steps.get("first-rerun")) >= 3, id + " the rerun plan gets the inputs once: "
-                    + steps.get("first-rerun"));
+            int q = onlyDestination(id, steps, "new-q", Q_BYTES);
+            int k = onlyDestination(id, steps, "new-k", KV_BYTES);
+            int v = onlyDestination(id, steps, "new-v", KV_BYTES);
+            assertNotEquals(k, v, id);
+            assertEquals(k, onlyDestination(id, steps, "other-k", KV_BYTES), id + ": another K tensor, same buffer");
+            for (String step : List.of("first", "all")) {   // new tensors: all three, into the same buffers
+                List<long[]> copies = inputCopies(steps.get(step));
+                Set<Integer> destinations = new HashSet<>();
+                copies.forEach(c -> destinations.add((int) c[0]));
+                assertEquals(3, copies.size(), id + " " + step + ": " + steps.get(step));
+                assertEquals(Set.of(q, k, v), destinations, id + " " + step + ": " + steps.get(step));
+            }
+            for (String step : List.of("same", "after-reruns")) {
+                assertEquals(0, inputCopies(steps.get(step)).size(), id + " " + step + " sends nothing: " + steps.get(step));
+            }
+            for (String step : FORWARDS) {
+                List<String> lines = steps.get(step);
+                assertTrue(count(lines, DEVICE_TO_HOST) >= 1, id + " " + step + ": O comes back: " + lines);
+                // The attention kernel reads the buffers the inputs went to (a send graph's task takes one of them).
+                List<Set<Integer>> attention = launches(lines).stream().filter(a -> a.containsAll(Set.of(q, k, v))).toList();
+                assertEquals(1, attention.size(), id + " " + step + ": one attention launch on Q, K, V's buffers: " + lines);
+            }
             List<String> reruns = steps.get("reruns");
-            assertEquals(0, inputCopies(reruns), id + " reruns copy no input: " + reruns);
-            assertTrue(reruns.stream().noneMatch(l -> l.startsWith("[fakecuda] DtoH")), id + " reruns copy nothing back");
-            assertEquals(3 * launches(steps.get("first-rerun")), launches(reruns), id + " one launch set per rerun: "
-                    + reruns);
-            assertEquals(3, inputCopies(steps.get("forward-again")), id + " a forward still sends: "
-                    + steps.get("forward-again"));
+            assertEquals(0, inputCopies(reruns).size(), id + " reruns copy no input: " + reruns);
+            assertEquals(0, count(reruns, DEVICE_TO_HOST), id + " reruns copy nothing back: " + reruns);
+            assertEquals(3, launches(reruns).stream().filter(a -> a.containsAll(Set.of(q, k, v))).count(), id + ": " + reruns);
         }
     }
 
-    /** Every device buffer of a plan of input size or more, its rerun plan's included, is freed when it closes. */
+    /**
+     * After the plan is made, no call loads a module: nothing is compiled per call (and so no task graph is built, as
+     * TornadoVM compiles every new graph's tasks; {@code TaskGraph}s are made in the plan's constructor only).
+     */
     @Test
-    void closingFreesEveryBuffer() {
+    void noCallCompilesAnything() {
+        for (String id : BACKENDS) {
+            Map<String, List<String>> steps = steps(id);
+            for (String step : List.of("first", "same", "new-q", "new-k", "new-v", "other-k", "all", "reruns", "after-reruns")) {
+                assertEquals(0, steps.get(step).stream().filter(l -> l.startsWith("[fakecuda] module")).count(),
+                        id + " " + step + " loads no module: " + steps.get(step));
+            }
+            assertTrue(steps.get("plan").stream().anyMatch(l -> l.startsWith("[fakecuda] module")), id + ": the plan compiles");
+        }
+    }
+
+    /** Every device buffer of the plans is freed when they close, and every host registration undone. */
+    @Test
+    void closingFreesEveryBufferAndUnpinsEveryArray() {
         for (String id : BACKENDS) {
             Map<Integer, Long> live = new HashMap<>();
             for (List<String> lines : steps(id).values()) {
@@ -117,18 +202,96 @@ class FakeDriverTest {
                     }
                 }
             }
-            live.values().removeIf(bytes -> bytes < INPUT_BYTES);
-            assertTrue(live.isEmpty(), id + " leaves device buffers (#id=bytes) " + live);
-            assertTrue(log.lines().noneMatch(l -> l.startsWith("[fakecuda] ERROR")), log);
+            assertEquals(Map.of(), live, id + " leaves device buffers (#id=bytes)");
         }
+        Matcher exit = EXIT.matcher(log);
+        assertTrue(exit.find(), log);
+        assertEquals(exit.group(1), exit.group(2), "every registration undone: " + exit.group());
+        assertEquals("0", exit.group(4), "nothing freed while registered: " + exit.group());
+        assertTrue(log.lines().noneMatch(l -> l.startsWith("[fakecuda] ERROR") || l.startsWith("[hostpin] ERROR")), log);
     }
 
     @Test
     void theProfileOptionGivesDeviceTimes() {
         for (String id : BACKENDS) {
             Map<String, List<String>> steps = steps(id);
-            assertTrue(steps.get("millis-default").getFirst().endsWith("false"), id + ": no profiler by default");
-            assertTrue(steps.get("millis-profiled").getFirst().endsWith("true"), id + ": profile on");
+            assertTrue(steps.get("millis-default").getFirst().contains(" false"), id + ": no profiler by default");
+            assertTrue(steps.get("millis-profiled").getFirst().contains(" true"), id + ": profile on");
+        }
+    }
+
+    /**
+     * Run by {@link FakeDriverTest} in a child JVM under TornadoVM with the fake CUDA driver ({@code FAKECUDA_VERBOSE=1}:
+     * it logs every allocation, copy, launch and module load to stderr). For each backend id given, it makes a plan and
+     * calls forward with inputs changed one at a time, and the benchmark hooks, writing a marker line
+     * ({@code [probe] <id> <step>}) to stderr before each step, so that the driver
+     * calls between two markers are those of one step. Kernel results are meaningless here (launches are no-ops).
+     */
+    static final class Probe {
+        private Probe() {
+        }
+
+        public static void main(String[] args) {
+            for (String id : args) {
+                AttentionBackend backend = switch (id) {
+                    case "tornado-mma" -> new TornadoMmaBackend();
+                    case "ptx-tornado" -> new PtxTornadoBackend();
+                    default -> new TornadoSimtBackend();
+                };
+                mark(id, "availability " + backend.availability());
+                try (RandomInputs in = RandomInputs.generate(SHAPE, 1);
+                     HalfTensor o = HalfTensor.allocate(SHAPE.outputElements());
+                     HalfTensor k2 = HalfTensor.allocate(SHAPE.kvElements())) {
+                    k2.copyFromBits(in.k().toBitsArray());
+                    mark(id, "plan");
+                    AttentionPlan plan = backend.plan(SHAPE);
+                    BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+                    mark(id, "first");
+                    plan.forward(in.q(), in.k(), in.v(), o, null);
+                    mark(id, "same");
+                    plan.forward(in.q(), in.k(), in.v(), o, new float[SHAPE.logSumExpElements()]);
+                    mark(id, "new-q");
+                    in.q().markModified();
+                    plan.forward(in.q(), in.k(), in.v(), o, null);
+                    mark(id, "new-k");
+                    in.k().markModified();
+                    plan.forward(in.q(), in.k(), in.v(), o, null);
+                    mark(id, "new-v");
+                    in.v().markModified();
+                    plan.forward(in.q(), in.k(), in.v(), o, null);
+                    mark(id, "other-k");
+                    plan.forward(in.q(), k2, in.v(), o, null);
+                    mark(id, "all");
+                    in.q().markModified();
+                    in.k().markModified();
+                    in.v().markModified();
+                    plan.forward(in.q(), in.k(), in.v(), o, null);
+                    mark(id, "reruns");
+                    for (int i = 0; i < 3; i++) {
+                        hooks.rerunOnDevice();
+                    }
+                    mark(id, "after-reruns");
+                    plan.forward(in.q(), in.k(), in.v(), o, null);
+                    mark(id, "millis-default " + hooks.lastDeviceMillis().isPresent());
+                    mark(id, "close");
+                    plan.close();
+                    mark(id, "profiled-plan");
+                    try (AttentionPlan profiled = backend.plan(SHAPE, PlanOptions.builder().profile(true).build())) {
+                        profiled.forward(in.q(), in.k(), in.v(), o, null);
+                        mark(id, "millis-profiled " + BenchmarkHooks.of(profiled).lastDeviceMillis().isPresent());
+                        mark(id, "close-profiled");
+                    }
+                } catch (RuntimeException e) {
+                    mark(id, "failed " + e);
+                    e.printStackTrace();
+                }
+                mark(id, "end");
+            }
+        }
+
+        private static void mark(String id, String step) {
+            System.err.println("[probe] " + id + " " + step);
+            System.err.flush();
         }
     }
 }

@@ -49,13 +49,8 @@ class ResidencyReproTest {
         assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
         Path lib = FakeCuda.library();
         assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
-        Path hostpin = lib.resolve("libhostpin.so");
-        if (!Files.isRegularFile(hostpin)) {
-            Path cudaInclude = Path.of(System.getenv().getOrDefault("CUDA_INCLUDE", "/usr/local/cuda/include"));
-            int built = FakeCuda.run(List.of("gcc", "-shared", "-fPIC", "-O1", "-I" + cudaInclude, "-o", hostpin.toString(),
-                    FakeCuda.basedir().resolve("tools/fakecuda/hostpin.c").toString(), "-ldl", "-lpthread"), null, Map.of());
-            assumeTrue(built == 0, "hostpin.c could not be built");
-        }
+        Path hostpin = hostpin(lib);
+        assumeTrue(hostpin != null, "hostpin.c could not be built");
         Path classes = FakeCuda.basedir().resolve("target/residency-repro");
         Files.createDirectories(classes);
         Path tornadoApi;
@@ -80,6 +75,20 @@ class ResidencyReproTest {
             assertTrue(log.contains("[repro] end " + mode), mode + ":\n" + log);
             LOGS.put(mode, log);
         }
+    }
+
+    /** tools/fakecuda/hostpin.c built beside the fake driver in {@code lib} (on first use), or null if gcc fails. */
+    static synchronized Path hostpin(Path lib) throws IOException, InterruptedException {
+        Path hostpin = lib.resolve("libhostpin.so");
+        if (!Files.isRegularFile(hostpin)) {
+            Path cudaInclude = Path.of(System.getenv().getOrDefault("CUDA_INCLUDE", "/usr/local/cuda/include"));
+            int built = FakeCuda.run(List.of("gcc", "-shared", "-fPIC", "-O1", "-I" + cudaInclude, "-o", hostpin.toString(),
+                    FakeCuda.basedir().resolve("tools/fakecuda/hostpin.c").toString(), "-ldl", "-lpthread"), null, Map.of());
+            if (built != 0) {
+                return null;
+            }
+        }
+        return hostpin;
     }
 
     /** Device allocations of at least {@code minBytes} never freed: id to bytes. */
