@@ -5,6 +5,7 @@ import io.github.tornadoattention.Attention;
 import io.github.tornadoattention.AttentionDevice;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.measure.DecodeLoop;
 import io.github.tornadoattention.measure.TimingStats;
 import io.github.tornadoattention.verify.ErrorStats;
@@ -66,8 +67,12 @@ final class DecodeCommand implements Callable<Integer> {
     @Option(names = "--page-size", paramLabel = "P", defaultValue = "0", description = "paged cache with pages of P tokens (default: contiguous)")
     int pageSize;
 
-    @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO, description = "ptx-cuda, cpu-reference or auto (default)")
+    @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO, description = "ptx-cuda, ptx-tornado, tornado-mma, tornado-simt (under TornadoVM), cpu-reference or auto (default)")
     String backend;
+
+    @Option(names = "--profile", description = "TornadoVM backends: run the task graphs with TornadoVM's profiler, so the"
+            + " kernels' device time is reported (ptx-cuda always times with CUDA events)")
+    boolean profile;
 
     @Option(names = "--check", description = "check sampled steps' outputs against the CPU reference; exit 1 if out of tolerance")
     boolean check;
@@ -88,7 +93,7 @@ final class DecodeCommand implements Callable<Integer> {
         requireRange("--layers", layers, 1, 1024);
         requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
         int hkv = kvHeads == null ? heads : kvHeads;
-        AttentionDevice device = Attention.device(backend);
+        AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).build());
         double flopsPerToken = 4.0 * batch * heads * dim * (double) context * layers;
         if (device.backendId().equals(Backends.CPU_REFERENCE) && flopsPerToken > CPU_MAX_FLOPS_PER_TOKEN && !force) {
             throw new InvalidArgumentException("--context", context, String.format(
@@ -134,7 +139,7 @@ final class DecodeCommand implements Callable<Integer> {
                     + " (append + attention), one synchronisation]%n", step.medianMillis(), step.lowMillis(),
                     step.highMillis(), layers);
             if (kernel != null) {
-                out.printf("kernels     median %.4g ms per token  [device time of the launches, CUDA events; step/kernels"
+                out.printf("kernels     median %.4g ms per token  [device time of the launches (CUDA events; TornadoVM: its profiler); step/kernels"
                         + " = %.3f]%n", kernel.medianMillis(), step.medianMillis() / kernel.medianMillis());
                 out.printf("K/V read    %.4g TB/s by the kernels, %.4g TB/s per step wall time%n",
                         bytes / kernel.medianMillis() / 1e9, bytes / step.medianMillis() / 1e9);

@@ -220,7 +220,7 @@ final class JavaCacheTasks {
         FloatArray sink = new FloatArray(1);
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, sink);
         grid(s, graphName, name, appendGroups(appendParams), CacheKernels.APPEND_THREADS);
-        g.task(name, CacheKernels::append, new KernelContext(), newK, newV, kCache, vCache, step, blockTable,
+        g.task(name, CacheKernels::append, context(g), newK, newV, kCache, vCache, step, blockTable,
                 appendParams, sink);
     }
 
@@ -235,9 +235,9 @@ final class JavaCacheTasks {
         String combine = taskPrefix + "DecodeCombine";
         grid(s, graphName, split, Math.toIntExact(decodeGroups()), CacheKernels.THREADS);
         grid(s, graphName, combine, combineGroups(), CacheKernels.THREADS);
-        g.task(split, CacheKernels::decodeSplit, new KernelContext(), q, kCache, vCache, step, blockTable, params, ws,
+        g.task(split, CacheKernels::decodeSplit, context(g), q, kCache, vCache, step, blockTable, params, ws,
                 spec.scale());
-        g.task(combine, CacheKernels::decodeCombine, new KernelContext(), ws, step, params, o, lse);
+        g.task(combine, CacheKernels::decodeCombine, context(g), ws, step, params, o, lse);
     }
 
     /** Packed (varlen) prefill over the cache, causal per prompt when the spec is causal. */
@@ -249,7 +249,7 @@ final class JavaCacheTasks {
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, ws);
         String name = taskPrefix + "Prefill";
         grid(s, graphName, name, prefillGroups(), CacheKernels.THREADS);
-        g.task(name, CacheKernels::prefill, new KernelContext(), q, kCache, vCache, step, blockTable, params, ws, o, lse,
+        g.task(name, CacheKernels::prefill, context(g), q, kCache, vCache, step, blockTable, params, ws, o, lse,
                 spec.scale());
     }
 
@@ -258,7 +258,17 @@ final class JavaCacheTasks {
                        HalfFloatArray vCache, IntArray copies) {
         String name = taskPrefix + "CopyRanges";
         grid(s, graphName, name, copyGroups(), CacheKernels.COPY_THREADS);
-        g.task(name, CacheKernels::copyRanges, new KernelContext(), kCache, vCache, copies);
+        g.task(name, CacheKernels::copyRanges, context(g), kCache, vCache, copies);
+    }
+
+    /**
+     * A task's kernel context, listed with the graph's {@code FIRST_EXECUTION} arrays: TornadoVM gives it a device
+     * buffer (never copied) and frees that buffer on {@code close()} only for objects the graph lists.
+     */
+    private static KernelContext context(TaskGraph g) {
+        KernelContext kc = new KernelContext();
+        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
+        return kc;
     }
 
     private static void grid(GridScheduler s, String graphName, String taskName, int groups, int threads) {

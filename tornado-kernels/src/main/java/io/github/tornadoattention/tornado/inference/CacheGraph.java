@@ -77,7 +77,10 @@ final class CacheGraph {
     private HalfFloatArray newV;
     private IntArray appendStep;
     private boolean appendPending;
+    /** Whether the host arrays hold what the GPU holds (true before the first execution and after a download). */
     private boolean hostCurrent = true;
+    /** Whether the current plan has executed (then the GPU holds the cache and host writes need an eviction). */
+    private boolean executedSinceBuild;
     private int executions;
 
     CacheGraph(TornadoAttentionDevice device, KvCache cache) {
@@ -97,9 +100,21 @@ final class CacheGraph {
         return m;
     }
 
-    /** Whether the GPU holds the newest contents of {@code m} (K or V after an execution). */
-    boolean onDevice(Memory m) {
-        return plan != null && !hostCurrent && (m == keys || m == values);
+    /** Before the host reads {@code m}: K and V come home if the GPU holds newer contents. */
+    void beforeHostRead(Memory m) {
+        if (m == keys || m == values) {
+            download();
+        }
+    }
+
+    /**
+     * Before the host writes {@code m}: K and V come home and the plan closes if the GPU holds a copy (the graph
+     * sends the host's again when it is next built); a graph not yet executed sends the host's anyway.
+     */
+    void beforeHostWrite(Memory m) {
+        if ((m == keys || m == values) && plan != null && executedSinceBuild) {
+            evict();
+        }
     }
 
     /** Executions of this graph so far (tests). */
@@ -226,7 +241,7 @@ final class CacheGraph {
     }
 
     /** Brings the cache's newest K and V into the host arrays (the graph keeps them on the GPU too). */
-    void download(Memory m) {
+    void download() {
         flush();
         if (plan != null && !hostCurrent) {
             last.transferToHost(keys.array, values.array);
@@ -236,7 +251,7 @@ final class CacheGraph {
 
     /** Downloads the cache and closes the execution plan: the host holds the cache until the graph is built again. */
     void evict() {
-        download(keys);
+        download();
         closePlan();
     }
 
@@ -339,12 +354,14 @@ final class CacheGraph {
         }
         plan = built;
         last = null;
+        executedSinceBuild = false;
     }
 
     private void execute() {
         TornadoExecutionResult result = plan.execute();
         last = result;
         hostCurrent = false;
+        executedSinceBuild = true;
         executions++;
         appendPending = false;
         if (device.profile() && result.getProfilerResult() != null) {

@@ -207,11 +207,11 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     /** Host memory of [address, address + bytes), after the cache graph holding it (if any) has brought it home. */
     private MemorySegment hostView(long address, long bytes, boolean forWriting) {
         Memory m = find("address", address, bytes);
-        if (m.graph != null && m.graph.onDevice(m)) {
+        if (m.graph != null) {
             if (forWriting) {
-                m.graph.evict();   // the host copy becomes the truth; the graph sends it again when next used
+                m.graph.beforeHostWrite(m);
             } else {
-                m.graph.download(m);
+                m.graph.beforeHostRead(m);
             }
         }
         return m.segment().asSlice(address - m.address, bytes);

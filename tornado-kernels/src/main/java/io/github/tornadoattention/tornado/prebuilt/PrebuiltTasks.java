@@ -57,7 +57,8 @@ public final class PrebuiltTasks {
                 directory = Files.createTempDirectory("tornado-attention-ptx-");
                 directory.toFile().deleteOnExit();
             }
-            Path file = directory.resolve(kernelName + ".ptx");
+            // Mangled names run long (one token per argument): name the file by a digest of the name instead.
+            Path file = directory.resolve(digest(kernelName) + ".ptx");
             if (!Files.exists(file)) {
                 Files.writeString(file, ptx);
                 file.toFile().deleteOnExit();
@@ -65,6 +66,15 @@ public final class PrebuiltTasks {
             return file;
         } catch (IOException e) {
             throw new UncheckedIOException(e);
+        }
+    }
+
+    private static String digest(String name) {
+        try {
+            byte[] hash = java.security.MessageDigest.getInstance("SHA-256").digest(name.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            return java.util.HexFormat.of().formatHex(hash, 0, 16);
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
         }
     }
 }
