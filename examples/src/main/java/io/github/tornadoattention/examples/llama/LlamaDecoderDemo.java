@@ -1,0 +1,467 @@
+package io.github.tornadoattention.examples.llama;
+
+import com.fasterxml.jackson.jr.ob.JSON;
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.cpu.CpuReference;
+import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
+import io.github.tornadoattention.verify.Tolerance;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.TreeSet;
+import java.util.concurrent.Callable;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.Spec;
+import uk.ac.manchester.tornado.api.TornadoExecutionPlan;
+import uk.ac.manchester.tornado.api.common.TornadoDevice;
+
+/**
+ * A Llama-shaped decoder with random weights, built the TornadoVM way (one task graph per layer, GPULlama3.java's
+ * layout: {@link LlamaDecoder}), that feeds a random prompt one token per step and then generates greedily. Each
+ * attention variant ({@code --attention ours,scalar}) runs the same model and prompt in turn: ours (our attention
+ * added to the layer graph through {@link CacheAttentionTasks}) and scalar (GPULlama3's fp32 attention kernel,
+ * {@link LlamaKernels#scalarAttention}). It reports the wall time per token, TornadoVM's per-task kernel times over
+ * the last generated tokens, what attention costs per token, the generated tokens (hash + first 32), and at sampled
+ * steps every layer's attention output against the CPU reference (exit status 1 if one is out of tolerance or NaN).
+ *
+ * <p>A second variant is fed the first variant's generated tokens (teacher forcing) and records its own greedy pick
+ * at every step, so one run says at how many steps the two models agree and, where not, how close the two best
+ * logits were. A variant that agrees at every step would generate the same tokens on its own.
+ */
+@Command(name = "llama-decoder", mixinStandardHelpOptions = true, sortOptions = false,
+        description = "Llama-shaped decoder (random weights) on TornadoVM: one task graph per layer; our attention "
+                + "task against a GPULlama3-style scalar attention kernel.")
+public final class LlamaDecoderDemo implements Callable<Integer> {
+    static final int EXIT_FAILED = 1;
+    static final int EXIT_BAD_INPUT = 2;
+    /** Steps at the start of the prompt left out of the prompt's mean time (first transfers, warm-up). */
+    static final int PROMPT_WARMUP_STEPS = 16;
+
+    @Spec
+    CommandSpec spec;
+
+    @Option(names = "--attention", split = ",", paramLabel = "VARIANT", defaultValue = "ours,scalar",
+            description = "variants to run, in order: ours, scalar (default: ${DEFAULT-VALUE})")
+    List<String> attention;
+
+    @Option(names = "--backend", paramLabel = "ID", defaultValue = "ptx-tornado",
+            description = "our attention's backend: ptx-tornado, tornado-mma, tornado-simt (default: ${DEFAULT-VALUE})")
+    String backend;
+
+    @Option(names = "--layers", defaultValue = "4", description = "decoder layers (default: ${DEFAULT-VALUE})")
+    int layers;
+
+    @Option(names = "--dim", defaultValue = "4096", description = "hidden size (default: ${DEFAULT-VALUE})")
+    int dim;
+
+    @Option(names = "--heads", defaultValue = "32", description = "query heads (default: ${DEFAULT-VALUE})")
+    int heads;
+
+    @Option(names = "--kv-heads", defaultValue = "8", description = "key/value heads (default: ${DEFAULT-VALUE})")
+    int kvHeads;
+
+    @Option(names = "--head-dim", defaultValue = "128", description = "head dim; heads*head-dim = dim (default: ${DEFAULT-VALUE})")
+    int headDim;
+
+    @Option(names = "--ffn-dim", defaultValue = "0",
+            description = "SwiGLU feed-forward size, 0 for none (Llama 3 8B: 14336) (default: ${DEFAULT-VALUE})")
+    int ffnDim;
+
+    @Option(names = "--vocab", defaultValue = "32000", description = "vocabulary size (default: ${DEFAULT-VALUE})")
+    int vocab;
+
+    @Option(names = "--prompt", defaultValue = "3840", description = "prompt tokens, fed one per step (default: ${DEFAULT-VALUE})")
+    int prompt;
+
+    @Option(names = "--generate", defaultValue = "256", description = "tokens generated greedily (default: ${DEFAULT-VALUE})")
+    int generate;
+
+    @Option(names = "--check-steps", defaultValue = "4",
+            description = "steps at which every layer's attention is checked against the CPU reference, 0 for none "
+                    + "(default: ${DEFAULT-VALUE})")
+    int checkSteps;
+
+    @Option(names = "--profile-steps", defaultValue = "16",
+            description = "last generated steps run under TornadoVM's profiler for per-task kernel times "
+                    + "(default: ${DEFAULT-VALUE})")
+    int profileSteps;
+
+    @Option(names = "--seed", defaultValue = "20261201", description = "seed of the weights and the prompt (default: ${DEFAULT-VALUE})")
+    long seed;
+
+    @Option(names = "--rope-theta", defaultValue = "500000", description = "RoPE base (default: ${DEFAULT-VALUE})")
+    float ropeTheta;
+
+    @Option(names = "--json", paramLabel = "FILE", description = "also write the results as JSON to FILE (- for stdout)")
+    String json;
+
+    public static void main(String[] args) {
+        System.exit(execute(args, new PrintWriter(System.out, true), new PrintWriter(System.err, true)));
+    }
+
+    static int execute(String[] args, PrintWriter out, PrintWriter err) {
+        CommandLine cl = new CommandLine(new LlamaDecoderDemo()).setOut(out).setErr(err);
+        cl.setExecutionExceptionHandler((e, commandLine, parsed) -> {
+            if (e instanceof InvalidArgumentException) {
+                commandLine.getErr().println("error: " + e.getMessage());
+                return EXIT_BAD_INPUT;
+            }
+            throw e;
+        });
+        cl.setParameterExceptionHandler((e, a) -> {
+            e.getCommandLine().getErr().println("error: " + e.getMessage());
+            e.getCommandLine().getErr().println("(--help lists the options)");
+            return EXIT_BAD_INPUT;
+        });
+        return cl.execute(args);
+    }
+
+    /** The options' meaning as a config; a bad combination is a {@link ParameterException} naming the option. */
+    LlamaConfig config() {
+        for (String variant : attention) {
+            if (!variant.equals("ours") && !variant.equals("scalar")) {
+                throw bad("--attention", variant, "each must be ours or scalar");
+            }
+        }
+        if (attention.isEmpty() || new TreeSet<>(attention).size() != attention.size()) {
+            throw bad("--attention", String.join(",", attention), "one or both of ours, scalar, each once");
+        }
+        if (!CacheAttentionTasks.BACKENDS.contains(backend)) {
+            throw bad("--backend", backend, "must be one of " + CacheAttentionTasks.BACKENDS);
+        }
+        if (prompt < 1) {
+            throw bad("--prompt", prompt, "must be >= 1");
+        }
+        if (generate < 1 || (long) prompt + generate > 1 << 20) {
+            throw bad("--generate", generate, "must be >= 1, with --prompt + --generate <= 2^20");
+        }
+        if (profileSteps < 0 || profileSteps >= generate) {
+            throw bad("--profile-steps", profileSteps, "must be in [0, --generate = " + generate + ")");
+        }
+        if (checkSteps < 0 || checkSteps > 64) {
+            throw bad("--check-steps", checkSteps, "must be in [0, 64]");
+        }
+        try {
+            return new LlamaConfig(layers, dim, heads, kvHeads, headDim, ffnDim, vocab, prompt + generate, ropeTheta,
+                    1e-5f);
+        } catch (InvalidArgumentException e) {
+            String option = switch (e.argument()) {
+                case "kvHeads" -> "--kv-heads";
+                case "headDim" -> "--head-dim";
+                case "ffnDim" -> "--ffn-dim";
+                case "maxLength" -> "--prompt";
+                case "ropeTheta" -> "--rope-theta";
+                default -> "--" + e.argument();
+            };
+            throw bad(option, e.value(), e.allowed());
+        }
+    }
+
+    private ParameterException bad(String option, Object value, String allowed) {
+        return new ParameterException(spec.commandLine(), option + " = " + value + ": " + allowed);
+    }
+
+    @Override
+    public Integer call() throws IOException {
+        LlamaConfig config = config();
+        PrintWriter out = spec.commandLine().getOut();
+        TornadoDevice device = TornadoExecutionPlan.getDevice(0, 0);
+        out.printf("Llama-shaped decoder: %d layers, dim %d, %d heads / %d kv heads x %d, ffn %d, vocab %d; "
+                        + "%d prompt + %d generated tokens; device %s%n", config.layers(), config.dim(), config.heads(),
+                config.kvHeads(), config.headDim(), config.ffnDim(), config.vocab(), prompt, generate, device);
+        long t0 = System.nanoTime();
+        LlamaWeights weights = new LlamaWeights(config, seed);
+        out.printf("random fp16 weights: %.2f GB in %.1f s%n", config.weightBytes() / 1e9, (System.nanoTime() - t0) / 1e9);
+        int[] promptTokens = new SplittableRandom(seed).ints(prompt, 0, config.vocab()).toArray();
+
+        List<VariantRun> runs = new ArrayList<>();
+        for (String name : attention) {
+            AttentionVariant variant = name.equals("ours") ? new OursAttention(config, backend, device)
+                    : new ScalarAttention(config);
+            int[] forced = runs.isEmpty() ? null : runs.get(0).tokens;
+            runs.add(run(config, weights, variant, promptTokens, forced, out));
+        }
+        report(runs, out);
+        if (json != null) {
+            writeJson(config, runs, out);
+        }
+        return runs.stream().allMatch(r -> r.checks.stream().allMatch(Check::passes)) ? 0 : EXIT_FAILED;
+    }
+
+    /** One sampled step of one layer against the CPU reference. */
+    record Check(int step, int length, int layer, double maxAbsError, double relativeError, long nans) {
+        boolean passes() {
+            return nans == 0 && maxAbsError <= Tolerance.MAX_ABS_ERROR && relativeError <= Tolerance.MAX_RELATIVE_ERROR;
+        }
+    }
+
+    /** What one variant gave. */
+    static final class VariantRun {
+        String name;
+        double buildSeconds;
+        double runSeconds;
+        double promptMsPerToken;
+        double decodeMsPerToken;
+        int timedDecodeSteps;
+        int[] tokens;
+        float[] margins;
+        int[] runnerUps;
+        boolean forced;
+        /** Per task name: kernel ms per token, summed over the layers (profiled steps). */
+        Map<String, Double> kernelMsPerToken = new LinkedHashMap<>();
+        double attentionMsPerToken;
+        List<Check> checks = new ArrayList<>();
+    }
+
+    private VariantRun run(LlamaConfig config, LlamaWeights weights, AttentionVariant variant, int[] promptTokens,
+                           int[] forced, PrintWriter out) {
+        VariantRun run = new VariantRun();
+        run.name = variant.name();
+        run.forced = forced != null;
+        int steps = prompt + generate - 1;   // the last generated token is not fed back
+        int firstProfiled = steps - profileSteps;
+        TreeSet<Integer> sampled = sampledSteps(firstProfiled);
+        run.tokens = new int[generate];
+        run.margins = new float[generate];
+        run.runnerUps = new int[generate];
+        double[] promptMs = new double[prompt];
+        List<Double> decodeMs = new ArrayList<>();
+        Map<String, Long> kernelNanos = new LinkedHashMap<>();
+        long t0 = System.nanoTime();
+        try (LlamaDecoder decoder = new LlamaDecoder(weights, variant)) {
+            run.buildSeconds = (System.nanoTime() - t0) / 1e9;
+            out.printf("%n[%s] task graphs built and compiled in %.1f s; running %d steps%n", run.name, run.buildSeconds,
+                    steps);
+            long start = System.nanoTime();
+            for (int s = 0; s < steps; s++) {
+                int tok = s < prompt ? promptTokens[s] : (forced != null ? forced[s - prompt] : run.tokens[s - prompt]);
+                boolean withLogits = s >= prompt - 1;
+                boolean sample = sampled.contains(s);
+                boolean profiled = s >= firstProfiled;
+                decoder.profile(profiled);
+                long begin = System.nanoTime();
+                LlamaDecoder.StepResult result = decoder.step(tok, s + 1, withLogits, sample);
+                if (withLogits) {
+                    Greedy.Pick pick = Greedy.pick(result.logits());
+                    int g = s - (prompt - 1);
+                    run.tokens[g] = pick.token();
+                    run.margins[g] = pick.margin();
+                    run.runnerUps[g] = pick.runnerUp();
+                }
+                double ms = (System.nanoTime() - begin) / 1e6;
+                if (sample) {
+                    check(config, s, result.samples(), run.checks, out, run.name);
+                } else if (profiled) {
+                    result.kernelNanos().forEach((task, ns) -> kernelNanos.merge(task, ns, Long::sum));
+                } else if (s < prompt - 1) {
+                    promptMs[s] = ms;
+                } else {
+                    decodeMs.add(ms);
+                }
+            }
+            run.runSeconds = (System.nanoTime() - start) / 1e9;
+        }
+        // The last generated token comes from the last step's logits; the loop never feeds it back.
+        run.promptMsPerToken = mean(promptMs, Math.min(PROMPT_WARMUP_STEPS, prompt - 1), prompt - 1, sampled);
+        // Per-token decode time: the median of the unprofiled, unsampled generated steps (at ~the end context).
+        run.timedDecodeSteps = decodeMs.size();
+        run.decodeMsPerToken = median(decodeMs);
+        Map<String, Double> perTask = new java.util.TreeMap<>(LlamaDecoderDemo::graphOrder);
+        kernelNanos.forEach((task, ns) -> perTask.merge(ProfileLog.taskName(task), ns / 1e6 / Math.max(1, profileSteps),
+                Double::sum));
+        run.kernelMsPerToken = new LinkedHashMap<>(perTask);
+        run.attentionMsPerToken = perTask.entrySet().stream().filter(e -> variant.isAttentionTask(e.getKey()))
+                .mapToDouble(Map.Entry::getValue).sum();
+        return run;
+    }
+
+    /** The order tasks run in a token (the profiler's log has none); our attention's tasks sit where attention is. */
+    private static final List<String> TASK_ORDER = List.of("embed", "rms_att", "qkv", "rope", "attention", "out_proj",
+            "rms_ffn", "ffn_gate_up", "ffn_down", "final_norm", "lm_head");
+
+    static int graphOrder(String a, String b) {
+        int c = Integer.compare(rank(a), rank(b));
+        return c != 0 ? c : a.compareTo(b);
+    }
+
+    private static int rank(String task) {
+        int i = TASK_ORDER.indexOf(task.startsWith("attn_") ? "attention" : task);
+        return i < 0 ? TASK_ORDER.size() : i;
+    }
+
+    /** {@code --check-steps} steps spread over [0, end), the last at end - 1 (the longest context not profiled). */
+    private TreeSet<Integer> sampledSteps(int end) {
+        TreeSet<Integer> steps = new TreeSet<>();
+        for (int i = 1; i <= checkSteps; i++) {
+            steps.add((int) Math.max(0, Math.round((double) i * end / checkSteps) - 1));
+        }
+        return steps;
+    }
+
+    private void check(LlamaConfig config, int step, List<AttentionVariant.Sample> samples, List<Check> checks,
+                       PrintWriter out, String name) {
+        int length = step + 1;
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(1).heads(config.heads()).kvHeads(config.kvHeads())
+                .headDim(config.headDim()).maxQueryLength(1).maxLength(config.maxLength()).causal(true).build();
+        for (int l = 0; l < samples.size(); l++) {
+            AttentionVariant.Sample sample = samples.get(l);
+            CpuReference.Result ref = CpuReference.cached(spec, sample.q(), false, sample.keys(), sample.values(),
+                    new int[] {length}, new int[] {1});
+            checks.add(compare(step, length, l, sample.output(), ref.output()));
+        }
+        Check worst = checks.subList(checks.size() - samples.size(), checks.size()).stream()
+                .max((a, b) -> Double.compare(a.maxAbsError, b.maxAbsError)).orElseThrow();
+        boolean pass = checks.subList(checks.size() - samples.size(), checks.size()).stream().allMatch(Check::passes);
+        out.printf("[%s] check at length %d (all %d layers): max abs %.2e, rel %.2e, NaN %d: %s%n", name, length,
+                samples.size(), worst.maxAbsError, worst.relativeError, worst.nans, pass ? "PASS" : "FAIL");
+    }
+
+    static Check compare(int step, int length, int layer, float[] actual, double[] expected) {
+        double maxAbs = 0;
+        double diff2 = 0;
+        double ref2 = 0;
+        long nans = 0;
+        for (int i = 0; i < expected.length; i++) {
+            if (!Float.isFinite(actual[i])) {
+                nans++;
+                continue;
+            }
+            double d = actual[i] - expected[i];
+            maxAbs = Math.max(maxAbs, Math.abs(d));
+            diff2 += d * d;
+            ref2 += expected[i] * expected[i];
+        }
+        return new Check(step, length, layer, maxAbs, ref2 == 0 ? Math.sqrt(diff2) : Math.sqrt(diff2 / ref2), nans);
+    }
+
+    private static double mean(double[] ms, int from, int to, TreeSet<Integer> skip) {
+        double sum = 0;
+        int n = 0;
+        for (int i = from; i < to; i++) {
+            if (!skip.contains(i)) {
+                sum += ms[i];
+                n++;
+            }
+        }
+        return n == 0 ? Double.NaN : sum / n;
+    }
+
+    private static double median(List<Double> values) {
+        if (values.isEmpty()) {
+            return Double.NaN;
+        }
+        double[] v = values.stream().mapToDouble(Double::doubleValue).sorted().toArray();
+        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+    }
+
+    private void report(List<VariantRun> runs, PrintWriter out) {
+        for (VariantRun run : runs) {
+            out.printf("%n[%s] kernel time per token over the last %d generated tokens (TornadoVM profiler, "
+                    + "summed over %d layers; launch latency included):%n", run.name, profileSteps, layers);
+            double total = run.kernelMsPerToken.values().stream().mapToDouble(Double::doubleValue).sum();
+            out.printf("  %-20s %10s %7s%n", "task", "ms/token", "share");
+            run.kernelMsPerToken.forEach((task, ms) -> out.printf("  %-20s %10.4f %6.1f%%%n", task, ms,
+                    total > 0 ? 100 * ms / total : 0));
+            out.printf("  %-20s %10.4f%n", "all kernels", total);
+            out.printf("[%s] tokens: hash %s, first 32 %s%n", run.name, Greedy.hash(run.tokens),
+                    Arrays.toString(Arrays.copyOf(run.tokens, Math.min(32, run.tokens.length))));
+        }
+        VariantRun first = runs.get(0);
+        out.printf("%n%-20s %10s %10s %12s %12s %16s %12s%n", "variant", "prompt", "decode", "attention", "kernels",
+                "tokens", "check");
+        out.printf("%-20s %10s %10s %12s %12s %16s %12s%n", "", "ms/token", "ms/token", "ms/token", "ms/token", "hash",
+                "max abs err");
+        for (VariantRun run : runs) {
+            double kernels = run.kernelMsPerToken.values().stream().mapToDouble(Double::doubleValue).sum();
+            double worst = run.checks.stream().mapToDouble(Check::maxAbsError).max().orElse(Double.NaN);
+            boolean pass = run.checks.stream().allMatch(Check::passes);
+            out.printf("%-20s %10.3f %10.3f %12.4f %12.4f %16s %12s%n", run.name, run.promptMsPerToken,
+                    run.decodeMsPerToken, run.attentionMsPerToken, kernels, Greedy.hash(run.tokens),
+                    run.checks.isEmpty() ? "-" : String.format("%.2e %s", worst, pass ? "ok" : "FAIL"));
+        }
+        out.printf("(decode: median wall time of %d unprofiled generated steps at context %d..%d; attention: its "
+                        + "tasks' kernel time at context ~%d)%n", first.timedDecodeSteps, prompt + 1,
+                prompt + generate - profileSteps - 1, prompt + generate - profileSteps / 2);
+        for (VariantRun run : runs.subList(1, runs.size())) {
+            out.printf("%n%s / %s attention time: %.2fx%n", run.name, first.name,
+                    run.attentionMsPerToken / first.attentionMsPerToken);
+            out.print(agreement(first, run));
+        }
+    }
+
+    /** How the second variant's greedy picks compare with the first's tokens, which it was fed. */
+    static String agreement(VariantRun first, VariantRun other) {
+        StringBuilder s = new StringBuilder();
+        int same = 0;
+        List<Integer> differ = new ArrayList<>();
+        for (int g = 0; g < first.tokens.length; g++) {
+            if (first.tokens[g] == other.tokens[g]) {
+                same++;
+            } else {
+                differ.add(g);
+            }
+        }
+        s.append(String.format("%s fed %s's tokens picks the same token at %d of %d steps%s%n", other.name, first.name,
+                same, first.tokens.length, differ.isEmpty() ? ": both generate the same tokens" : ""));
+        for (int g : differ.subList(0, Math.min(8, differ.size()))) {
+            s.append(String.format("  token %d: %s picks %d (runner-up %d, margin %.2e); %s picks %d (runner-up %d, "
+                            + "margin %.2e)%n", g, first.name, first.tokens[g], first.runnerUps[g], first.margins[g],
+                    other.name, other.tokens[g], other.runnerUps[g], other.margins[g]));
+        }
+        return s.toString();
+    }
+
+    private void writeJson(LlamaConfig config, List<VariantRun> runs, PrintWriter out) throws IOException {
+        Map<String, Object> root = new LinkedHashMap<>();
+        root.put("config", Map.of("layers", config.layers(), "dim", config.dim(), "heads", config.heads(),
+                "kv_heads", config.kvHeads(), "head_dim", config.headDim(), "ffn_dim", config.ffnDim(),
+                "vocab", config.vocab(), "prompt", prompt, "generate", generate, "seed", seed));
+        root.put("backend", backend);
+        List<Object> variants = new ArrayList<>();
+        for (VariantRun run : runs) {
+            Map<String, Object> v = new LinkedHashMap<>();
+            v.put("name", run.name);
+            v.put("fed_first_variant_tokens", run.forced);
+            v.put("build_seconds", run.buildSeconds);
+            v.put("run_seconds", run.runSeconds);
+            v.put("prompt_ms_per_token", run.promptMsPerToken);
+            v.put("decode_ms_per_token", run.decodeMsPerToken);
+            v.put("decode_steps_timed", run.timedDecodeSteps);
+            v.put("kernel_ms_per_token", run.kernelMsPerToken);
+            v.put("attention_ms_per_token", run.attentionMsPerToken);
+            v.put("tokens_hash", Greedy.hash(run.tokens));
+            v.put("tokens", Arrays.stream(run.tokens).boxed().toList());
+            List<Object> checks = new ArrayList<>();
+            for (Check c : run.checks) {
+                checks.add(Map.of("step", c.step(), "length", c.length(), "layer", c.layer(),
+                        "max_abs_error", c.maxAbsError(), "relative_error", c.relativeError(), "nans", c.nans(),
+                        "pass", c.passes()));
+            }
+            v.put("checks", checks);
+            variants.add(v);
+        }
+        root.put("variants", variants);
+        if (runs.size() > 1) {
+            root.put("attention_ratio", runs.get(1).attentionMsPerToken / runs.get(0).attentionMsPerToken);
+        }
+        String text = JSON.std.with(JSON.Feature.PRETTY_PRINT_OUTPUT).asString(root);
+        if (json.equals("-")) {
+            out.println(text);
+        } else {
+            Files.writeString(Path.of(json), text + "\n");
+            out.println("JSON written to " + json);
+        }
+    }
+}

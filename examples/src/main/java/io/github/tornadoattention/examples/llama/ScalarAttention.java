@@ -1,0 +1,96 @@
+package io.github.tornadoattention.examples.llama;
+
+import java.util.ArrayList;
+import java.util.List;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.KernelContext;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.TornadoExecutionResult;
+import uk.ac.manchester.tornado.api.WorkerGrid1D;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+
+/**
+ * The baseline, GPULlama3.java's way: fp32 caches [maxLength, kvDim] per layer written by the fused RoPE task
+ * ({@link LlamaKernels#ropeCacheFp32}), attention by {@link LlamaKernels#scalarAttention} (its
+ * processHeadsFlashAttention: one workgroup per query head, {@link #THREADS_PER_HEAD} threads as its
+ * WorkerGridFactory.createAttentionWorker gives for D = 128), fp32 output into the output projection.
+ */
+final class ScalarAttention implements AttentionVariant {
+    /** GPULlama3's findOptimalLocalSize(headSize): min(headSize, 64) for the head dims it runs. */
+    static final int THREADS_PER_HEAD = 64;
+
+    private final LlamaConfig config;
+    private final IntArray meta = new IntArray(4);   // [length after this step, unused...]
+    private final List<Layer> layers = new ArrayList<>();
+
+    private record Layer(FloatArray q, FloatArray keyCache, FloatArray valueCache, FloatArray out) {
+    }
+
+    ScalarAttention(LlamaConfig config) {
+        this.config = config;
+    }
+
+    @Override
+    public String name() {
+        return "scalar";
+    }
+
+    @Override
+    public IntArray meta() {
+        return meta;
+    }
+
+    @Override
+    public void setStep(int lengthAfter) {
+        meta.set(0, lengthAfter);
+    }
+
+    @Override
+    public void addAttentionBlock(TaskGraph graph, String graphName, GridScheduler scheduler, KernelContext context,
+                                  int layer, FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin, FloatArray x,
+                                  HalfFloatArray wo) {
+        int dim = config.dim();
+        int kvDim = config.kvDim();
+        Layer arrays = new Layer(new FloatArray(dim), new FloatArray(config.maxLength() * kvDim),
+                new FloatArray(config.maxLength() * kvDim), new FloatArray(dim));
+        layers.add(arrays);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.q, arrays.keyCache, arrays.valueCache, arrays.out);
+        graph.task("rope", LlamaKernels::ropeCacheFp32, context, meta, qkv, ropeCos, ropeSin, arrays.q,
+                arrays.keyCache, arrays.valueCache, dim, kvDim, config.headDim());
+        graph.task("attention", LlamaKernels::scalarAttention, context, meta, arrays.q, arrays.keyCache,
+                arrays.valueCache, arrays.out, config.headDim(), kvDim, config.heads() / config.kvHeads(),
+                (float) (1.0 / Math.sqrt(config.headDim())));
+        graph.task("out_proj", LlamaKernels::matvecResidual, context, arrays.out, wo, x, dim);
+        graph.transferToHost(DataTransferMode.UNDER_DEMAND, arrays.q, arrays.keyCache, arrays.valueCache, arrays.out);
+        scheduler.addWorkerGrid(graphName + ".rope", LlamaDecoder.grid(dim / 2, 128));
+        scheduler.addWorkerGrid(graphName + ".attention", LlamaDecoder.grid(config.heads() * THREADS_PER_HEAD,
+                THREADS_PER_HEAD));
+        scheduler.addWorkerGrid(graphName + ".out_proj", LlamaDecoder.grid(dim * LlamaKernels.MATVEC_THREADS,
+                LlamaKernels.MATVEC_THREADS));
+    }
+
+    @Override
+    public boolean isAttentionTask(String task) {
+        return task.equals("attention");
+    }
+
+    @Override
+    public Sample sample(TornadoExecutionResult result, int layer, int length) {
+        Layer arrays = layers.get(layer);
+        result.transferToHost(arrays.q, arrays.keyCache, arrays.valueCache, arrays.out);
+        int kvDim = config.kvDim();
+        int d = config.headDim();
+        return new Sample(arrays.q.toHeapArray(), arrays.out.toHeapArray(),
+                (slot, kvHead, position, into) -> copyRow(arrays.keyCache, position * kvDim + kvHead * d, into),
+                (slot, kvHead, position, into) -> copyRow(arrays.valueCache, position * kvDim + kvHead * d, into));
+    }
+
+    private static void copyRow(FloatArray cache, int start, float[] into) {
+        for (int i = 0; i < into.length; i++) {
+            into[i] = cache.get(start + i);
+        }
+    }
+}
