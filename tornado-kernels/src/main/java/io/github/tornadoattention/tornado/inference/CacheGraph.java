@@ -39,7 +39,8 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  *
  * <p>Per execution TornadoVM sends the small arrays declared {@code EVERY_EXECUTION}: the step arrays (int32
  * [3*slots+1] each: the append's and each variant's lengths), the block table of a paged cache, the new K/V
- * rows (S per slot) and each variant's queries (S per slot); outputs come back on request
+ * rows (S per slot) and each variant's queries (S per slot); each variant's output comes back with the execution;
+ * K and V come back on request
  * ({@code UNDER_DEMAND}). S bounds a call: appends and packed attention with more tokens per slot run in
  * chunks of S.
  *
@@ -169,7 +170,6 @@ final class CacheGraph {
         copyRows(host(q), strides, v.q.getSegment(), sq, s.heads(), 0, true);
         write(v.step, step);
         execute();
-        last.transferToHost(lse != null ? new Object[] {v.o, v.lse} : new Object[] {v.o});
         copyRows(host(o), strides, v.o.getSegment(), sq, s.heads(), 0, false);
         if (lse != null) {
             MemorySegment out = host(lse);
@@ -212,7 +212,6 @@ final class CacheGraph {
             }
             write(v.step, chunk);
             execute();
-            last.transferToHost(lse != null ? new Object[] {v.o, v.lse} : new Object[] {v.o});
             for (int b = 0; b < slots; b++) {
                 for (int h = 0; h < hq; h++) {
                     for (int jj = 0; jj < counts[b]; jj++) {
@@ -337,7 +336,8 @@ final class CacheGraph {
         }
         graph.transferToHost(DataTransferMode.UNDER_DEMAND, k, vv);
         for (Variant v : variants) {
-            graph.transferToHost(DataTransferMode.UNDER_DEMAND, v.o, v.lse);
+            // Back with every execution: one synchronisation per call instead of a second one for the copy.
+            graph.transferToHost(DataTransferMode.EVERY_EXECUTION, v.o, v.lse);
         }
         TornadoExecutionPlan built = new TornadoExecutionPlan(graph.snapshot());
         try {
@@ -422,6 +422,16 @@ final class CacheGraph {
     private void copyRows(MemorySegment caller, TensorStrides strides, MemorySegment staged, int sq, int heads, int j0,
                           boolean in) {
         long rowBytes = 2L * spec.headDim();
+        if (sq == rows && strides.equals(new TensorStrides((long) heads * sq * spec.headDim(), (long) sq * spec.headDim(),
+                spec.headDim()))) {
+            long bytes = (long) slots * heads * sq * rowBytes;   // the same dense layout: one copy
+            if (in) {
+                MemorySegment.copy(caller, 0, staged, 0, bytes);
+            } else {
+                MemorySegment.copy(staged, 0, caller, 0, bytes);
+            }
+            return;
+        }
         for (int b = 0; b < slots; b++) {
             for (int h = 0; h < heads; h++) {
                 for (int j = 0; j < sq; j++) {
