@@ -24,9 +24,9 @@ public interface BenchmarkHooks {
 
     /**
      * Runs the computation of the plan's last host-tensor {@code forward} call again on the inputs already on the
-     * device, waits for it and copies nothing, in either direction (TornadoVM backends: the first rerun after a
-     * {@code forward} with other inputs sends them once to a device copy of the plan kept for reruns). Backends
-     * without a device recompute.
+     * device, waits for it and copies nothing, in either direction (TornadoVM backends: the plan's kernels on the
+     * inputs of the last forward, already on the device; nothing is sent or copied back). Backends without a device
+     * recompute.
      *
      * @throws IllegalStateException if there was no {@code forward} call yet, one of its tensors is closed, or the
      *                               plan is closed
