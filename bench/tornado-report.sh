@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The TornadoVM inference report (issue 14), in one command on a GPU host with PyTorch, given the packed runtime
+# (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM SDK, or JAVA_HOME and TORNADOVM_HOME) and the jars built with
+# TORNADOVM_HOME (src/target, tornado-kernels/target, examples/target). From the repository root:
+#
+#   bench/tornado-report.sh            # PHASES="correctness decode demo" CONTEXTS="4096 32768" LAYERS=8 STEPS=32
+#
+# 1. correctness on the GPU against the CPU reference: the PTX twins' own check (cache_check.py --tornado-twins),
+#    the inference API's cache scenarios (selftest --inference) and sampled decode steps (decode --check) on
+#    ptx-tornado, tornado-mma and tornado-simt; the dense plans (selftest --random, unchanged inputs kept on the
+#    device);
+# 2. per-token decode through the Java API at (8,32,8,128), LAYERS layers, each context: ptx-cuda, ptx-tornado,
+#    tornado-mma (step wall time without the profiler, kernel time with it) beside PyTorch (index write + SDPA);
+# 3. the Llama-shaped layer demo (examples/): our attention task against a GPULlama3-style scalar kernel.
+# Logs and JSON lines go to $OUT (default out/tornado); a table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out/tornado}; mkdir -p "$OUT"
+CONTEXTS=${CONTEXTS:-4096 32768}
+LAYERS=${LAYERS:-8}
+STEPS=${STEPS:-32}
+SEED=${SEED:-$(date +%s)}
+PHASES=${PHASES:-correctness decode demo}
+BACKENDS=${BACKENDS:-ptx-tornado tornado-mma tornado-simt}
+SHAPE="--batch 8 --heads 32 --kv-heads 8 --dim 128"
+want() { [[ " $PHASES " == *" $1 "* ]]; }
+if [ -z "${TORNADOVM_HOME:-}" ]; then
+  [ -d /opt/gpu-bundle ] || tar -xJf "${BUNDLE:-.gpu/gpu-bundle.tar.xz}" -C /opt || { echo "cannot unpack the bundle" >&2; exit 2; }
+  source /opt/gpu-bundle/env.sh
+fi
+ta() { timeout "${CALL_TIMEOUT:-300}" bin/tornado-attention "$@"; }
+cuda() { TORNADOVM_HOME= timeout "${CALL_TIMEOUT:-300}" bin/tornado-attention "$@"; }   # ptx-cuda: no TornadoVM
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+fail=0
+
+if want correctness; then
+  echo "== correctness (seed $SEED)"
+  python3 ptx-overrides/harness/cache_check.py --tornado-twins > "$OUT/cache-check-twins.log" 2>&1 || fail=1
+  tail -n 1 "$OUT/cache-check-twins.log"
+  for b in $BACKENDS; do
+    ta selftest --inference --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b.log" 2>&1 || fail=1
+    echo "[$b] selftest --inference: $(tail -n 1 "$OUT/selftest-inference-$b.log")"
+    for args in "--context 3000 --ragged" "--context 3000 --ragged --page-size 16" "--context 700 --dim 64 --page-size 4"; do
+      dims=$SHAPE; [[ "$args" == *"--dim 64"* ]] && dims="--batch 8 --heads 32 --kv-heads 8"
+      log="$OUT/check-$b-$(echo "$args" | tr -d ' -').log"
+      ta decode $dims $args --steps 8 --layers 2 --backend "$b" --check --seed "$SEED" --json > "$log" 2>&1 || fail=1
+      echo "[$b $args] $(grep -h '^check' "$log")"
+    done
+  done
+  ta selftest --backend "$(echo $BACKENDS | tr ' ' ,)" --random 20 --seed "$SEED" > "$OUT/selftest-dense.log" 2>&1 || fail=1
+  echo "dense plans: $(tail -n 1 "$OUT/selftest-dense.log")"
+fi
+
+if want decode; then
+  echo "== per-token decode, $LAYERS layers"
+  : > "$OUT/decode.jsonl"
+  for n in $CONTEXTS; do
+    cuda decode $SHAPE --context "$n" --layers "$LAYERS" --steps "$STEPS" --backend ptx-cuda --seed "$SEED" --json \
+      > "$OUT/decode-$n-ptx-cuda.log" 2>&1 || fail=1
+    tail -n 1 "$OUT/decode-$n-ptx-cuda.log" >> "$OUT/decode.jsonl"
+    for b in ptx-tornado tornado-mma; do
+      for profile in "" "--profile"; do
+        log="$OUT/decode-$n-$b${profile:+-profile}.log"
+        ta decode $SHAPE --context "$n" --layers "$LAYERS" --steps "$STEPS" --backend "$b" $profile --seed "$SEED" --json \
+          > "$log" 2>&1 || fail=1
+        tail -n 1 "$log" | sed "s/^{/{\"profile\":\"${profile:-no}\",/" >> "$OUT/decode.jsonl"
+      done
+    done
+    python3 bench/decode_baseline.py --batch 8 --heads 32 --kv-heads 8 --dim 128 --context "$n" --layers "$LAYERS" \
+      --steps "$STEPS" --backends FLASH >> "$OUT/decode.jsonl" 2> "$OUT/torch-$n.err" || fail=1
+  done
+fi
+
+if want demo; then
+  echo "== layer demo (examples/)"
+  cp="src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar:examples/target/tornado-attention-examples.jar"
+  demo() { timeout "${DEMO_TIMEOUT:-560}" "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
+    -Dtornado.recover.bailout=False -Dtornado.panama.objectHeader=128 -Dtornado.max.events=1024 -cp "$cp" \
+    io.github.tornadoattention.examples.llama.LlamaDecoderDemo "$@"; }
+  demo ${DEMO_ARGS:---attention ours,scalar --backend ptx-tornado} --json "$OUT/llama.json" > "$OUT/llama.log" 2>&1 || fail=1
+  tail -n 30 "$OUT/llama.log"
+fi
+
+[ -s "$OUT/decode.jsonl" ] && python3 - "$OUT/decode.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+cuda = {r["context"]: r for r in rows if r.get("backend") == "ptx-cuda"}
+torch = {r["context"]: r for r in rows if r.get("backend") == "torch-sdpa-FLASH"}
+print("\n| context | backend | step ms (no profiler) | kernels ms (profiler) | step / ptx-cuda step | step / PyTorch step | compilations after warm-up |")
+print("|---|---|---|---|---|---|---|")
+for n in sorted(cuda):
+    c, t = cuda[n], torch.get(n, {})
+    def line(name, step, kernel, comp):
+        rt = "%.3f" % (step / t["step_median_ms"]) if t.get("step_median_ms") else "-"
+        print("| %d | %s | %.4g | %s | %.3f | %s | %s |" % (n, name, step, kernel, step / c["step_median_ms"], rt, comp))
+    line("ptx-cuda", c["step_median_ms"], "%.4g" % c["kernel_median_ms"], c["compilations_after_warmup"])
+    for b in ("ptx-tornado", "tornado-mma"):
+        plain = [r for r in rows if r.get("backend") == b and r["context"] == n and r.get("profile") == "no"]
+        prof = [r for r in rows if r.get("backend") == b and r["context"] == n and r.get("profile") == "--profile"]
+        if plain:
+            k = prof[0]["kernel_median_ms"] if prof and prof[0].get("kernel_median_ms") else None
+            line(b, plain[0]["step_median_ms"], "%.4g" % k if k else "-", plain[0]["compilations_after_warmup"])
+    if t:
+        print("| %d | PyTorch SDPA-FLASH | %.4g | %s | %.3f | 1 | - |" % (n, t["step_median_ms"], t.get("device_median_ms"),
+              t["step_median_ms"] / c["step_median_ms"]))
+PY
+exit $fail
