@@ -16,8 +16,12 @@ peak and beside SDPA FLASH over the same cache slice.  A short table is printed 
   python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N]
 
 --tornado-twins: only the TornadoVM twins (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
-kv_cache_append_tornado[_h128]), every array allocated behind a fake header of 16 (128) bytes and
-passed as a pointer to that header, against the same references (GPU only; no timing).
+kv_cache_append_tornado[_h128], flash_cache_fwd[_paged]_d{64,128}[_causal]_tornado[_h128]), every
+array allocated behind a fake header of 16 (128) bytes and passed as a pointer to that header,
+against the same references (GPU only; no timing).  The fused decode also runs as an engine's
+TaskGraph would: one params block with params[25] = 0 (keys per split derived on the device) and
+one fixed grid, stepped through ragged, all-zero and long lengths in the same buffers; the prefill
+twins read lens and the packed offsets from one KvCache step array [3*B + 1].
 
 --emulate: no GPU; every launch runs a Python model of the ABI instead (checks this script's
 plumbing and references on the CPU; timings then mean nothing).
@@ -1074,10 +1078,167 @@ def check_tornado_append(K, res, rng, gen, hdr):
                     res.error(group, tag, ex)
 
 
+def decode_reference(dec, cache, lens, news):
+    """(oref [B, Hq, Sq, D], lref [B, Hq, Sq]) of a dense decode: absent query rows O = 0, lse = -inf."""
+    refs = reference([dec.qv[b, :, :n] for b, n in enumerate(news)], cache, lens, news, dec.causal, dec.scale, dec.Hq)
+    oref = torch.zeros(dec.B, dec.Hq, dec.Sq, dec.D, device=DEV, dtype=torch.float64)
+    lref = torch.full((dec.B, dec.Hq, dec.Sq), NEG_INF, device=DEV, dtype=torch.float64)
+    for b, (o_, l_) in enumerate(refs):
+        oref[b, :, :news[b]] = o_
+        lref[b, :, :news[b]] = l_
+    return oref, lref
+
+
+def derived_kps(lens, news, splits, bc):
+    """The device's keys per split for params[25] = 0 (flash_cache.cu, ABI 6)."""
+    m = max([Lb for Lb, n in zip(lens, news) if n > 0], default=0)
+    return math.ceil(math.ceil(m / splits) / bc) * bc
+
+
+def check_tornado_decode_derived(K, res, rng, gen, hdr):
+    """The fused decode twins as an engine's TaskGraph runs them: params[25] = 0 and a grid fixed when the
+    graph is built (split counts 1, 5 and the capacity's), the same header buffers for every step, only their
+    contents rewritten; steps with ragged lengths, all lengths 0, long uniform lengths, idle slots (n_b = 0)
+    longer than every active one, and a length at the capacity."""
+    B, cap = 5, 2100
+    for D in (64, 128):
+        bc = 32 if D == 128 else 64  # the decode tiles' Bc (DecodeTraits)
+        for ps in (0, 16, 1):
+            for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 8, True, 4), (8, 8, True, 1)):
+                if ps == 1 and Sq == 4:
+                    continue
+                engine_splits = max(1, min(MAX_SPLITS, math.ceil(cap / SPLIT_GRANULE)))
+                for S in sorted({1, 5, engine_splits}):
+                    group = f"fused twin kps=0 h{hdr} d{D} {'paged' if ps else 'contig'}"
+                    steps = [
+                        ("ragged", ragged(rng, B, cap)),
+                        ("zero", [0] * B),
+                        ("long", [cap - rng.randint(0, 40) for _ in range(B)]),
+                        ("idle-long", [cap, rng.randint(1, 90), rng.randint(100, 700), cap - 1, 0]),
+                        ("cap+short", [cap, 1, 0, 64, 65]),
+                    ]
+                    bufs = None
+                    for si, (label, lens) in enumerate(steps):
+                        if label == "zero":
+                            news = [rng.choice([0, 1]) for _ in range(B)]
+                            news[0] = 1  # queries that see no key
+                        elif label == "idle-long":
+                            news = [0, 1, min(Sq, 4), 0, 1]
+                        else:
+                            news = [rng.choice([n for n in (0, 1, 1, 4) if n <= Sq]) for _ in lens]
+                            news = [min(n, max(Lb, 1)) for n, Lb in zip(news, lens)]
+                            if all(n == 0 for n in news):
+                                news[0] = 1
+                        tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} "
+                               f"{'page' + str(ps) if ps else 'contig'} Sq{Sq} splits={S} step{si} {label} "
+                               f"L={lens} n={news}")
+                        try:
+                            cache = Cache(B, Hkv, cap, D, ps, gen)
+                            cache.fill(lens, gen)
+                            dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=64)
+                            prm = dec.prm.clone()
+                            prm[25] = 0  # P_KEYS_PER_SPLIT: derive on the device
+                            rows = B * Hq * Sq
+                            bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
+                            step = torch.tensor(lens + news + [0] * (B + 1), dtype=torch.int32, device=DEV)
+                            contents = dict(q=dec.q, k=cache.k, v=cache.v, p=prm, n=step, b=bt)
+                            if bufs is None:  # the graph's arrays, allocated once
+                                bufs = {key: behind_header(t, hdr) for key, t in contents.items()}
+                                bufs["o"] = behind_header(torch.full_like(dec.o, NAN), hdr)
+                                bufs["l"] = behind_header(torch.full((B, Hq, Sq), NAN, device=DEV), hdr)
+                                bufs["w"] = behind_header(torch.full((S * rows * (D + 1),), NAN, device=DEV), hdr)
+                                bufs["t"] = behind_header(torch.zeros(dec.row_blocks * B * Hkv, dtype=torch.int32,
+                                                                      device=DEV), hdr)
+                            else:  # a step: new contents in the same buffers
+                                for key, t in contents.items():
+                                    bufs[key][1].copy_(t)
+                            bufs["o"][1].fill_(NAN)
+                            bufs["l"][1].fill_(NAN)
+                            name = twin_name(f"flash_cache_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
+                            args = [None] + [bufs[key][0] for key in ("q", "k", "v", "o", "l", "p", "n", "b", "w", "t")]
+                            K.launch(name, (S, dec.row_blocks, B * Hkv), args)
+                            torch.cuda.synchronize()
+                            dec.o.copy_(bufs["o"][1])
+                            dec.lse.copy_(bufs["l"][1])
+                            oref, lref = decode_reference(dec, cache, lens, news)
+                            r = compare(dec.ov, dec.lse, oref, lref)
+                            if int(bufs["t"][1].abs().sum()) != 0:
+                                r.update(ok=False, why=r["why"] + " tickets not reset")
+                            if not all(bool((bufs[key][0][:hdr] == 0xA5).all()) for key in ("o", "l", "w", "t")):
+                                r.update(ok=False, why=r["why"] + " a header was written")
+                            res.add(group, f"{tag} kps={derived_kps(lens, news, S, bc)}", r)
+                        except Exception as ex:  # noqa
+                            res.error(group, tag, ex)
+
+
+def check_tornado_prefill(K, res, rng, gen, hdr):
+    """flash_cache_fwd[_paged]_d{64,128}[_causal] twins: packed prompts (ragged, some 0, a few past one query
+    tile), lens and offsets from one step array [3*B + 1], causal and not, contiguous and paged, D 64/128,
+    a grid fixed for the largest prompt planned (more tiles than any prompt needs), launched twice."""
+    cfgs = [("d64", 64), ("d128", 128), ("d128_causal", 128)]
+    for cfg, D in cfgs:
+        for causal in (False, True):
+            for ps in (0, 16, 64):
+                for (Hq, Hkv) in ((32, 8), (8, 8)):
+                    if Hq == 8 and ps == 64:
+                        continue
+                    B = 5
+                    news = [rng.choice([0, 1, 77, 129, 300]) if rng.random() < 0.5 else rng.randint(2, 520)
+                            for _ in range(B)]
+                    if max(news) == 0:
+                        news[0] = 33
+                    ctx = [rng.choice([0, 0, 5, 200, 1031]) for _ in range(B)]
+                    lens = [c + n for c, n in zip(ctx, news)]
+                    cap = max(lens) + rng.randint(0, 40)
+                    wlse = rng.random() < 0.85
+                    group = f"prefill twin h{hdr} {cfg} {'paged' if ps else 'contig'}"
+                    tag = (f"{cfg} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
+                           f"lse={int(wlse)} L={lens} n={news}")
+                    try:
+                        cache = Cache(B, Hkv, cap, D, ps, gen)
+                        cache.fill(lens, gen)
+                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, cfg, write_lse=wlse)
+                        total = pf.offs[-1]
+                        max_q = 640  # the engine's planned largest prompt: grid.x fixed by it, not by this step
+                        grid = (math.ceil(max_q / FWD_BR[cfg]), B * Hq, 1)
+                        step = torch.tensor(lens + news + pf.offs, dtype=torch.int32, device=DEV)
+                        bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
+                        hq, _ = behind_header(pf.q, hdr)
+                        hk, _ = behind_header(cache.k, hdr)
+                        hv, _ = behind_header(cache.v, hdr)
+                        ho, ov = behind_header(torch.full_like(pf.o, NAN), hdr)
+                        hl, lv = behind_header(torch.full((Hq, pf.sq_plan), NAN, device=DEV), hdr)
+                        hp, _ = behind_header(pf.prm, hdr)
+                        hs, _ = behind_header(step, hdr)
+                        hb, _ = behind_header(bt, hdr)
+                        name = twin_name(f"flash_cache_fwd_{'paged_' if ps else ''}{cfg}", hdr)
+                        refs = reference([pf.q[pf.offs[b]:pf.offs[b + 1]].transpose(0, 1) for b in range(B)], cache,
+                                         lens, news, causal, pf.scale, Hq)
+                        oref = torch.cat([o_.transpose(0, 1) for o_, _ in refs], 0)
+                        lref = torch.cat([l_ for _, l_ in refs], 1)
+                        for launch in range(2):
+                            ov.fill_(NAN)
+                            lv.fill_(NAN)
+                            K.launch(name, grid, [None, hq, hk, hv, ho, hl, hp, hs, hb])
+                            torch.cuda.synchronize()
+                            r = compare(ov[:total], lv[:, :total] if wlse else None, oref, lref)
+                            if wlse and not torch.isnan(lv[:, total:]).all():
+                                r.update(ok=False, why=r["why"] + " lse written past the packed rows")
+                            if not wlse and not torch.isnan(lv).all():
+                                r.update(ok=False, why=r["why"] + " lse written with write_lse = 0")
+                            if not (ho[:hdr] == 0xA5).all() or not (hl[:hdr] == 0xA5).all():
+                                r.update(ok=False, why=r["why"] + " a header was written")
+                            res.add(group, f"{tag} launch{launch}", r)
+                    except Exception as ex:  # noqa
+                        res.error(group, tag, ex)
+
+
 def check_tornado_twins(K, res, rng, gen, sms):
     for hdr in (16, 128):
         check_tornado_decode(K, res, rng, gen, sms, hdr)
+        check_tornado_decode_derived(K, res, rng, gen, hdr)
         check_tornado_append(K, res, rng, gen, hdr)
+        check_tornado_prefill(K, res, rng, gen, hdr)
 
 
 # --------------------------------------------------------------------------- main

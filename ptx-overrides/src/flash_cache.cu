@@ -1,8 +1,8 @@
 // Shipped KV-cache entries (ptx/flash_cache.ptx): attention over a contiguous or paged KV cache
 // with per-sequence lengths (decode split pass + combine, varlen prefill), the append of new
 // tokens, and the public merge of partial results (CUDA-driver entries 1-5), plus TornadoVM
-// twins of the decode (fused, 6) and of the append (7).  fp16, D = 64/128, static shared
-// memory, dynamic shared memory 0 for every launch.
+// twins of the decode (fused, 6), of the append (7) and of the varlen prefill (8).  fp16,
+// D = 64/128, static shared memory, dynamic shared memory 0 for every launch.
 //
 // ---- ABI ----------------------------------------------------------------------------------
 // params: the 32-int block of flash_params.cuh, read as
@@ -12,7 +12,8 @@
 //   [4] Skv = cache capacity per sequence (not read by the kernels)
 //   [7] scale*log2(e) bits, [8] write_lse, [22] scale bits, [9..20] strides in elements as
 //       today (q, k, v, o: batch, head, row); [21] unused
-//   [25] P_KEYS_PER_SPLIT: keys per split of the fused decode twins (6 below); not read by 1-5
+//   [25] P_KEYS_PER_SPLIT: keys per split of the fused decode twins (6 below; 0 = derived from
+//       lens on the device); not read by 1-5, 7, 8
 //   [23] P_PAGE_SIZE: 0 = contiguous cache, else tokens per page, a power of two (1, 2, 4, ...)
 //   [24] P_PAGES_PER_SEQ: block-table row stride
 //   K/V contiguous [slots, Hkv, capacity, D]: k_sb, k_sh, k_sr as usual (V likewise).
@@ -81,12 +82,21 @@
 //        float* workspace, int* tickets)
 //    The decode split pass (1) and combine (2) in one launch: the split pass's block (32) and
 //    grid (num_splits, ceil(G*Sq/16), B*Hkv); num_splits = gridDim.x, keys per split =
-//    params[25] (P_KEYS_PER_SPLIT, a multiple of 64, num_splits >= ceil(max_b L_b / it)).  Each
-//    CTA writes its partials, then takes a ticket (atomicAdd on tickets[blockIdx.z * gridDim.y
-//    + blockIdx.y]); the last of the num_splits CTAs of a row block combines that block's rows
-//    into o (o strides) and lse [B, Hq, Sq] (always an array; written when write_lse = 1) and
-//    sets the ticket back to 0.  tickets: int32 [ceil(G*Sq/16) * B*Hkv], zeroed once before
-//    the first launch (the kernel leaves them zero; a launch that faults leaves them dirty).
+//    params[25] (P_KEYS_PER_SPLIT):
+//      > 0: as given (a multiple of 64, num_splits >= ceil(max_b L_b / it)), as in 1;
+//      = 0: derived per launch from lens, so that an engine's fixed params block and fixed grid
+//           serve every step: kps = ceil(ceil(M / num_splits) / Bc) * Bc, M = max L_b over the
+//           sequences with n_b > 0 (0 if none), Bc = the tile's keys (32 for d128, 64 for d64);
+//           every CTA computes the same kps, and num_splits * kps >= M, so the grid's splits
+//           always cover every key (the last ones may be empty).  M = 0: every split is empty
+//           and every row gets O = 0, lse = -inf.
+//    Each CTA writes its partials, then takes a ticket (atomicAdd on tickets[blockIdx.z *
+//    gridDim.y + blockIdx.y]); the last of the num_splits CTAs of a row block combines that
+//    block's rows into o (o strides) and lse [B, Hq, Sq] (always an array; written when
+//    write_lse = 1) and sets the ticket back to 0.  lens: int32 [2*B] as for 1 (an engine can
+//    pass the KvCache step array, whose first 2*B words these are).  tickets: int32
+//    [ceil(G*Sq/16) * B*Hkv], zeroed once before the first launch (the kernel leaves them zero;
+//    a launch that faults leaves them dirty).
 //    workspace: fp32 [num_splits*B*Hq*Sq*(D+1)] = o_partial [splits, B, Hq, Sq, D] then
 //    lse_partial [splits, B, Hq, Sq]; needs no zeroing.  Same semantics as 1 + 2: rows j >= n_b
 //    and rows that see no key get O = 0, lse = -inf.
@@ -101,6 +111,19 @@
 //    cache READ-WRITE (TornadoVM 5.2.0 drops the upload of an array whose first task in the
 //    graph only writes it, so a write-only cache would never receive the host's prompt; see
 //    tornado-kernels/README.md, "Device residency in TornadoVM 5.2.0").
+// 8. flash_cache_fwd[_paged]_d64_tornado[_h128], flash_cache_fwd[_paged]_d128_tornado[_h128],
+//    flash_cache_fwd[_paged]_d128_causal_tornado[_h128](uint64 ctx, q, k, v, __half* o,
+//        float* lse, const int* params, const int* step, const int* block_table)
+//    The varlen prefill over a cache (3) with lens and q_offsets from one step array, the
+//    KvCache's int32 [3*B + 1]: step[b] = L_b, step[B+b] = n_b (not read), step[2B+b] =
+//    q_offsets[b] (b <= B), B = params[0].  params as for 3 (the packed block: q_sr = o_sr =
+//    Hq*D, q_sh = o_sh = D, Sq = the lse row length >= total queries, causal, write_lse, page
+//    words); lse [Hq, Sq] always an array (written when write_lse = 1).  Block 128, grid =
+//    (ceil(maxQ / Br), B*Hq), maxQ >= max n_b (an engine's fixed grid: the largest prompt it
+//    plans for; tiles past n_b exit), Br as 3: 128 (d64, d128), 64 (d128_causal).  Same
+//    semantics as 3.  The contiguous d128 twin runs 3's d128 tile with the lazy rescale (the
+//    eager one spills on sm_90 with the offsets pointer computed from the step array); the
+//    paged d128 twin runs 3's own configuration.
 #include "flash_cache.cuh"
 
 // The shipped configurations (flash_fwd.cu, flash_decode.cu), in their cache modes.
@@ -143,10 +166,23 @@ attention_merge_states(const __half* __restrict__ o_parts, const float* __restri
   flash::merge_states_body(o_parts, lse_parts, o, lse, parts, rows, D);
 }
 
-// TornadoVM twins (ABI items 6 and 7 above), after every CUDA-driver entry.
+// TornadoVM twins (ABI items 6, 7 and 8 above), after every CUDA-driver entry.
 FLASH_CACHE_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
 FLASH_CACHE_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
 FLASH_CACHE_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
 FLASH_CACHE_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
 FLASH_CACHE_APPEND_TORNADO_ENTRY(_tornado, flash::kTornadoHeaderBytes)
 FLASH_CACHE_APPEND_TORNADO_ENTRY(_tornado_h128, 128)
+// The prefill twins (ABI item 8) run the CUDA-driver entries' configurations, but for the contiguous
+// non-causal D=128 one: KtCacheFwd128 sits at 255 registers on sm_90, and the step array's
+// offsets pointer (computed, not a kernel parameter) stays live to the epilogue and spills 8
+// bytes there; the same tile with the lazy rescale fits (249).
+using KtCacheFwd128Lazy = flash::FwdTraits<128, 128, 32, 4, 1, 2, false, false,
+                                           flash::Opt<true, true, true, true, true, true>>;
+FLASH_CACHE_FWD_TORNADO_ENTRY(d64, flash_cache_fwd_d64, KtCacheFwd64, flash::kCacheContig)
+FLASH_CACHE_FWD_TORNADO_ENTRY(d128, flash_cache_fwd_d128_lazy, KtCacheFwd128Lazy, flash::kCacheContig)
+FLASH_CACHE_FWD_TORNADO_ENTRY(d128_causal, flash_cache_fwd_d128_causal, KtCacheFwd128Causal, flash::kCacheContig)
+FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d64, flash_cache_fwd_paged_d64, KtCacheFwd64, flash::kCachePaged)
+FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128, flash_cache_fwd_paged_d128, KtCacheFwd128, flash::kCachePaged)
+FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128_causal, flash_cache_fwd_paged_d128_causal, KtCacheFwd128Causal,
+                              flash::kCachePaged)

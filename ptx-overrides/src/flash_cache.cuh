@@ -152,11 +152,27 @@ __device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_p
 // ---- TornadoVM twins (flash_cache.cu has the ABI): a leading kernel-context word, every array
 // behind a kHdr-byte header, no scalar arguments (TornadoVM compiles scalars in as constants).
 
+// Keys per split derived on the device (params[P_KEYS_PER_SPLIT] = 0): the longest KV length over
+// the sequences with a query this step (lens[b] with lens[B+b] > 0; the others' rows are O = 0,
+// lse = -inf whatever the split), over the grid's splits, rounded up to whole tiles of kTile keys.
+// Every CTA of the launch computes the same value; splits * result >= that length, so the splits
+// cover every key of every sequence with a query.  0 when no such sequence has a key (every split
+// is then empty: O = 0, lse = -inf).  One warp (the decode tiles' block): B/32 strided reads each.
+template <int kTile>
+__device__ __forceinline__ int keys_per_split_from_lens(const int* __restrict__ lens, int B, int splits) {
+  int m = 0;
+  for (int b = threadIdx.x & 31; b < B; b += 32)
+    if (__ldg(lens + B + b) > 0) m = max(m, __ldg(lens + b));
+  m = __reduce_max_sync(0xffffffffu, m);
+  return ceil_div(ceil_div(m, splits), kTile) * kTile;
+}
+
 // Split-KV decode over a cache in one launch: each CTA runs the split pass for its keys; the last
 // of the gridDim.x split CTAs of a row block to finish (a ticket per row block) combines that
 // block's rows, as decode_fused_body (flash_decode_fused.cuh) does for the plain decode.
-// keys_per_split = params[P_KEYS_PER_SPLIT], num_splits = gridDim.x.  workspace (fp32):
-// o_partial [splits, B, Hq, Sq, D] then lse_partial [splits, B, Hq, Sq].
+// keys_per_split = params[P_KEYS_PER_SPLIT], or, where that word is 0, keys_per_split_from_lens
+// (Bc-tile granules); num_splits = gridDim.x.  workspace (fp32): o_partial [splits, B, Hq, Sq, D]
+// then lse_partial [splits, B, Hq, Sq].
 template <class Kt, int kCache, int kHdr>
 __device__ __forceinline__ void cache_decode_fused_body(const __half* q, const __half* k, const __half* v,
                                                         __half* o, float* lse, const int* params,
@@ -170,7 +186,10 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, const _
   CacheArgs ca;
   ca.lens = at_data<kHdr>(lens);
   ca.block_table = at_data<kHdr>(block_table);
+  static_assert(Kt::kNThreads == 32, "keys_per_split_from_lens: one warp per CTA");
   ca.keys_per_split = __ldg(pd + P_KEYS_PER_SPLIT);
+  if (ca.keys_per_split == 0)
+    ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x);
   run_fwd_cache_split_hdr<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
 
   // Publish this CTA's partials, then take a ticket.
@@ -202,6 +221,28 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, const _
                          at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
   }
   if (threadIdx.x == 0) *ticket = 0;
+}
+
+// Varlen prefill over a cache, TornadoVM twin (flash_cache_fwd*_tornado): the arrays behind kHdr-byte
+// headers; lens and the packed query offsets both come from one step array, the KvCache's
+// [3*slots + 1] words (lengths at word 0, new tokens at B, offsets at 2B; B = params[P_B] = slots).
+// The body is the CUDA-driver entries' own fwd_body instantiation (kHdr = 0: its cache prefill takes
+// raw pointers) with every pointer moved past its header here.  Its own function, templated on
+// kHdr, so that each twin has a shared-memory symbol of its own: sharing run_fwd_cache's would
+// move that symbol out of the flash_cache_fwd_* entries and change their PTX.
+template <class Kt, int kCache, int kHdr>
+__device__ __forceinline__ void cache_fwd_tornado_body(const __half* q, const __half* k, const __half* v, __half* o,
+                                                       float* lse, const int* params, const int* step,
+                                                       const int* block_table) {
+  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
+  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
+  const int* pd = at_data<kHdr>(params);
+  CacheArgs ca;
+  ca.lens = at_data<kHdr>(step);
+  ca.q_offsets = at_data<kHdr>(step) + 2 * __ldg(pd + P_B);
+  ca.block_table = at_data<kHdr>(block_table);
+  fwd_body<Kt, false, 0, kCache>(at_data<kHdr>(q), at_data<kHdr>(k), at_data<kHdr>(v), at_data<kHdr>(o), nullptr,
+                                 at_data<kHdr>(lse), pd, flash_smem, ca);
 }
 
 // Words of kv_cache_append_tornado's append_params (int32).
@@ -307,3 +348,20 @@ __device__ __forceinline__ void kv_append_tornado_body(__half* k_cache, __half* 
     flash::kv_append_tornado_body<HEADER_BYTES>(k_cache, v_cache, new_k, new_v, lens, block_table, \
                                                 new_offsets, append_params);                     \
   }
+
+// flash_cache_fwd[_paged]_d{D}[_causal]_tornado / _tornado_h128: TornadoVM twins of the varlen
+// prefill over a cache (flash_cache_fwd_*), lens and q_offsets from one step array.  CONFIG: the
+// manifest's config (the CUDA-driver entry's where the twin runs the same traits).
+#define FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, TAIL, HEADER_BYTES)             \
+  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, flash_cache_fwd_##NAME##TAIL, HEADER_BYTES, KT)    \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_cache_fwd_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,            \
+                               const __half* __restrict__ k, const __half* __restrict__ v,       \
+                               __half* __restrict__ o, float* __restrict__ lse,                  \
+                               const int* __restrict__ params, const int* __restrict__ step,     \
+                               const int* __restrict__ block_table) {                            \
+    flash::cache_fwd_tornado_body<KT, MODE, HEADER_BYTES>(q, k, v, o, lse, params, step, block_table); \
+  }
+#define FLASH_CACHE_FWD_TORNADO_ENTRY(NAME, CONFIG, KT, MODE)                                     \
+  FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado, flash::kTornadoHeaderBytes) \
+  FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado_h128, 128)
