@@ -6,7 +6,7 @@
 #   bench/tornado-report.sh            # PHASES="correctness decode demo" CONTEXTS="4096 32768" LAYERS=8 STEPS=32
 #
 # 1. correctness on the GPU against the CPU reference: the PTX twins' own check (cache_check.py --tornado-twins),
-#    the inference API's cache scenarios (selftest --inference) and sampled decode steps (decode --check) on
+#    our tasks in an engine's own task graphs (EngineTasksCheck), the inference API's cache scenarios (selftest --inference) and sampled decode steps (decode --check) on
 #    ptx-tornado, tornado-mma and tornado-simt; the dense plans (selftest --random, unchanged inputs kept on the
 #    device);
 # 2. per-token decode through the Java API at (8,32,8,128), LAYERS layers, each context: ptx-cuda, ptx-tornado,
@@ -35,8 +35,14 @@ fail=0
 
 if want correctness; then
   echo "== correctness (seed $SEED)"
-  python3 ptx-overrides/harness/cache_check.py --tornado-twins > "$OUT/cache-check-twins.log" 2>&1 || fail=1
+  python3 ptx-overrides/harness/cache_check.py --tornado-twins --seed "$SEED" > "$OUT/cache-check-twins.log" 2>&1 || fail=1
   tail -n 1 "$OUT/cache-check-twins.log"
+  "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED -Dtornado.recover.bailout=False \
+    -Dtornado.panama.objectHeader=128 -Dtornado.max.events=1024 \
+    -cp "src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar" \
+    io.github.tornadoattention.tornado.engine.EngineTasksCheck "$(echo $BACKENDS | tr ' ' ,)" "$SEED" \
+    > "$OUT/engine-tasks.log" 2>&1 || fail=1
+  echo "engine task graphs: $(tail -n 1 "$OUT/engine-tasks.log")"
   for b in $BACKENDS; do
     ta selftest --inference --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b.log" 2>&1 || fail=1
     echo "[$b] selftest --inference: $(tail -n 1 "$OUT/selftest-inference-$b.log")"

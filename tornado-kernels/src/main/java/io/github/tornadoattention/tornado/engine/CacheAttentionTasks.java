@@ -223,20 +223,16 @@ public final class CacheAttentionTasks {
         requireLength("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
         requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
         IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
-        // A dense append reads no offsets; the PTX kernel still takes an array for them (not the step array:
-        // one array twice among a prebuilt task's arguments would be one buffer, the header pointer of both).
-        IntArray unusedOffsets = new IntArray(1);
-        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, javaTasks == null ? new Object[] {params, unusedOffsets}
-                : new Object[] {params});
-        addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, maxNew, kCache, vCache, step, unusedOffsets,
-                blockTable);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+        addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, maxNew, kCache, vCache, step, null, blockTable);
     }
 
     /**
      * The append with its parameters in {@code appendParams} (16 ints, {@link JavaCacheTasks#appendParams}),
      * an array the caller declares and may change between executions (layout, dense or packed), for up to
-     * {@code maxRows} new rows per slot; {@code offsets} holds the packed offsets (a packed append on
-     * ptx-tornado: {@code slots + 1} ints; the Java kernels read them from the step array).
+     * {@code maxRows} new rows per slot. {@code offsets}: for a packed append on ptx-tornado, the packed offsets
+     * ({@code slots + 1} ints, declared by the caller like the step array); otherwise null (the Java kernels read
+     * the offsets from the step array).
      */
     public void addAppend(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
                           HalfFloatArray newK, HalfFloatArray newV, IntArray appendParams, int maxRows,
@@ -248,6 +244,12 @@ public final class CacheAttentionTasks {
         if (javaTasks != null) {
             javaTasks.addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, kCache, vCache, step, blockTable);
             return;
+        }
+        if (offsets == null) {
+            // The PTX kernel takes an array for the offsets even when it reads none (a dense append); not the step
+            // array: one array twice among a prebuilt task's arguments would be one buffer.
+            offsets = new IntArray(1);
+            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, offsets);
         }
         KernelManifest.Kernel kernel = KernelManifest.shipped().entry("kv_cache_append" + headerSuffix());
         int rowsPerBlock = kernel.threads() / (spec.headDim() / 8);
@@ -296,6 +298,42 @@ public final class CacheAttentionTasks {
                 q, Access.READ_ONLY, kCache, Access.READ_ONLY, vCache, Access.READ_ONLY, o, Access.WRITE_ONLY,
                 lseOut, Access.WRITE_ONLY, params, Access.READ_ONLY, step, Access.READ_ONLY, blockTable, Access.READ_ONLY,
                 workspace, Access.READ_WRITE, tickets, Access.READ_WRITE);
+    }
+
+    /**
+     * Adds packed (varlen) prefill over the cache: the new tokens of each slot, packed along the sequence axis
+     * ({@code q}, {@code o} [maxTotalQueries, Hq, D]; slot b's rows from its packed offset in the step array), each
+     * attending to its cache (causal per prompt when the spec is), into {@code o} and, when not null, {@code lse}
+     * ([Hq, maxTotalQueries]). Append the prompts' K/V first ({@link #addAppend} with packed parameters, or the
+     * engine's own task). The grid covers prompts of up to {@code spec.maxQueryLength()} tokens.
+     */
+    public void addPrefill(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                           HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
+                           IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+        requireCache(kCache, vCache, step, blockTable);
+        long rows = (long) spec.maxTotalQueries() * spec.heads();
+        requireLength("q", q, rows * spec.headDim(), "maxTotalQueries*heads*headDim");
+        requireLength("o", o, rows * spec.headDim(), "maxTotalQueries*heads*headDim");
+        if (lse != null) {
+            requireLength("lse", lse, rows, "heads*maxTotalQueries");
+        }
+        FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(rows)));
+        if (javaTasks != null) {
+            javaTasks.addPrefill(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
+                    lse != null);
+            return;
+        }
+        IntArray params = IntArray.fromArray(KernelParams.forCache(spec, cacheSpec, true));
+        params.set(KernelParams.P_WRITE_LSE, lse != null ? 1 : 0);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+        int d = spec.headDim();
+        KernelManifest.Kernel kernel = KernelManifest.shipped().entry("flash_cache_fwd" + (cacheSpec.paged() ? "_paged" : "")
+                + "_d" + d + (d == 128 && spec.causal() ? "_causal" : "") + headerSuffix());
+        int longestPrompt = Math.min(spec.maxQueryLength(), spec.maxTotalQueries());
+        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "prefill", kernel,
+                Math.max(1, Math.ceilDiv(longestPrompt, kernel.rowsPerBlock())), spec.batch() * spec.heads(), 1,
+                q, Access.READ_ONLY, kCache, Access.READ_ONLY, vCache, Access.READ_ONLY, o, Access.WRITE_ONLY,
+                lseOut, Access.WRITE_ONLY, params, Access.READ_ONLY, step, Access.READ_ONLY, blockTable, Access.READ_ONLY);
     }
 
     private FloatArray deviceOnly(TaskGraph graph, FloatArray array) {

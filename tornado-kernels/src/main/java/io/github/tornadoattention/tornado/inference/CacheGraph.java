@@ -3,7 +3,6 @@ package io.github.tornadoattention.tornado.inference;
 import static java.lang.foreign.ValueLayout.JAVA_FLOAT_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 
-import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.KvCache;
@@ -304,13 +303,9 @@ final class CacheGraph {
         newK = new HalfFloatArray(slots * spec.kvHeads() * rows * d);
         newV = new HalfFloatArray(newK.getSize());
         appendStep = new IntArray(3 * slots + 1);
-        IntArray unusedOffsets = new IntArray(slots + 1);
         TaskGraph graph = new TaskGraph(name);
         GridScheduler scheduler = new GridScheduler();
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, vv);
-        if (device.backendId().equals(Backends.PTX_TORNADO)) {
-            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, unusedOffsets);   // the PTX append's (unread) offsets
-        }
         graph.transferToDevice(blockTable != null ? DataTransferMode.EVERY_EXECUTION : DataTransferMode.FIRST_EXECUTION, table);
         graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, appendStep, newK, newV);
         List<CacheAttentionTasks> tasks = new ArrayList<>();
@@ -328,8 +323,8 @@ final class CacheGraph {
         IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec,
                 new TensorStrides((long) spec.kvHeads() * rows * d, (long) rows * d, d), rows, false));
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, appendParams);
-        tasks.get(0).addAppend(graph, name, scheduler, "append_", newK, newV, appendParams, rows, k, vv, appendStep,
-                unusedOffsets, table);
+        tasks.get(0).addAppend(graph, name, scheduler, "append_", newK, newV, appendParams, rows, k, vv, appendStep, null,
+                table);
         for (int i = 0; i < variants.size(); i++) {
             Variant v = variants.get(i);
             tasks.get(i).addDecode(graph, name, scheduler, "attend" + i + "_", v.q, k, vv, v.step, table, v.o, v.lse);
