@@ -1,5 +1,3 @@
-// Parked: compiles only with tornado-runtime on the compile path (see tornado-kernels/LIBRARY-TASKS.md,
-// "Enabling the provider"); rename to AttentionLibrary.java when the pom and the services file land.
 package io.github.tornadoattention.tornado.library;
 
 import uk.ac.manchester.tornado.api.common.LibraryTaskDescriptor;
