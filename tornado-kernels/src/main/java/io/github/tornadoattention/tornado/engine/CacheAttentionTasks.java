@@ -31,14 +31,14 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * CacheAttentionTasks att = CacheAttentionTasks.create("ptx-tornado", spec, cacheSpec, device);
  * HalfFloatArray kCache = att.newCacheArray(), vCache = att.newCacheArray();   // one pair per layer
  * IntArray step = CacheAttentionTasks.newStepArray(slots), blocks = att.newBlockTable();
- * TaskGraph layer = new TaskGraph("layer0")
+ * // graph "l0a": the engine's tasks (RMSNorm, QKV projection, RoPE) write q, newK, newV (fp16), persisted
+ * TaskGraph attend = new TaskGraph("l0b")
+ *         .consumeFromDevice("l0a", q, newK, newV)
  *         .transferToDevice(DataTransferMode.FIRST_EXECUTION, kCache, vCache, blocks)  // the cache stays on the device
- *         .transferToDevice(DataTransferMode.EVERY_EXECUTION, step)                    // lengths: runtime data
- *         ... the engine's tasks writing q, newK, newV (fp16) ...;
- * att.addAppend(layer, "layer0", scheduler, "attn_", newK, newV, kCache, vCache, step, blocks);
- * att.addDecode(layer, "layer0", scheduler, "attn_", q, kCache, vCache, step, blocks, o, null);
- * ... the engine's output projection reading o ...
- * // per token: CacheAttentionTasks.setStep(step, lengthsAfterAppend, newTokens); plan.execute();
+ *         .transferToDevice(DataTransferMode.EVERY_EXECUTION, step);                   // lengths: runtime data
+ * att.addAppendAndDecode(attend, "l0b", scheduler, "attn_", newK, newV, q, kCache, vCache, step, blocks, o, null);
+ * // ... the engine's output projection reading o, in the same graph after our task ...
+ * // per token: CacheAttentionTasks.setStep(step, lengthsAfterAppend, newTokens); then the graphs in order
  * }</pre>
  *
  * <p><b>What the tasks read at run time.</b> Everything that changes from step to step comes from device
@@ -55,10 +55,19 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * pageSize, D] with a block table [slots, pagesPerSequence]; dense q, o [slots, Hq, maxQueryLength, D]
  * (BHSD), new K/V [slots, Hkv, maxQueryLength, D].
  *
- * <p><b>Backends.</b> {@code ptx-tornado}: the hand-tuned PTX as prebuilt tasks (one fused split-KV launch
- * for decode; the append kernel); needs TornadoVM's PTX backend. {@code tornado-simt} and {@code tornado-mma}:
- * the Java cache kernels ({@link CacheKernels}, scalar fp32; decode is memory bound, so both Java backends
- * share them), JIT-compiled by TornadoVM with the engine's graph, on any TornadoVM backend.
+ * <p><b>Backends.</b> {@code ptx-tornado}: the hand-tuned PTX as prebuilt tasks (one fused split-KV launch for
+ * decode, with or without this step's append; the varlen prefill); needs TornadoVM's PTX backend.
+ * {@code tornado-simt} and {@code tornado-mma}: the Java cache kernels ({@link CacheKernels}, scalar fp32; decode is
+ * memory bound, so both Java backends share them), JIT-compiled by TornadoVM with the engine's graph, on any
+ * TornadoVM backend. The append alone ({@link #addAppend}) is the Java kernel on every backend.
+ *
+ * <p><b>TornadoVM 5.2.0 runs a prebuilt task correctly only as the first task of its graph</b> (and only one per
+ * graph): {@code TornadoVMInterpreter.globalToLocalTaskIndex} finds a task with {@code indexOf}, and
+ * {@code PrebuiltTask.equals} matches no prebuilt task, so every prebuilt task uses the installed code of the
+ * graph's first task (a launch with another kernel's code fails with CUDA error 701 or computes garbage; measured on
+ * an H200). So on ptx-tornado put {@link #addAppendAndDecode}, {@link #addDecode} or {@link #addPrefill} first in a
+ * graph of its own and the engine's tasks around it in the graphs before and after (persist/consume between them,
+ * as a TornadoVM engine does between layers); Java tasks may follow it in the same graph.
  *
  * <p><b>Arrays</b> are checked when a task is added (type by the signature; lengths here): a wrong one is an
  * {@link InvalidArgumentException} naming it, before any task runs. The device is the execution plan's
@@ -77,7 +86,9 @@ public final class CacheAttentionTasks {
     private final CacheAttentionSpec spec;
     private final KvCacheSpec cacheSpec;
     private final int splits;
+    /** The Java cache kernels: every backend's append; tornado-mma's and tornado-simt's attention. */
     private final JavaCacheTasks javaTasks;
+    private final boolean prebuilt;
     private final long headerBytes = TornadoNativeArray.ARRAY_HEADER;
 
     private CacheAttentionTasks(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
@@ -88,7 +99,8 @@ public final class CacheAttentionTasks {
         long blocksPerSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
         int bySm = (int) Math.max(1, Math.round((double) BLOCKS_PER_SM * computeUnits / blocksPerSplit));
         this.splits = Math.max(1, Math.min(bySm, Math.ceilDiv(cacheSpec.capacity(), SPLIT_GRANULE)));
-        this.javaTasks = backendId.equals(Backends.PTX_TORNADO) ? null : JavaCacheTasks.withSplits(spec, cacheSpec, splits);
+        this.javaTasks = JavaCacheTasks.withSplits(spec, cacheSpec, splits);
+        this.prebuilt = backendId.equals(Backends.PTX_TORNADO);
     }
 
     /**
@@ -210,7 +222,7 @@ public final class CacheAttentionTasks {
     }
 
     /**
-     * Adds the append of this step's new tokens: n_b rows of slot b from {@code newK}/{@code newV}
+     * Adds the append of this step's new tokens (a Java kernel, any position in the graph): n_b rows of slot b from {@code newK}/{@code newV}
      * [slots, Hkv, maxQueryLength, D] (BHSD) to positions L_b - n_b .. L_b - 1 of the cache. The cache is
      * read and written (declare it {@code FIRST_EXECUTION}: TornadoVM drops the upload of an array whose first
      * task only writes it).
@@ -224,43 +236,65 @@ public final class CacheAttentionTasks {
         requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
         IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
-        addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, maxNew, kCache, vCache, step, null, blockTable);
+        addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, maxNew, kCache, vCache, step, blockTable);
     }
 
     /**
-     * The append with its parameters in {@code appendParams} (16 ints, {@link JavaCacheTasks#appendParams}),
-     * an array the caller declares and may change between executions (layout, dense or packed), for up to
-     * {@code maxRows} new rows per slot. {@code offsets}: for a packed append on ptx-tornado, the packed offsets
-     * ({@code slots + 1} ints, declared by the caller like the step array); otherwise null (the Java kernels read
-     * the offsets from the step array).
+     * The append with its parameters in {@code appendParams} (16 ints, {@link #appendParams}), an array the caller
+     * declares and may change between executions (layout, dense or packed; packed rows come from the step array's
+     * offsets), for up to {@code maxRows} new rows per slot. A Java kernel on every backend (a copy, bound by
+     * memory like the PTX one; and it may sit anywhere in a graph, see the class comment on prebuilt tasks).
      */
     public void addAppend(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
                           HalfFloatArray newK, HalfFloatArray newV, IntArray appendParams, int maxRows,
-                          HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray offsets, IntArray blockTable) {
+                          HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable) {
         requireCache(kCache, vCache, step, blockTable);
         InvalidArgumentException.requireNonNull("newK", newK);
         InvalidArgumentException.requireNonNull("newV", newV);
         requireLength("appendParams", appendParams, 16, "16 ints (appendParams)");
-        if (javaTasks != null) {
-            javaTasks.addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, kCache, vCache, step, blockTable);
-            return;
-        }
-        if (offsets == null) {
-            // The PTX kernel takes an array for the offsets even when it reads none (a dense append); not the step
-            // array: one array twice among a prebuilt task's arguments would be one buffer.
-            offsets = new IntArray(1);
-            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, offsets);
-        }
-        KernelManifest.Kernel kernel = KernelManifest.shipped().entry("kv_cache_append" + headerSuffix());
-        int rowsPerBlock = kernel.threads() / (spec.headDim() / 8);
-        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "append", kernel,
-                Math.max(1, Math.ceilDiv(maxRows, rowsPerBlock)), spec.kvHeads(), spec.batch(),
-                kCache, Access.READ_WRITE, vCache, Access.READ_WRITE, newK, Access.READ_ONLY, newV, Access.READ_ONLY,
-                step, Access.READ_ONLY, blockTable, Access.READ_ONLY, offsets, Access.READ_ONLY, appendParams, Access.READ_ONLY);
+        javaTasks.addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, kCache, vCache, step, blockTable);
     }
 
     /**
-     * Adds decode attention (up to {@link #denseQueries()} new queries per slot, split-KV) of {@code q} over the
+     * Adds this step's append and decode attention as one unit: on ptx-tornado ONE prebuilt task (the fused PTX
+     * twin: each block first writes the new rows of its key range, then attends), which must be the FIRST task of
+     * {@code graph} (see the class comment); on tornado-mma/tornado-simt the append and decode tasks. New K/V
+     * [slots, Hkv, maxQueryLength, D] (BHSD), q and o [slots, Hq, maxQueryLength, D], lse as {@link #addDecode}.
+     */
+    public void addAppendAndDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                                   HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray q, HalfFloatArray kCache,
+                                   HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
+                                   FloatArray lse) {
+        int maxNew = denseQueries();
+        long rows = (long) spec.batch() * spec.kvHeads() * maxNew * spec.headDim();
+        requireLength("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
+        requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
+        IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+        addAppendAndDecode(graph, graphName, scheduler, taskPrefix, newK, newV, params, q, kCache, vCache, step, blockTable,
+                o, lse);
+    }
+
+    /** {@link #addAppendAndDecode} with the new rows' parameters in {@code appendParams} (dense, declared by the caller). */
+    public void addAppendAndDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                                   HalfFloatArray newK, HalfFloatArray newV, IntArray appendParams, HalfFloatArray q,
+                                   HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable,
+                                   HalfFloatArray o, FloatArray lse) {
+        if (!prebuilt) {
+            addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, denseQueries(), kCache, vCache,
+                    step, blockTable);
+            addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lse);
+            return;
+        }
+        requireLength("appendParams", appendParams, 16, "16 ints (appendParams)");
+        InvalidArgumentException.requireNonNull("newK", newK);
+        InvalidArgumentException.requireNonNull("newV", newV);
+        addFusedDecode(graph, graphName, scheduler, taskPrefix, "flash_cache_append_decode_fused", q, kCache, vCache, step,
+                blockTable, o, lse, newK, Access.READ_ONLY, newV, Access.READ_ONLY, appendParams, Access.READ_ONLY);
+    }
+
+    /**
+     * Adds decode attention (on ptx-tornado: the first task of the graph) (up to {@link #denseQueries()} new queries per slot, split-KV) of {@code q} over the
      * cache into {@code o} (both [slots, Hq, maxQueryLength, D] fp16) and, when not null, {@code lse}
      * ([slots, Hq, maxQueryLength] fp32, natural log). Its workspace arrays are added to the graph
      * ({@code FIRST_EXECUTION}: device only).
@@ -276,16 +310,35 @@ public final class CacheAttentionTasks {
         if (lse != null) {
             requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
         }
-        if (javaTasks != null) {
+        if (!prebuilt) {
             FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
             javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
                     lse != null);
             return;
         }
+        addFusedDecode(graph, graphName, scheduler, taskPrefix, "flash_cache_decode_fused", q, kCache, vCache, step,
+                blockTable, o, lse);
+    }
+
+    /**
+     * The fused split-KV decode twin {@code entry} (decode, or append + decode) as one prebuilt task; {@code extra}:
+     * the arguments after the tickets (array, access pairs). The cache is read-write when the kernel appends.
+     */
+    private void addFusedDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix, String entry,
+                                HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
+                                IntArray blockTable, HalfFloatArray o, FloatArray lse, Object... extra) {
+        requireCache(kCache, vCache, step, blockTable);
+        long queries = (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim();
+        requireLength("q", q, queries, "slots*heads*maxQueryLength*headDim");
+        requireLength("o", o, queries, "slots*heads*maxQueryLength*headDim");
+        long lseRows = (long) spec.batch() * spec.heads() * denseQueries();
+        if (lse != null) {
+            requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
+        }
         CacheAttentionSpec dense = spec.toBuilder().maxQueryLength(denseQueries()).build();
         IntArray params = IntArray.fromArray(KernelParams.forCache(dense, cacheSpec, false));
         params.set(KernelParams.P_KEYS_PER_SPLIT, 0);   // derived from the lengths by the kernel
-        KernelManifest.Kernel kernel = KernelManifest.shipped().entry("flash_cache_decode_fused"
+        KernelManifest.Kernel kernel = KernelManifest.shipped().entry(entry
                 + (cacheSpec.paged() ? "_paged" : "") + "_d" + spec.headDim() + headerSuffix());
         int rowBlocks = Math.ceilDiv(spec.groupSize() * denseQueries(), kernel.rowsPerBlock());
         FloatArray workspace = new FloatArray(Math.toIntExact((long) splits * lseRows * (spec.headDim() + 1)));
@@ -293,15 +346,17 @@ public final class CacheAttentionTasks {
         FloatArray lseOut = lse != null ? lse : new FloatArray(Math.toIntExact(lseRows));
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, lse != null ? new Object[] {params, workspace, tickets}
                 : new Object[] {params, workspace, tickets, lseOut});
+        Access cache = extra.length > 0 ? Access.READ_WRITE : Access.READ_ONLY;
+        List<Object> arguments = new java.util.ArrayList<>(List.of(q, Access.READ_ONLY, kCache, cache, vCache, cache,
+                o, Access.WRITE_ONLY, lseOut, Access.WRITE_ONLY, params, Access.READ_ONLY, step, Access.READ_ONLY,
+                blockTable, Access.READ_ONLY, workspace, Access.READ_WRITE, tickets, Access.READ_WRITE));
+        arguments.addAll(List.of(extra));
         PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", kernel, splits, rowBlocks,
-                spec.batch() * spec.kvHeads(),
-                q, Access.READ_ONLY, kCache, Access.READ_ONLY, vCache, Access.READ_ONLY, o, Access.WRITE_ONLY,
-                lseOut, Access.WRITE_ONLY, params, Access.READ_ONLY, step, Access.READ_ONLY, blockTable, Access.READ_ONLY,
-                workspace, Access.READ_WRITE, tickets, Access.READ_WRITE);
+                spec.batch() * spec.kvHeads(), arguments.toArray());
     }
 
     /**
-     * Adds packed (varlen) prefill over the cache: the new tokens of each slot, packed along the sequence axis
+     * Adds packed (varlen) prefill over the cache (on ptx-tornado: the first task of the graph): the new tokens of each slot, packed along the sequence axis
      * ({@code q}, {@code o} [maxTotalQueries, Hq, D]; slot b's rows from its packed offset in the step array), each
      * attending to its cache (causal per prompt when the spec is), into {@code o} and, when not null, {@code lse}
      * ([Hq, maxTotalQueries]). Append the prompts' K/V first ({@link #addAppend} with packed parameters, or the
@@ -318,7 +373,7 @@ public final class CacheAttentionTasks {
             requireLength("lse", lse, rows, "heads*maxTotalQueries");
         }
         FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(rows)));
-        if (javaTasks != null) {
+        if (!prebuilt) {
             javaTasks.addPrefill(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
                     lse != null);
             return;

@@ -28,10 +28,13 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 /**
  * {@link CacheAttentionTasks} in an engine's own task graph, checked on the GPU against the CPU reference: a graph
  * per case as an engine builds it (the cache {@code FIRST_EXECUTION} with a prompt the host wrote, the step array and
- * the queries {@code EVERY_EXECUTION}), then decode steps with changing lengths and idle slots (append + decode in
- * the graph), and a packed prefill of ragged prompts over a prefix (packed append + prefill); contiguous and paged
- * with a shuffled block table, D 64 and 128. Outputs are sent poisoned (NaN) with every execution, so a row the
- * kernels leave unwritten fails. Run under TornadoVM ({@code -Dtornado.recover.bailout=False}):
+ * the queries {@code EVERY_EXECUTION}), then decode steps with changing lengths and idle slots (append + decode as
+ * the graph's first task), and a packed prefill of ragged prompts over a prefix (the prompts written with the cache,
+ * the prefill task alone in its graph); contiguous and paged
+ * with a shuffled block table, D 64 and 128. Outputs are poisoned (NaN) on the host before each execution; TornadoVM
+ * does not send an array a task only writes, so a row the kernels leave unwritten shows the device buffer's old
+ * contents (zeros, or an earlier step's row) and fails the comparison (its lse is 0 or stale, never -inf or the
+ * right value). Run under TornadoVM ({@code -Dtornado.recover.bailout=False}):
  * <pre>  java @$TORNADOVM_HOME/tornado-argfile ... -cp ... io.github.tornadoattention.tornado.engine.EngineTasksCheck [backends] [seed]</pre>
  * Prints one PASS/FAIL line per case; exit status 1 on any failure.
  */
@@ -144,8 +147,7 @@ public final class EngineTasksCheck {
         TaskGraph graph = new TaskGraph("decode")
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.k, c.v, c.blocks)
                 .transferToDevice(DataTransferMode.EVERY_EXECUTION, step, q, newK, newV, o, lse);
-        c.tasks.addAppend(graph, "decode", scheduler, "attn_", newK, newV, c.k, c.v, step, c.blocks);
-        c.tasks.addDecode(graph, "decode", scheduler, "attn_", q, c.k, c.v, step, c.blocks, o, lse);
+        c.tasks.addAppendAndDecode(graph, "decode", scheduler, "attn_", newK, newV, q, c.k, c.v, step, c.blocks, o, lse);
         graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o, lse);
         ErrorStats worst = null;
         try (TornadoExecutionPlan plan = new TornadoExecutionPlan(graph.snapshot())) {
@@ -187,38 +189,22 @@ public final class EngineTasksCheck {
         HalfFloatArray q = new HalfFloatArray(rowsQ);
         HalfFloatArray o = new HalfFloatArray(rowsQ);
         FloatArray lse = new FloatArray(spec.maxTotalQueries() * HQ);
-        HalfFloatArray newK = new HalfFloatArray(spec.maxTotalQueries() * HKV * d);
-        HalfFloatArray newV = new HalfFloatArray(newK.getSize());
         IntArray step = CacheAttentionTasks.newStepArray(SLOTS);
-        boolean prebuilt = backend.equals("ptx-tornado");
-        IntArray offsets = new IntArray(SLOTS + 1);
-        IntArray params = IntArray.fromArray(CacheAttentionTasks.appendParams(c.cacheSpec,
-                new TensorStrides(0, d, (long) HKV * d), spec.maxQueryLength(), true));
         GridScheduler scheduler = new GridScheduler();
         TaskGraph graph = new TaskGraph("prefill")
-                .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.k, c.v, c.blocks, params)
-                .transferToDevice(DataTransferMode.EVERY_EXECUTION, step, q, newK, newV, o, lse);
-        if (prebuilt) {
-            graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, offsets);
-        }
-        c.tasks.addAppend(graph, "prefill", scheduler, "attn_", newK, newV, params, spec.maxQueryLength(), c.k, c.v, step,
-                prebuilt ? offsets : null, c.blocks);
+                .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.k, c.v, c.blocks)
+                .transferToDevice(DataTransferMode.EVERY_EXECUTION, step, q, o, lse);
+        // The prompts' K/V go up with the cache (the engine's own graph before this one would append them).
+        c.write(PACKED, random);
         c.tasks.addPrefill(graph, "prefill", scheduler, "attn_", q, c.k, c.v, step, c.blocks, o, lse);
         graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o, lse);
         try (TornadoExecutionPlan plan = new TornadoExecutionPlan(graph.snapshot())) {
             plan.withDevice(device).withGridScheduler(scheduler);
-            float[][] rows = c.model.randomPacked(random, PACKED);
-            fill(newK, rows[0]);
-            fill(newV, rows[1]);
-            c.model.recordPacked(rows[0], rows[1], PACKED);
             float[] qValues = new float[rowsQ];
             System.arraycopy(KvCacheModel.randomFp16(random, total * HQ * d), 0, qValues, 0, total * HQ * d);
             fill(q, qValues);
             poison(o, lse);
             CacheAttentionTasks.setStep(step, c.model.lengths(), PACKED);
-            for (int b = 0; b <= SLOTS; b++) {
-                offsets.set(b, step.get(2 * SLOTS + b));   // the packed offsets, then the total
-            }
             plan.execute();
             CpuReference.Result expected = c.model.expected(spec, qValues, true);
             // Rows past the total are not the kernels' to write: compare the prompts' rows only.

@@ -3,6 +3,7 @@ package io.github.tornadoattention.tornado.inference;
 import static java.lang.foreign.ValueLayout.JAVA_FLOAT_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 
+import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.KvCache;
@@ -50,10 +51,10 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 final class CacheGraph {
     private static final AtomicInteger GRAPHS = new AtomicInteger();
 
-    /** One kind of attention call: its own task, step array and staging for queries and outputs. */
-    record VariantKey(int heads, boolean causal, float scale) {
-        static VariantKey of(CacheAttentionSpec spec) {
-            return new VariantKey(spec.heads(), spec.causal(), spec.scale());
+    /** One kind of attention call (dense or packed): its own task, step array and staging for queries and outputs. */
+    record VariantKey(int heads, boolean causal, float scale, boolean packed) {
+        static VariantKey of(CacheAttentionSpec spec, boolean packed) {
+            return new VariantKey(spec.heads(), spec.causal(), spec.scale(), packed);
         }
     }
 
@@ -70,12 +71,20 @@ final class CacheGraph {
     private final Memory blockTable;
     private final Set<VariantKey> keysWanted = new LinkedHashSet<>();
     private final List<Variant> variants = new ArrayList<>();
+    /**
+     * The dense variant of the first dense plan: its attention runs in the same task as the append (ptx-tornado's
+     * fused PTX twin, the graph's first and only prebuilt task; Java backends: append then decode) and shares the
+     * append's step array. The other variants run the Java kernels with step arrays of their own.
+     */
+    private VariantKey mainKey;
+    private Variant main;
     private TornadoExecutionPlan plan;
     private TornadoExecutionResult last;
     private int rows;
     private HalfFloatArray newK;
     private HalfFloatArray newV;
-    private IntArray appendStep;
+    /** The step of the held-back append and of the main variant's attention. */
+    private IntArray mainStep;
     private boolean appendPending;
     /** Whether the host arrays hold what the GPU holds (true before the first execution and after a download). */
     private boolean hostCurrent = true;
@@ -154,7 +163,7 @@ final class CacheGraph {
                     }
                 }
             }
-            write(appendStep, chunk);
+            write(mainStep, chunk);   // the main variant attends over these rows too (its output unused)
             appendPending = true;
         }
     }
@@ -162,12 +171,15 @@ final class CacheGraph {
     /** Dense attention of {@code plan}'s queries over the cache (at most S new tokens per slot). */
     void attendDense(TornadoCachePlan caller, DeviceTensor q, DeviceTensor o, DeviceTensor lse) {
         CacheAttentionSpec s = caller.spec();
-        Variant v = prepare(caller);
+        Variant v = prepare(caller, false);
         int[] step = step();
         int sq = s.maxQueryLength();
         TensorStrides strides = s.denseQueryStrides();
+        if (v != main) {
+            flush();
+        }
         copyRows(host(q), strides, v.q.getSegment(), sq, s.heads(), 0, true);
-        write(v.step, step);
+        write(v.step, step);   // the main variant: the held-back append's step too (the same lengths)
         execute();
         copyRows(host(o), strides, v.o.getSegment(), sq, s.heads(), 0, false);
         if (lse != null) {
@@ -182,7 +194,8 @@ final class CacheGraph {
     /** Packed (varlen) attention of the last append's tokens, in chunks of S queries per slot. */
     void attendPacked(TornadoCachePlan caller, DeviceTensor q, DeviceTensor o, DeviceTensor lse) {
         CacheAttentionSpec s = caller.spec();
-        Variant v = prepare(caller);
+        Variant v = prepare(caller, true);
+        flush();
         int[] step = step();
         int maxNew = maxNew(step);
         int hq = s.heads();
@@ -226,9 +239,6 @@ final class CacheGraph {
                 }
             }
         }
-        if (maxNew == 0) {
-            flush();
-        }
     }
 
     /** Runs a held-back append. */
@@ -267,20 +277,26 @@ final class CacheGraph {
     // ---- the graph
 
     /** Builds (or rebuilds, carrying the cache over) the graph so it serves {@code caller}; returns its variant. */
-    private Variant prepare(TornadoCachePlan caller) {
-        List<TornadoCachePlan> plans = device.plansFor(spec);
+    private Variant prepare(TornadoCachePlan caller, boolean packed) {
         int wantRows = 0;
-        boolean anyDense = false;
         Set<VariantKey> want = new LinkedHashSet<>(keysWanted);
-        for (TornadoCachePlan p : plans) {
-            want.add(VariantKey.of(p.spec()));
-            if (p.spec().maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES) {
-                anyDense = true;
+        for (TornadoCachePlan p : device.plansFor(spec)) {
+            boolean dense = p.spec().maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES;
+            if (dense) {
+                VariantKey key = VariantKey.of(p.spec(), false);
+                want.add(key);
                 wantRows = Math.max(wantRows, p.spec().maxQueryLength());
+                if (mainKey == null) {
+                    mainKey = key;
+                }
+            }
+            if (p.spec().maxTotalQueries() > 0 || !dense) {
+                want.add(VariantKey.of(p.spec(), true));
             }
         }
-        want.add(VariantKey.of(caller.spec()));
-        if (!anyDense) {
+        VariantKey key = VariantKey.of(caller.spec(), packed);
+        want.add(key);
+        if (wantRows == 0) {
             wantRows = CacheAttentionSpec.MAX_DENSE_QUERIES;
         }
         if (plan == null || rows < wantRows || !keysWanted.containsAll(want)) {
@@ -288,13 +304,13 @@ final class CacheGraph {
             keysWanted.addAll(want);
             build(Math.max(rows, wantRows));
         }
-        VariantKey key = VariantKey.of(caller.spec());
         return variants.stream().filter(v -> v.key.equals(key)).findFirst().orElseThrow();
     }
 
     private void build(int rowsPerSlot) {
         rows = rowsPerSlot;
         variants.clear();
+        main = null;
         String name = "kv" + GRAPHS.incrementAndGet();
         int d = spec.headDim();
         HalfFloatArray k = (HalfFloatArray) keys.array;
@@ -302,30 +318,44 @@ final class CacheGraph {
         IntArray table = blockTable != null ? (IntArray) blockTable.array : new IntArray(1);
         newK = new HalfFloatArray(slots * spec.kvHeads() * rows * d);
         newV = new HalfFloatArray(newK.getSize());
-        appendStep = new IntArray(3 * slots + 1);
+        mainStep = new IntArray(3 * slots + 1);
+        IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec,
+                new TensorStrides((long) spec.kvHeads() * rows * d, (long) rows * d, d), rows, false));
         TaskGraph graph = new TaskGraph(name);
         GridScheduler scheduler = new GridScheduler();
-        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, vv);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, vv, appendParams);
         graph.transferToDevice(blockTable != null ? DataTransferMode.EVERY_EXECUTION : DataTransferMode.FIRST_EXECUTION, table);
-        graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, appendStep, newK, newV);
+        graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, mainStep, newK, newV);
         List<CacheAttentionTasks> tasks = new ArrayList<>();
         for (VariantKey key : keysWanted) {
+            boolean isMain = key.equals(mainKey);
             CacheAttentionSpec vs = CacheAttentionSpec.builder().batch(slots).heads(key.heads()).kvHeads(spec.kvHeads())
                     .headDim(d).maxQueryLength(rows).maxLength(spec.capacity()).causal(key.causal()).scale(key.scale())
                     .build();
-            tasks.add(CacheAttentionTasks.create(device.backendId(), vs, spec, device.tornadoDevice()));
+            // Only the main variant may use the PTX twin: one prebuilt task per graph, first (TornadoVM 5.2.0).
+            String backend = isMain ? device.backendId() : Backends.TORNADO_SIMT;
             long queries = (long) slots * key.heads() * rows;
-            Variant v = new Variant(key, new IntArray(3 * slots + 1), new HalfFloatArray(Math.toIntExact(queries * d)),
-                    new HalfFloatArray(Math.toIntExact(queries * d)), new FloatArray(Math.toIntExact(queries)));
-            variants.add(v);
-            graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, v.step, v.q);
+            Variant v = new Variant(key, isMain ? mainStep : new IntArray(3 * slots + 1),
+                    new HalfFloatArray(Math.toIntExact(queries * d)), new HalfFloatArray(Math.toIntExact(queries * d)),
+                    new FloatArray(Math.toIntExact(queries)));
+            if (isMain) {
+                main = v;
+                variants.add(0, v);
+                tasks.add(0, CacheAttentionTasks.create(backend, vs, spec, device.tornadoDevice()));
+            } else {
+                variants.add(v);
+                tasks.add(CacheAttentionTasks.create(backend, vs, spec, device.tornadoDevice()));
+                graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, v.step);
+            }
+            graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, v.q);
         }
-        IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec,
-                new TensorStrides((long) spec.kvHeads() * rows * d, (long) rows * d, d), rows, false));
-        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, appendParams);
-        tasks.get(0).addAppend(graph, name, scheduler, "append_", newK, newV, appendParams, rows, k, vv, appendStep, null,
-                table);
-        for (int i = 0; i < variants.size(); i++) {
+        if (main != null) {
+            tasks.get(0).addAppendAndDecode(graph, name, scheduler, "main_", newK, newV, appendParams, main.q, k, vv, mainStep,
+                    table, main.o, main.lse);
+        } else {
+            tasks.get(0).addAppend(graph, name, scheduler, "append_", newK, newV, appendParams, rows, k, vv, mainStep, table);
+        }
+        for (int i = main != null ? 1 : 0; i < variants.size(); i++) {
             Variant v = variants.get(i);
             tasks.get(i).addDecode(graph, name, scheduler, "attend" + i + "_", v.q, k, vv, v.step, table, v.o, v.lse);
         }
@@ -363,7 +393,7 @@ final class CacheGraph {
             device.addKernelNanos(result.getProfilerResult().getDeviceKernelTime());
         }
         // What ran is done: the next execution appends and attends nothing unless told.
-        zero(appendStep);
+        zero(mainStep);
         for (Variant v : variants) {
             zero(v.step);
         }
