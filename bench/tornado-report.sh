@@ -65,11 +65,11 @@ if want decode; then
       > "$OUT/decode-$n-ptx-cuda.log" 2>&1 || fail=1
     tail -n 1 "$OUT/decode-$n-ptx-cuda.log" >> "$OUT/decode.jsonl"
     for b in ptx-tornado tornado-mma; do
-      for profile in "" "--profile"; do
-        log="$OUT/decode-$n-$b${profile:+-profile}.log"
-        ta decode $SHAPE --context "$n" --layers "$LAYERS" --steps "$STEPS" --backend "$b" $profile --seed "$SEED" --json \
+      for mode in "" "--profile" "--cuda-graph"; do
+        log="$OUT/decode-$n-$b${mode:+-${mode#--}}.log"
+        ta decode $SHAPE --context "$n" --layers "$LAYERS" --steps "$STEPS" --backend "$b" $mode --seed "$SEED" --json \
           > "$log" 2>&1 || fail=1
-        tail -n 1 "$log" | sed "s/^{/{\"profile\":\"${profile:-no}\",/" >> "$OUT/decode.jsonl"
+        tail -n 1 "$log" | sed "s/^{/{\"mode\":\"${mode:-plain}\",/" >> "$OUT/decode.jsonl"
       done
     done
     python3 bench/decode_baseline.py --batch 8 --heads 32 --kv-heads 8 --dim 128 --context "$n" --layers "$LAYERS" \
@@ -92,7 +92,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 cuda = {r["context"]: r for r in rows if r.get("backend") == "ptx-cuda"}
 torch = {r["context"]: r for r in rows if r.get("backend") == "torch-sdpa-FLASH"}
-print("\n| context | backend | step ms (no profiler) | kernels ms (profiler) | step / ptx-cuda step | step / PyTorch step | compilations after warm-up |")
+print("\n| context | backend | step ms | kernels ms (profiler) | step / ptx-cuda step | step / PyTorch step | compilations after warm-up |")
 print("|---|---|---|---|---|---|---|")
 for n in sorted(cuda):
     c, t = cuda[n], torch.get(n, {})
@@ -101,11 +101,13 @@ for n in sorted(cuda):
         print("| %d | %s | %.4g | %s | %.3f | %s | %s |" % (n, name, step, kernel, step / c["step_median_ms"], rt, comp))
     line("ptx-cuda", c["step_median_ms"], "%.4g" % c["kernel_median_ms"], c["compilations_after_warmup"])
     for b in ("ptx-tornado", "tornado-mma"):
-        plain = [r for r in rows if r.get("backend") == b and r["context"] == n and r.get("profile") == "no"]
-        prof = [r for r in rows if r.get("backend") == b and r["context"] == n and r.get("profile") == "--profile"]
-        if plain:
-            k = prof[0]["kernel_median_ms"] if prof and prof[0].get("kernel_median_ms") else None
-            line(b, plain[0]["step_median_ms"], "%.4g" % k if k else "-", plain[0]["compilations_after_warmup"])
+        pick = lambda mode: [r for r in rows if r.get("backend") == b and r["context"] == n and r.get("mode") == mode]
+        prof = pick("--profile")
+        k = prof[0]["kernel_median_ms"] if prof and prof[0].get("kernel_median_ms") else None
+        for mode, label in (("plain", b), ("--cuda-graph", b + " (CUDA graph)")):
+            r = pick(mode)
+            if r and "step_median_ms" in r[0]:
+                line(label, r[0]["step_median_ms"], "%.4g" % k if k else "-", r[0]["compilations_after_warmup"])
     if t:
         print("| %d | PyTorch SDPA-FLASH | %.4g | %s | %.3f | 1 | - |" % (n, t["step_median_ms"], t.get("device_median_ms"),
               t["step_median_ms"] / c["step_median_ms"]))

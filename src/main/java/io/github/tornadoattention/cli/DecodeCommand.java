@@ -74,6 +74,10 @@ final class DecodeCommand implements Callable<Integer> {
             + " kernels' device time is reported (ptx-cuda always times with CUDA events)")
     boolean profile;
 
+    @Option(names = "--cuda-graph", description = "TornadoVM backends: run the caches' task graphs as CUDA graphs"
+            + " (TornadoVM captures an execution once and replays it)")
+    boolean cudaGraph;
+
     @Option(names = "--check", description = "check sampled steps' outputs against the CPU reference; exit 1 if out of tolerance")
     boolean check;
 
@@ -93,7 +97,7 @@ final class DecodeCommand implements Callable<Integer> {
         requireRange("--layers", layers, 1, 1024);
         requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
         int hkv = kvHeads == null ? heads : kvHeads;
-        AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).build());
+        AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).build());
         double flopsPerToken = 4.0 * batch * heads * dim * (double) context * layers;
         if (device.backendId().equals(Backends.CPU_REFERENCE) && flopsPerToken > CPU_MAX_FLOPS_PER_TOKEN && !force) {
             throw new InvalidArgumentException("--context", context, String.format(

@@ -49,7 +49,7 @@ public final class PtxTornadoBackend implements AttentionBackend {
         return device(PlanOptions.defaults());
     }
 
-    /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}). */
+    /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}), {@link PlanOptions#cudaGraph()}. */
     @Override
     public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
         return TornadoBackendSupport.device(id(), TornadoDevices::ptxDevice, options);

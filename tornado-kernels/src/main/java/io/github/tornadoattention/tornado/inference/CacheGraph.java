@@ -370,6 +370,9 @@ final class CacheGraph {
             if (device.profile()) {
                 built.withProfiler(ProfilerMode.SILENT);
             }
+            if (device.cudaGraph()) {
+                built.withCUDAGraph();
+            }
             built.withPreCompilation();
         } catch (RuntimeException | Error e) {
             closeQuietly(built);

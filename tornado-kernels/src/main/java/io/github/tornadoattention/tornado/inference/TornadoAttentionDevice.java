@@ -53,6 +53,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     private final TornadoDevice tornadoDevice;
     private final String name;
     private final boolean profile;
+    private final boolean cudaGraph;
     private final TreeMap<Long, Memory> memory = new TreeMap<>();
     private final Map<KvCache, CacheGraph> graphs = new IdentityHashMap<>();
     private final List<TornadoCachePlan> plans = new ArrayList<>();
@@ -79,21 +80,23 @@ public final class TornadoAttentionDevice extends AttentionDevice {
         }
     }
 
-    private TornadoAttentionDevice(String backendId, TornadoDevice tornadoDevice, boolean profile) {
+    private TornadoAttentionDevice(String backendId, TornadoDevice tornadoDevice, boolean profile, boolean cudaGraph) {
         super(backendId);
         this.tornadoDevice = tornadoDevice;
         this.profile = profile;
+        this.cudaGraph = cudaGraph;
         this.name = tornadoDevice.getPhysicalDevice().getDeviceName() + " (TornadoVM " + tornadoDevice.getTornadoVMBackend() + ")";
     }
 
     /**
-     * The device of backend {@code backendId} on {@code device}, one per backend and profiling flag in a JVM
+     * The device of backend {@code backendId} on {@code device}, one per backend and options in a JVM
      * ({@code profile}: execution plans run with TornadoVM's profiler, and {@link #timeEach} reports the kernels'
-     * device time).
+     * device time; {@code cudaGraph}: the caches' execution plans run {@code withCUDAGraph()}: TornadoVM captures an
+     * execution's copies and launches once and replays them, which removes most of its per-execution host cost).
      */
-    public static TornadoAttentionDevice of(String backendId, TornadoDevice device, boolean profile) {
-        return DEVICES.computeIfAbsent(backendId + (profile ? "+profile" : ""),
-                k -> new TornadoAttentionDevice(backendId, device, profile));
+    public static TornadoAttentionDevice of(String backendId, TornadoDevice device, boolean profile, boolean cudaGraph) {
+        return DEVICES.computeIfAbsent(backendId + (profile ? "+profile" : "") + (cudaGraph ? "+graph" : ""),
+                k -> new TornadoAttentionDevice(backendId, device, profile, cudaGraph));
     }
 
     /** The TornadoVM array behind {@code tensor} (a tensor of a TornadoVM device), for an engine's own task graphs. */
@@ -111,6 +114,10 @@ public final class TornadoAttentionDevice extends AttentionDevice {
 
     boolean profile() {
         return profile;
+    }
+
+    boolean cudaGraph() {
+        return cudaGraph;
     }
 
     @Override
