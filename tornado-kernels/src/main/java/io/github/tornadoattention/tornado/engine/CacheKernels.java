@@ -107,13 +107,13 @@ public final class CacheKernels {
         float[] vs = kc.allocateFloatLocalArray(4096);  // BC x MAX_D
         float[] ps = kc.allocateFloatLocalArray(528);   // ROWS x (BC + 1)
         float[] red = kc.allocateFloatLocalArray(128);  // one value per thread
-        int[] keyAt = kc.allocateIntLocalArray(64);     // [0, BC): element index of the tile's key rows; [BC, 2 BC): 1 if the key is in range
+        int[] keyAt = kc.allocateIntLocalArray(64);     // [0, BC): element index of the tile's key rows ([BC, 2 BC) unused here)
         // The row's columns tq + 8 c are a0 .. a15: scalars, so that they live in registers (a private array went to
         // the stack, one local load and store per multiply-add).
 
         int t = kc.localIdx;
-        int r = t / 8;
         int tq = t % 8;
+        int slot = t / 8;   // the thread's row of ps and red: copy c, row r (slot = c * rowsPer + r)
         int batch = params.get(P_B);
         int hq = params.get(P_HQ);
         int hkv = params.get(P_HKV);
@@ -132,6 +132,14 @@ public final class CacheKernels {
         int real = group * n;
         int r0 = rowBlock * 16;
         if (r0 < real) {
+            // With few real rows (decode: G n_b), the 16 thread rows are `copies` copies of rowsPer = 16 / copies
+            // rows: every copy runs the softmax of the same rows, copy c computes the partial scores over its slice of
+            // the head dim and P V over its quarter (half) of the tile's keys, so that every warp works.
+            int rowsHere = Math.min(16, real - r0);
+            int copies = rowsHere <= 4 ? 4 : rowsHere <= 8 ? 2 : 1;
+            int rowsPer = 16 / copies;
+            int c = slot / rowsPer;
+            int r = slot % rowsPer;
             // This thread's row: query s of head kvh * G + j, visible keys <= rowLimit (-1: not a real row).
             int pr = r0 + r;
             boolean isReal = pr < real;
@@ -167,65 +175,179 @@ public final class CacheKernels {
             int csr = params.get(P_CACHE_STRIDE + 2);
             int pageSize = params.get(P_PAGE_SIZE);
             int pagesPerSeq = params.get(P_PAGES_PER_SEQ);
+            int eLen = d / copies;        // this copy's slice of the head dim (a multiple of 4)
+            int e0 = c * eLen;
+            int keyLen = 32 / copies;     // this copy's keys of each tile in P V
+            int key0 = c * keyLen;
+            int kb0 = t / d;
 
             for (int j0 = k0; j0 < k1; j0 += 32) {
                 if (t < 32) {
                     int key = j0 + t;
-                    boolean inRange = key < k1;
-                    keyAt[t] = keyRow(blockTable, b, kvh, inRange ? key : j0, csb, csh, csr, pageSize, pagesPerSeq);
-                    keyAt[32 + t] = inRange ? 1 : 0;
+                    keyAt[t] = keyRow(blockTable, b, kvh, key < k1 ? key : j0, csb, csh, csr, pageSize, pagesPerSeq);
                 }
                 kc.localBarrier();   // key rows known (and every thread is done with the previous tile)
-                // K and V tiles, 4 keys per trip so that 8 loads are in flight per thread; V of keys out of range is 0
-                // (P is 0 there, and 0 * NaN would not be).
-                for (int jj = t / d; jj < 32; jj += 4 * rowStep) {
-                    int at0 = keyAt[jj] + dl;
-                    int at1 = keyAt[jj + rowStep] + dl;
-                    int at2 = keyAt[jj + 2 * rowStep] + dl;
-                    int at3 = keyAt[jj + 3 * rowStep] + dl;
+                // K and V tiles: 16 keys per trip, all 32 loads issued before the first store (one trip at D = 128 is
+                // half the tile; D <= 64: one trip, keys past 31 wrap onto keys this thread also loads). Keys out of
+                // range load key j0's row and are left out of P V.
+                for (int kb = kb0; kb < 32; kb += 16 * rowStep) {
+                    int w0 = (kb + 0 * rowStep) & 31;
+                    int w1 = (kb + 1 * rowStep) & 31;
+                    int w2 = (kb + 2 * rowStep) & 31;
+                    int w3 = (kb + 3 * rowStep) & 31;
+                    int w4 = (kb + 4 * rowStep) & 31;
+                    int w5 = (kb + 5 * rowStep) & 31;
+                    int w6 = (kb + 6 * rowStep) & 31;
+                    int w7 = (kb + 7 * rowStep) & 31;
+                    int w8 = (kb + 8 * rowStep) & 31;
+                    int w9 = (kb + 9 * rowStep) & 31;
+                    int w10 = (kb + 10 * rowStep) & 31;
+                    int w11 = (kb + 11 * rowStep) & 31;
+                    int w12 = (kb + 12 * rowStep) & 31;
+                    int w13 = (kb + 13 * rowStep) & 31;
+                    int w14 = (kb + 14 * rowStep) & 31;
+                    int w15 = (kb + 15 * rowStep) & 31;
+                    int at0 = keyAt[w0] + dl;
+                    int at1 = keyAt[w1] + dl;
+                    int at2 = keyAt[w2] + dl;
+                    int at3 = keyAt[w3] + dl;
+                    int at4 = keyAt[w4] + dl;
+                    int at5 = keyAt[w5] + dl;
+                    int at6 = keyAt[w6] + dl;
+                    int at7 = keyAt[w7] + dl;
+                    int at8 = keyAt[w8] + dl;
+                    int at9 = keyAt[w9] + dl;
+                    int at10 = keyAt[w10] + dl;
+                    int at11 = keyAt[w11] + dl;
+                    int at12 = keyAt[w12] + dl;
+                    int at13 = keyAt[w13] + dl;
+                    int at14 = keyAt[w14] + dl;
+                    int at15 = keyAt[w15] + dl;
                     float x0 = kCache.get(at0).getFloat32();
                     float x1 = kCache.get(at1).getFloat32();
                     float x2 = kCache.get(at2).getFloat32();
                     float x3 = kCache.get(at3).getFloat32();
+                    float x4 = kCache.get(at4).getFloat32();
+                    float x5 = kCache.get(at5).getFloat32();
+                    float x6 = kCache.get(at6).getFloat32();
+                    float x7 = kCache.get(at7).getFloat32();
+                    float x8 = kCache.get(at8).getFloat32();
+                    float x9 = kCache.get(at9).getFloat32();
+                    float x10 = kCache.get(at10).getFloat32();
+                    float x11 = kCache.get(at11).getFloat32();
+                    float x12 = kCache.get(at12).getFloat32();
+                    float x13 = kCache.get(at13).getFloat32();
+                    float x14 = kCache.get(at14).getFloat32();
+                    float x15 = kCache.get(at15).getFloat32();
                     float y0 = vCache.get(at0).getFloat32();
                     float y1 = vCache.get(at1).getFloat32();
                     float y2 = vCache.get(at2).getFloat32();
                     float y3 = vCache.get(at3).getFloat32();
-                    ks[jj * 129 + dl] = x0;
-                    ks[(jj + rowStep) * 129 + dl] = x1;
-                    ks[(jj + 2 * rowStep) * 129 + dl] = x2;
-                    ks[(jj + 3 * rowStep) * 129 + dl] = x3;
-                    vs[jj * 128 + dl] = keyAt[32 + jj] == 1 ? y0 : 0.0f;
-                    vs[(jj + rowStep) * 128 + dl] = keyAt[32 + jj + rowStep] == 1 ? y1 : 0.0f;
-                    vs[(jj + 2 * rowStep) * 128 + dl] = keyAt[32 + jj + 2 * rowStep] == 1 ? y2 : 0.0f;
-                    vs[(jj + 3 * rowStep) * 128 + dl] = keyAt[32 + jj + 3 * rowStep] == 1 ? y3 : 0.0f;
+                    float y4 = vCache.get(at4).getFloat32();
+                    float y5 = vCache.get(at5).getFloat32();
+                    float y6 = vCache.get(at6).getFloat32();
+                    float y7 = vCache.get(at7).getFloat32();
+                    float y8 = vCache.get(at8).getFloat32();
+                    float y9 = vCache.get(at9).getFloat32();
+                    float y10 = vCache.get(at10).getFloat32();
+                    float y11 = vCache.get(at11).getFloat32();
+                    float y12 = vCache.get(at12).getFloat32();
+                    float y13 = vCache.get(at13).getFloat32();
+                    float y14 = vCache.get(at14).getFloat32();
+                    float y15 = vCache.get(at15).getFloat32();
+                    ks[w0 * 129 + dl] = x0;
+                    ks[w1 * 129 + dl] = x1;
+                    ks[w2 * 129 + dl] = x2;
+                    ks[w3 * 129 + dl] = x3;
+                    ks[w4 * 129 + dl] = x4;
+                    ks[w5 * 129 + dl] = x5;
+                    ks[w6 * 129 + dl] = x6;
+                    ks[w7 * 129 + dl] = x7;
+                    ks[w8 * 129 + dl] = x8;
+                    ks[w9 * 129 + dl] = x9;
+                    ks[w10 * 129 + dl] = x10;
+                    ks[w11 * 129 + dl] = x11;
+                    ks[w12 * 129 + dl] = x12;
+                    ks[w13 * 129 + dl] = x13;
+                    ks[w14 * 129 + dl] = x14;
+                    ks[w15 * 129 + dl] = x15;
+                    vs[w0 * 128 + dl] = y0;
+                    vs[w1 * 128 + dl] = y1;
+                    vs[w2 * 128 + dl] = y2;
+                    vs[w3 * 128 + dl] = y3;
+                    vs[w4 * 128 + dl] = y4;
+                    vs[w5 * 128 + dl] = y5;
+                    vs[w6 * 128 + dl] = y6;
+                    vs[w7 * 128 + dl] = y7;
+                    vs[w8 * 128 + dl] = y8;
+                    vs[w9 * 128 + dl] = y9;
+                    vs[w10 * 128 + dl] = y10;
+                    vs[w11 * 128 + dl] = y11;
+                    vs[w12 * 128 + dl] = y12;
+                    vs[w13 * 128 + dl] = y13;
+                    vs[w14 * 128 + dl] = y14;
+                    vs[w15 * 128 + dl] = y15;
                 }
                 kc.localBarrier();
 
-                // Scores of keys tq, tq + 8, tq + 16, tq + 24 (warps whose rows are not real skip the products).
+                // Partial scores of keys tq, tq + 8, tq + 16, tq + 24 over this copy's slice of the head dim (rows that
+                // are not real skip the products; their scores are masked below).
                 float s0 = 0.0f;
                 float s1 = 0.0f;
                 float s2 = 0.0f;
                 float s3 = 0.0f;
                 if (rowLimit >= j0) {
-                    for (int e = 0; e < d; e++) {
-                        float qe = qs[r * 129 + e];
-                        s0 += qe * ks[tq * 129 + e];
-                        s1 += qe * ks[(tq + 8) * 129 + e];
-                        s2 += qe * ks[(tq + 16) * 129 + e];
-                        s3 += qe * ks[(tq + 24) * 129 + e];
+                    for (int e = e0; e < e0 + eLen; e += 4) {
+                        int qb = r * 129 + e;
+                        float q0 = qs[qb];
+                        float q1 = qs[qb + 1];
+                        float q2 = qs[qb + 2];
+                        float q3 = qs[qb + 3];
+                        int kq = tq * 129 + e;
+                        s0 += q0 * ks[kq];
+                        s1 += q0 * ks[kq + 1032];
+                        s2 += q0 * ks[kq + 2064];
+                        s3 += q0 * ks[kq + 3096];
+                        s0 += q1 * ks[kq + 1];
+                        s1 += q1 * ks[kq + 1033];
+                        s2 += q1 * ks[kq + 2065];
+                        s3 += q1 * ks[kq + 3097];
+                        s0 += q2 * ks[kq + 2];
+                        s1 += q2 * ks[kq + 1034];
+                        s2 += q2 * ks[kq + 2066];
+                        s3 += q2 * ks[kq + 3098];
+                        s0 += q3 * ks[kq + 3];
+                        s1 += q3 * ks[kq + 1035];
+                        s2 += q3 * ks[kq + 2067];
+                        s3 += q3 * ks[kq + 3099];
                     }
                 }
+                ps[slot * 33 + tq] = s0;
+                ps[slot * 33 + tq + 8] = s1;
+                ps[slot * 33 + tq + 16] = s2;
+                ps[slot * 33 + tq + 24] = s3;
+                kc.localBarrier();   // partial scores complete
+                float u0 = 0.0f;
+                float u1 = 0.0f;
+                float u2 = 0.0f;
+                float u3 = 0.0f;
+                for (int cc = 0; cc < copies; cc++) {
+                    int pb = (cc * rowsPer + r) * 33 + tq;
+                    u0 += ps[pb];
+                    u1 += ps[pb + 8];
+                    u2 += ps[pb + 16];
+                    u3 += ps[pb + 24];
+                }
                 int last = Math.min(rowLimit, k1 - 1);
-                float z0 = j0 + tq <= last ? s0 * scale : Float.NEGATIVE_INFINITY;
-                float z1 = j0 + tq + 8 <= last ? s1 * scale : Float.NEGATIVE_INFINITY;
-                float z2 = j0 + tq + 16 <= last ? s2 * scale : Float.NEGATIVE_INFINITY;
-                float z3 = j0 + tq + 24 <= last ? s3 * scale : Float.NEGATIVE_INFINITY;
+                float z0 = j0 + tq <= last ? u0 * scale : Float.NEGATIVE_INFINITY;
+                float z1 = j0 + tq + 8 <= last ? u1 * scale : Float.NEGATIVE_INFINITY;
+                float z2 = j0 + tq + 16 <= last ? u2 * scale : Float.NEGATIVE_INFINITY;
+                float z3 = j0 + tq + 24 <= last ? u3 * scale : Float.NEGATIVE_INFINITY;
                 float tileMax = Math.max(Math.max(z0, z1), Math.max(z2, z3));
                 red[t] = tileMax;
-                kc.localBarrier();
+                kc.localBarrier();   // row maxima known, and every thread is done reading the partial scores
                 for (int i = 0; i < 8; i++) {
-                    tileMax = Math.max(tileMax, red[r * 8 + i]);
+                    tileMax = Math.max(tileMax, red[slot * 8 + i]);
                 }
                 float newMax = Math.max(runningMax, tileMax);
                 float alpha = newMax == Float.NEGATIVE_INFINITY ? 1.0f : TornadoMath.exp(runningMax - newMax);
@@ -233,18 +355,19 @@ public final class CacheKernels {
                 float p1 = z1 == Float.NEGATIVE_INFINITY ? 0.0f : TornadoMath.exp(z1 - newMax);
                 float p2 = z2 == Float.NEGATIVE_INFINITY ? 0.0f : TornadoMath.exp(z2 - newMax);
                 float p3 = z3 == Float.NEGATIVE_INFINITY ? 0.0f : TornadoMath.exp(z3 - newMax);
-                ps[r * 33 + tq] = p0;
-                ps[r * 33 + tq + 8] = p1;
-                ps[r * 33 + tq + 16] = p2;
-                ps[r * 33 + tq + 24] = p3;
+                ps[slot * 33 + tq] = p0;
+                ps[slot * 33 + tq + 8] = p1;
+                ps[slot * 33 + tq + 16] = p2;
+                ps[slot * 33 + tq + 24] = p3;
                 partialSum = partialSum * alpha + (p0 + p1 + p2 + p3);
                 runningMax = newMax;
                 kc.localBarrier();   // P complete, red free again
                 if (rowLimit >= j0) {
                     a0 *= alpha; a1 *= alpha; a2 *= alpha; a3 *= alpha; a4 *= alpha; a5 *= alpha; a6 *= alpha; a7 *= alpha;
                     a8 *= alpha; a9 *= alpha; a10 *= alpha; a11 *= alpha; a12 *= alpha; a13 *= alpha; a14 *= alpha; a15 *= alpha;
-                    for (int jj = 0; jj < 32; jj++) {
-                        float p = ps[r * 33 + jj];
+                    int keyEnd = Math.min(key0 + keyLen, k1 - j0);
+                    for (int jj = key0; jj < keyEnd; jj++) {
+                        float p = ps[slot * 33 + jj];
                         int vb = jj * 128 + tq;
                         a0 += p * vs[vb + 0]; a1 += p * vs[vb + 8]; a2 += p * vs[vb + 16]; a3 += p * vs[vb + 24];
                         a4 += p * vs[vb + 32]; a5 += p * vs[vb + 40]; a6 += p * vs[vb + 48]; a7 += p * vs[vb + 56];
@@ -254,15 +377,29 @@ public final class CacheKernels {
                 }
             }
 
-            // Row sum over the row's 8 threads; O normalised, lse = m + log l (-inf where the row saw no key here).
-            // l == 0 rather than l > 0: a NaN score makes l NaN, and O and lse must stay NaN.
+            // Row sum over the row's 8 threads (every copy sees all the row's keys); the copies' O parts summed through
+            // vs by copy 0; O normalised, lse = m + log l (-inf where the row saw no key here). l == 0 rather than
+            // l > 0: a NaN score makes l NaN, and O and lse must stay NaN.
             red[t] = partialSum;
-            kc.localBarrier();
+            kc.localBarrier();   // also: every copy is done with vs
             float rowSum = 0.0f;
             for (int i = 0; i < 8; i++) {
-                rowSum += red[r * 8 + i];
+                rowSum += red[slot * 8 + i];
             }
-            if (isReal) {
+            int own = slot * 128 + tq;
+            vs[own] = a0; vs[own + 8] = a1; vs[own + 16] = a2; vs[own + 24] = a3;
+            vs[own + 32] = a4; vs[own + 40] = a5; vs[own + 48] = a6; vs[own + 56] = a7;
+            vs[own + 64] = a8; vs[own + 72] = a9; vs[own + 80] = a10; vs[own + 88] = a11;
+            vs[own + 96] = a12; vs[own + 104] = a13; vs[own + 112] = a14; vs[own + 120] = a15;
+            kc.localBarrier();
+            if (isReal && c == 0) {
+                for (int cc = 1; cc < copies; cc++) {
+                    int ob = (cc * rowsPer + r) * 128 + tq;
+                    a0 += vs[ob]; a1 += vs[ob + 8]; a2 += vs[ob + 16]; a3 += vs[ob + 24];
+                    a4 += vs[ob + 32]; a5 += vs[ob + 40]; a6 += vs[ob + 48]; a7 += vs[ob + 56];
+                    a8 += vs[ob + 64]; a9 += vs[ob + 72]; a10 += vs[ob + 80]; a11 += vs[ob + 88];
+                    a12 += vs[ob + 96]; a13 += vs[ob + 104]; a14 += vs[ob + 112]; a15 += vs[ob + 120];
+                }
                 int part = ((split * batch + b) * hq + h) * sq + s;
                 float inverse = rowSum == 0.0f ? 0.0f : 1.0f / rowSum;
                 int ob = part * d + tq;

@@ -232,6 +232,20 @@ class CacheKernelsTest {
     }
 
     @Test
+    void decodeSmallHeadDimsEveryRowCopyCount() {
+        // D = 16, 32: a thread's 16 keys per load trip wrap around the tile. G = 8: n = 1, 2, 0, 1 give 8 and 16 rows
+        // (2 and 1 row copies), G = 2 below gives 2 rows (4 copies).
+        for (int d : new int[] {16, 32}) {
+            Fixture f = new Fixture(61 + d, d, 4, 8, 1, 2, 8, 100, 0, true, Layout.BHSD,
+                    new int[] {37, 100, 0, 64}, new int[] {1, 2, 0, 1});
+            decode(f, JavaCacheTasks.withSplits(f.spec, f.cacheSpec, 3));
+            Fixture g = new Fixture(71 + d, d, 2, 4, 2, 1, 2, 90, 16, false, Layout.BSHD,
+                    new int[] {90, 45}, new int[] {1, 1});
+            decode(g, JavaCacheTasks.withSplits(g.spec, g.cacheSpec, 2));
+        }
+    }
+
+    @Test
     void decodeSingleTokenPagedShuffledNonCausal() {
         for (int d : new int[] {64, 128}) {
             Fixture f = new Fixture(21 + d, d, 3, 8, 2, 1, 3, 130, 16, false, Layout.BHSD,
