@@ -13,8 +13,16 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  * The part of a decoder layer the two variants do differently: RoPE with the cache write, attention over the
  * layer's KV cache, and the output projection that reads attention's output (fp16 for ours, fp32 for the scalar
  * baseline). Everything else in the layer (RMSNorm, QKV projection, FFN) is the same task for both.
+ *
+ * <p>A layer is one task graph ({@code layer_l}: RoPE, attention and the output projection together) or two
+ * ({@link #twoGraphsPerLayer}): {@code layer_l_a} ends with RoPE, whose outputs it owns and persists, and
+ * {@code layer_l_b} starts with attention, consuming them. Two graphs are what a prebuilt (PTX) attention task needs
+ * under TornadoVM 5.2.0: it runs correctly only as the first task of its graph ({@code CacheAttentionTasks}).
  */
 interface AttentionVariant {
+    /** Which graph of a layer ran, for {@link #download}; a one-graph layer is both parts. */
+    enum Part { ROPE, ATTENTION }
+
     /** Short name for tables and JSON, e.g. {@code ours(ptx-tornado)}. */
     String name();
 
@@ -27,23 +35,37 @@ interface AttentionVariant {
     /** Writes this step's metadata on the host, before the graphs run. */
     void setStep(int lengthAfter);
 
+    /** Whether each layer is two task graphs ({@code layer_l_a}, {@code layer_l_b}) rather than one. */
+    boolean twoGraphsPerLayer();
+
     /**
-     * Adds layer {@code layer}'s tasks to {@code graph} (named {@code graphName}): RoPE ({@code ropeCos},
-     * {@code ropeSin}: [maxLength, D / 2]) + cache write reading the fused projection {@code qkv} ([q; k; v], fp32),
-     * attention, and {@code x += wo . attention}; declares the arrays they own (caches, per-layer scratch) and puts
-     * their worker grids in {@code scheduler}.
+     * Adds layer {@code layer}'s RoPE ({@code ropeCos}, {@code ropeSin}: [maxLength, D / 2]) reading the fused
+     * projection {@code qkv} ([q; k; v], fp32) to {@code graph} (named {@code graphName}), with the arrays it
+     * writes; in a two-graph layer they are persisted for the attention graph.
      */
-    void addAttentionBlock(TaskGraph graph, String graphName, GridScheduler scheduler, KernelContext context, int layer,
-                           FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin, FloatArray x, HalfFloatArray wo);
+    void addRope(TaskGraph graph, String graphName, GridScheduler scheduler, KernelContext context, int layer,
+                 FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin);
+
+    /**
+     * Adds layer {@code layer}'s attention and {@code x += wo . attention} to {@code graph} (named
+     * {@code graphName}): the graph {@link #addRope} went into (one graph per layer), or the layer's second graph,
+     * which takes RoPE's outputs from {@code ropeGraphName} and gets attention as its first task. Declares the
+     * arrays attention owns (caches, scratch) and puts the worker grids in {@code scheduler}.
+     */
+    void addAttention(TaskGraph graph, String graphName, String ropeGraphName, GridScheduler scheduler,
+                      KernelContext context, int layer, FloatArray x, HalfFloatArray wo);
 
     /** Whether the task named {@code task} (without the graph prefix) is attention proper, for the timing table. */
     boolean isAttentionTask(String task);
 
     /**
-     * After layer {@code layer}'s graph ran (result {@code result}) at a step whose length is {@code length}:
-     * downloads what attention read and wrote (q, the cache prefix, O) for the check against the CPU reference.
+     * Right after layer {@code layer}'s graph that holds {@code part} ran (result {@code result}, still the
+     * selected graph): downloads what that graph owns of what attention read and wrote (q; the caches and O).
      */
-    Sample sample(TornadoExecutionResult result, int layer, int length);
+    void download(TornadoExecutionResult result, int layer, Part part);
+
+    /** What attention saw and gave at layer {@code layer} in the step whose parts were just downloaded. */
+    Sample sample(int layer);
 
     /** What attention saw and gave at one layer and step: q [heads, D], O [heads, D], the cache rows. */
     record Sample(float[] q, float[] output, CpuReference.RowSource keys, CpuReference.RowSource values) {

@@ -21,11 +21,15 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 /**
  * The decoder as TornadoVM task graphs, GPULlama3.java's layout: one execution plan holding
  * {@code embed, layer_0 .. layer_{L-1}, logits}, run graph by graph with {@code withGraph(i).execute()} for every
- * token. The residual stream {@code x} stays on the device: {@code embed} owns it ({@code FIRST_EXECUTION},
+ * token. A layer is one graph ({@code layer_l}: the scalar variant) or two ({@code layer_l_a}: RMSNorm, QKV, RoPE;
+ * {@code layer_l_b}: attention first, output projection, FFN; our variant, see {@link AttentionVariant}); they run in
+ * that order. The residual stream {@code x} stays on the device: {@code embed} owns it ({@code FIRST_EXECUTION},
  * {@code persistOnDevice}) and every later graph takes it from the graph run just before it
- * ({@code consumeFromDevice(previous, x)}, TornadoVM hands over that graph's buffer). Each graph owns its weights
- * ({@code FIRST_EXECUTION}: sent by the first token, resident after) and its scratch arrays; per token only the token
- * id (embed), the step metadata (each layer) and the logits (back, generated tokens only) cross the bus.
+ * ({@code consumeFromDevice(previous, x)}, TornadoVM hands over that graph's buffer; {@code layer_l_b} takes it from
+ * {@code layer_l_a}, which relays it). RoPE's outputs go from {@code layer_l_a} (owner, persists) to
+ * {@code layer_l_b} (consumes) the same way. Each graph owns its weights ({@code FIRST_EXECUTION}: sent by the first
+ * token, resident after) and its scratch arrays; per token only the token id (embed), the step metadata (each layer
+ * graph sends its own copy, 16 bytes) and the logits (back, generated tokens only) cross the bus.
  *
  * <p>Residency rules from tornado-kernels/README.md ("Device residency in TornadoVM 5.2.0") kept: every array is
  * transferred (so freed) by exactly one graph, consumers never persist what they consume, and {@link #close} selects
@@ -43,6 +47,10 @@ final class LlamaDecoder implements AutoCloseable {
     private final FloatArray logits;
     private final TornadoExecutionPlan plan;
     private final int graphs;
+    /** The graphs' names in plan (and run) order. */
+    private final List<String> graphNames = new ArrayList<>();
+    /** Per layer: the index of its first graph in the plan. */
+    private final int[] layerGraph;
     private final int[] profileLogRead;
     private boolean profiling;
 
@@ -62,15 +70,21 @@ final class LlamaDecoder implements AutoCloseable {
                 .persistOnDevice(x);
         scheduler.addWorkerGrid(EMBED + ".embed", grid(dim, localSize(dim, 256)));
         all.add(embed.snapshot());
+        graphNames.add(EMBED);
 
+        layerGraph = new int[config.layers()];
         for (int l = 0; l < config.layers(); l++) {
-            all.add(layer(weights, l, scheduler).snapshot());
+            layerGraph[l] = all.size();
+            for (TaskGraph graph : layer(weights, l, graphNames.getLast(), scheduler)) {
+                all.add(graph.snapshot());
+                graphNames.add(graph.getTaskGraphName());
+            }
         }
 
         FloatArray normed = new FloatArray(dim);
         KernelContext context = new KernelContext();
         TaskGraph head = new TaskGraph(LOGITS)
-                .consumeFromDevice(layerName(config.layers() - 1), x)
+                .consumeFromDevice(graphNames.getLast(), x)
                 .transferToDevice(DataTransferMode.FIRST_EXECUTION, weights.finalNorm, weights.lmHead, normed)
                 .task("final_norm", LlamaKernels::rmsNorm, context, x, weights.finalNorm, normed, dim, config.rmsEps())
                 .task("lm_head", LlamaKernels::matvec, context, normed, weights.lmHead, logits, dim)
@@ -79,6 +93,7 @@ final class LlamaDecoder implements AutoCloseable {
         scheduler.addWorkerGrid(LOGITS + ".lm_head", grid(config.vocab() * LlamaKernels.MATVEC_THREADS,
                 LlamaKernels.MATVEC_THREADS));
         all.add(head.snapshot());
+        graphNames.add(LOGITS);
 
         graphs = all.size();
         profileLogRead = new int[graphs];
@@ -91,24 +106,42 @@ final class LlamaDecoder implements AutoCloseable {
         }
     }
 
-    private TaskGraph layer(LlamaWeights weights, int l, GridScheduler scheduler) {
+    /**
+     * Layer {@code l}'s graphs in run order: one, or two when the attention variant asks for them (RoPE's graph,
+     * then attention's, which begins with attention); x comes from {@code previous}.
+     */
+    private List<TaskGraph> layer(LlamaWeights weights, int l, String previous, GridScheduler scheduler) {
         LlamaWeights.Layer w = weights.layers.get(l);
         int dim = config.dim();
-        String name = layerName(l);
+        boolean split = attention.twoGraphsPerLayer();
+        String name = split ? layerName(l) + "_a" : layerName(l);
         FloatArray normed = new FloatArray(dim);
         FloatArray qkv = new FloatArray(config.qkvRows());
         KernelContext context = new KernelContext();
         TaskGraph graph = new TaskGraph(name)
-                .consumeFromDevice(l == 0 ? EMBED : layerName(l - 1), x)
+                .consumeFromDevice(previous, x)
                 .transferToDevice(DataTransferMode.EVERY_EXECUTION, attention.meta())
-                .transferToDevice(DataTransferMode.FIRST_EXECUTION, w.attentionNorm(), w.wqkv(), w.wo(),
+                .transferToDevice(DataTransferMode.FIRST_EXECUTION, w.attentionNorm(), w.wqkv(),
                         weights.ropeCos, weights.ropeSin, normed, qkv)
                 .task("rms_att", LlamaKernels::rmsNorm, context, x, w.attentionNorm(), normed, dim, config.rmsEps())
                 .task("qkv", LlamaKernels::matvec, context, normed, w.wqkv(), qkv, dim);
         scheduler.addWorkerGrid(name + ".rms_att", grid(LlamaKernels.RMS_THREADS, LlamaKernels.RMS_THREADS));
         scheduler.addWorkerGrid(name + ".qkv", grid(config.qkvRows() * LlamaKernels.MATVEC_THREADS,
                 LlamaKernels.MATVEC_THREADS));
-        attention.addAttentionBlock(graph, name, scheduler, context, l, qkv, weights.ropeCos, weights.ropeSin, x, w.wo());
+        attention.addRope(graph, name, scheduler, context, l, qkv, weights.ropeCos, weights.ropeSin);
+        List<TaskGraph> graphs = new ArrayList<>(List.of(graph));
+        String ropeGraph = name;
+        if (split) {
+            // x relayed by the RoPE graph (it only consumed x: it neither owns nor persists it).
+            name = layerName(l) + "_b";
+            context = new KernelContext();
+            graph = new TaskGraph(name)
+                    .consumeFromDevice(ropeGraph, x)
+                    .transferToDevice(DataTransferMode.EVERY_EXECUTION, attention.meta());
+            graphs.add(graph);
+        }
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, w.wo());
+        attention.addAttention(graph, name, ropeGraph, scheduler, context, l, x, w.wo());
         if (config.ffnDim() > 0) {
             FloatArray ffnNormed = new FloatArray(dim);
             FloatArray hidden = new FloatArray(config.ffnDim());
@@ -123,11 +156,16 @@ final class LlamaDecoder implements AutoCloseable {
             scheduler.addWorkerGrid(name + ".ffn_down", grid(dim * LlamaKernels.MATVEC_THREADS,
                     LlamaKernels.MATVEC_THREADS));
         }
-        return graph;
+        return graphs;
     }
 
     static String layerName(int l) {
         return "layer_" + l;
+    }
+
+    /** The plan's graphs by name, in run order ({@code embed, layer_0[_a, layer_0_b], ..., logits}). */
+    List<String> graphNames() {
+        return List.copyOf(graphNames);
     }
 
     static WorkerGrid grid(int global, int local) {
@@ -173,9 +211,18 @@ final class LlamaDecoder implements AutoCloseable {
         List<AttentionVariant.Sample> samples = sample ? new ArrayList<>() : null;
         run(0, times);
         for (int l = 0; l < config.layers(); l++) {
-            TornadoExecutionResult result = run(1 + l, times);
+            // A sample's downloads go right after the graph that owns the arrays: a result transfers from the graph
+            // selected now.
+            TornadoExecutionResult result = run(layerGraph[l], times);
             if (sample) {
-                samples.add(attention.sample(result, l, length));
+                attention.download(result, l, AttentionVariant.Part.ROPE);
+            }
+            if (attention.twoGraphsPerLayer()) {
+                result = run(layerGraph[l] + 1, times);
+            }
+            if (sample) {
+                attention.download(result, l, AttentionVariant.Part.ATTENTION);
+                samples.add(attention.sample(l));
             }
         }
         if (withLogits) {

@@ -222,6 +222,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         /** Per task name: kernel ms per token, summed over the layers (profiled steps). */
         Map<String, Double> kernelMsPerToken = new LinkedHashMap<>();
         double attentionMsPerToken;
+        /** The plan's graphs in run order, each with the tasks the profiler timed in it (in the report's order). */
+        Map<String, List<String>> graphTasks = new LinkedHashMap<>();
         List<Check> checks = new ArrayList<>();
     }
 
@@ -242,8 +244,12 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         long t0 = System.nanoTime();
         try (LlamaDecoder decoder = new LlamaDecoder(weights, variant)) {
             run.buildSeconds = (System.nanoTime() - t0) / 1e9;
-            out.printf("%n[%s] task graphs built and compiled in %.1f s; running %d steps%n", run.name, run.buildSeconds,
-                    steps);
+            decoder.graphNames().forEach(g -> run.graphTasks.put(g, new ArrayList<>()));
+            List<String> names = decoder.graphNames();
+            out.printf("%n[%s] %d task graphs (%s) built and compiled in %.1f s; running %d steps%n", run.name,
+                    names.size(), names.size() <= 6 ? String.join(", ", names)
+                            : String.join(", ", names.subList(0, 4)) + ", ..., " + names.getLast(),
+                    run.buildSeconds, steps);
             long start = System.nanoTime();
             for (int s = 0; s < steps; s++) {
                 int tok = s < prompt ? promptTokens[s] : (forced != null ? forced[s - prompt] : run.tokens[s - prompt]);
@@ -282,6 +288,14 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         kernelNanos.forEach((task, ns) -> perTask.merge(ProfileLog.taskName(task), ns / 1e6 / Math.max(1, profileSteps),
                 Double::sum));
         run.kernelMsPerToken = new LinkedHashMap<>(perTask);
+        kernelNanos.keySet().stream().sorted((a, b) -> graphOrder(ProfileLog.taskName(a), ProfileLog.taskName(b)))
+                .forEach(id -> {
+                    int dot = id.indexOf('.');
+                    List<String> tasks = run.graphTasks.get(dot < 0 ? "" : id.substring(0, dot));
+                    if (tasks != null && !tasks.contains(ProfileLog.taskName(id))) {
+                        tasks.add(ProfileLog.taskName(id));
+                    }
+                });
         run.attentionMsPerToken = perTask.entrySet().stream().filter(e -> variant.isAttentionTask(e.getKey()))
                 .mapToDouble(Map.Entry::getValue).sum();
         return run;
@@ -290,10 +304,21 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
     /** The order tasks run in a token (the profiler's log has none); our attention's tasks sit where attention is. */
     private static final List<String> TASK_ORDER = List.of("embed", "rms_att", "qkv", "rope", "attention", "out_proj",
             "rms_ffn", "ffn_gate_up", "ffn_down", "final_norm", "lm_head");
+    /** Our attention's tasks in the order they run (ptx-tornado: the fused one; Java backends: three). */
+    private static final List<String> OUR_ATTENTION_ORDER = List.of("attn_decode", "attn_Append", "attn_DecodeSplit",
+            "attn_DecodeCombine");
 
     static int graphOrder(String a, String b) {
         int c = Integer.compare(rank(a), rank(b));
+        if (c == 0 && rank(a) == TASK_ORDER.indexOf("attention")) {
+            c = Integer.compare(attentionRank(a), attentionRank(b));
+        }
         return c != 0 ? c : a.compareTo(b);
+    }
+
+    private static int attentionRank(String task) {
+        int i = OUR_ATTENTION_ORDER.indexOf(task);
+        return i < 0 ? OUR_ATTENTION_ORDER.size() : i;
     }
 
     private static int rank(String task) {
@@ -441,6 +466,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
             v.put("decode_steps_timed", run.timedDecodeSteps);
             v.put("kernel_ms_per_token", run.kernelMsPerToken);
             v.put("attention_ms_per_token", run.attentionMsPerToken);
+            v.put("graphs", run.graphTasks);
             v.put("tokens_hash", Greedy.hash(run.tokens));
             v.put("tokens", Arrays.stream(run.tokens).boxed().toList());
             List<Object> checks = new ArrayList<>();

@@ -16,13 +16,18 @@ import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 
 /**
- * Our attention as tasks of the layer's graph ({@link CacheAttentionTasks}): RoPE writes q, k and v as fp16
- * ({@link LlamaKernels#ropeHalf}), the append task writes k and v into the layer's fp16 cache
- * [1, Hkv, maxLength, D] at position L - 1, the decode task (split-KV) writes O fp16 [1, Hq, 1, D], which the
- * output projection reads. Caches and the facade's workspace are declared {@code FIRST_EXECUTION}: resident.
+ * Our attention through {@link CacheAttentionTasks}, each layer in two task graphs (on every backend: one code
+ * path). {@code layer_l_a} ends with RoPE, which writes q, k and v as fp16 ({@link LlamaKernels#ropeHalf}); that
+ * graph owns q, newK and newV ({@code FIRST_EXECUTION}) and persists them. {@code layer_l_b} consumes them and starts
+ * with {@link CacheAttentionTasks#addAppendAndDecode}: on ptx-tornado one fused prebuilt task ({@code attn_decode}:
+ * append k and v to the layer's fp16 cache [1, Hkv, maxLength, D] at position L - 1, then split-KV decode), which
+ * TornadoVM 5.2.0 runs correctly only as the first task of its graph; on tornado-mma/tornado-simt the Java tasks
+ * {@code attn_Append}, {@code attn_DecodeSplit}, {@code attn_DecodeCombine}. Then the output projection reading
+ * O fp16 [1, Hq, 1, D]. Graph b owns the caches, O and the facade's workspace ({@code FIRST_EXECUTION}: resident).
  */
 final class OursAttention implements AttentionVariant {
-    private static final String PREFIX = "attn_";
+    /** Every attention task's name starts with it (ptx-tornado: attn_decode; Java: attn_Append, attn_Decode*). */
+    static final String PREFIX = "attn_";
 
     private final LlamaConfig config;
     private final CacheAttentionTasks tasks;
@@ -57,27 +62,45 @@ final class OursAttention implements AttentionVariant {
     }
 
     @Override
-    public void addAttentionBlock(TaskGraph graph, String graphName, GridScheduler scheduler, KernelContext context,
-                                  int layer, FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin, FloatArray x,
-                                  HalfFloatArray wo) {
+    public boolean twoGraphsPerLayer() {
+        return true;
+    }
+
+    @Override
+    public void addRope(TaskGraph graph, String graphName, GridScheduler scheduler, KernelContext context, int layer,
+                        FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin) {
         int dim = config.dim();
         int kvDim = config.kvDim();
         Layer arrays = new Layer(new HalfFloatArray(dim), new HalfFloatArray(kvDim), new HalfFloatArray(kvDim),
                 tasks.newCacheArray(), tasks.newCacheArray(), tasks.newBlockTable(), new HalfFloatArray(dim));
         layers.add(arrays);
-        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.kCache, arrays.vCache, arrays.blockTable,
-                arrays.q, arrays.newK, arrays.newV, arrays.out);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.q, arrays.newK, arrays.newV);
         graph.task("rope", LlamaKernels::ropeHalf, context, step, qkv, ropeCos, ropeSin, arrays.q, arrays.newK,
                 arrays.newV, dim, kvDim, config.headDim());
         scheduler.addWorkerGrid(graphName + ".rope", LlamaDecoder.grid(dim / 2, LlamaDecoder.localSize(dim / 2, 128)));
-        tasks.addAppend(graph, graphName, scheduler, PREFIX, arrays.newK, arrays.newV, arrays.kCache, arrays.vCache, step,
-                arrays.blockTable);
-        tasks.addDecode(graph, graphName, scheduler, PREFIX, arrays.q, arrays.kCache, arrays.vCache, step,
-                arrays.blockTable, arrays.out, null);
+        // Owned here, handed to the attention graph (persistOnDevice is transferToHost(UNDER_DEMAND): q can also be
+        // downloaded from this graph for the check).
+        graph.persistOnDevice(arrays.q, arrays.newK, arrays.newV);
+    }
+
+    @Override
+    public void addAttention(TaskGraph graph, String graphName, String ropeGraphName, GridScheduler scheduler,
+                             KernelContext context, int layer, FloatArray x, HalfFloatArray wo) {
+        if (graphName.equals(ropeGraphName)) {
+            throw new IllegalArgumentException("our attention needs a graph of its own after RoPE's: " + graphName);
+        }
+        int dim = config.dim();
+        Layer arrays = layers.get(layer);
+        graph.consumeFromDevice(ropeGraphName, arrays.q, arrays.newK, arrays.newV);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.kCache, arrays.vCache, arrays.blockTable,
+                arrays.out);
+        // The graph's first task (ptx-tornado: the one prebuilt task; TornadoVM 5.2.0 needs it first).
+        tasks.addAppendAndDecode(graph, graphName, scheduler, PREFIX, arrays.newK, arrays.newV, arrays.q, arrays.kCache,
+                arrays.vCache, step, arrays.blockTable, arrays.out, null);
         graph.task("out_proj", LlamaKernels::matvecResidualHalf, context, arrays.out, wo, x, dim);
         scheduler.addWorkerGrid(graphName + ".out_proj", LlamaDecoder.grid(dim * LlamaKernels.MATVEC_THREADS,
                 LlamaKernels.MATVEC_THREADS));
-        graph.transferToHost(DataTransferMode.UNDER_DEMAND, arrays.q, arrays.kCache, arrays.vCache, arrays.out);
+        graph.transferToHost(DataTransferMode.UNDER_DEMAND, arrays.kCache, arrays.vCache, arrays.out);
     }
 
     @Override
@@ -86,9 +109,18 @@ final class OursAttention implements AttentionVariant {
     }
 
     @Override
-    public Sample sample(TornadoExecutionResult result, int layer, int length) {
+    public void download(TornadoExecutionResult result, int layer, Part part) {
         Layer arrays = layers.get(layer);
-        result.transferToHost(arrays.q, arrays.kCache, arrays.vCache, arrays.out);
+        if (part == Part.ROPE) {
+            result.transferToHost(arrays.q);
+        } else {
+            result.transferToHost(arrays.kCache, arrays.vCache, arrays.out);
+        }
+    }
+
+    @Override
+    public Sample sample(int layer) {
+        Layer arrays = layers.get(layer);
         int capacity = config.maxLength();
         int d = config.headDim();
         return new Sample(toFloats(arrays.q), toFloats(arrays.out),

@@ -49,9 +49,13 @@ final class ScalarAttention implements AttentionVariant {
     }
 
     @Override
-    public void addAttentionBlock(TaskGraph graph, String graphName, GridScheduler scheduler, KernelContext context,
-                                  int layer, FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin, FloatArray x,
-                                  HalfFloatArray wo) {
+    public boolean twoGraphsPerLayer() {
+        return false;   // GPULlama3's layout: RoPE, attention and the output projection in one graph
+    }
+
+    @Override
+    public void addRope(TaskGraph graph, String graphName, GridScheduler scheduler, KernelContext context, int layer,
+                        FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin) {
         int dim = config.dim();
         int kvDim = config.kvDim();
         Layer arrays = new Layer(new FloatArray(dim), new FloatArray(config.maxLength() * kvDim),
@@ -60,12 +64,23 @@ final class ScalarAttention implements AttentionVariant {
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.q, arrays.keyCache, arrays.valueCache, arrays.out);
         graph.task("rope", LlamaKernels::ropeCacheFp32, context, meta, qkv, ropeCos, ropeSin, arrays.q,
                 arrays.keyCache, arrays.valueCache, dim, kvDim, config.headDim());
+        scheduler.addWorkerGrid(graphName + ".rope", LlamaDecoder.grid(dim / 2, 128));
+    }
+
+    @Override
+    public void addAttention(TaskGraph graph, String graphName, String ropeGraphName, GridScheduler scheduler,
+                             KernelContext context, int layer, FloatArray x, HalfFloatArray wo) {
+        if (!graphName.equals(ropeGraphName)) {
+            throw new IllegalArgumentException("the scalar variant's layer is one graph: " + graphName + " != "
+                    + ropeGraphName);
+        }
+        int dim = config.dim();
+        Layer arrays = layers.get(layer);
         graph.task("attention", LlamaKernels::scalarAttention, context, meta, arrays.q, arrays.keyCache,
-                arrays.valueCache, arrays.out, config.headDim(), kvDim, config.heads() / config.kvHeads(),
+                arrays.valueCache, arrays.out, config.headDim(), config.kvDim(), config.heads() / config.kvHeads(),
                 (float) (1.0 / Math.sqrt(config.headDim())));
         graph.task("out_proj", LlamaKernels::matvecResidual, context, arrays.out, wo, x, dim);
         graph.transferToHost(DataTransferMode.UNDER_DEMAND, arrays.q, arrays.keyCache, arrays.valueCache, arrays.out);
-        scheduler.addWorkerGrid(graphName + ".rope", LlamaDecoder.grid(dim / 2, 128));
         scheduler.addWorkerGrid(graphName + ".attention", LlamaDecoder.grid(config.heads() * THREADS_PER_HEAD,
                 THREADS_PER_HEAD));
         scheduler.addWorkerGrid(graphName + ".out_proj", LlamaDecoder.grid(dim * LlamaKernels.MATVEC_THREADS,
@@ -78,9 +93,18 @@ final class ScalarAttention implements AttentionVariant {
     }
 
     @Override
-    public Sample sample(TornadoExecutionResult result, int layer, int length) {
+    public void download(TornadoExecutionResult result, int layer, Part part) {
         Layer arrays = layers.get(layer);
-        result.transferToHost(arrays.q, arrays.keyCache, arrays.valueCache, arrays.out);
+        if (part == Part.ROPE) {
+            result.transferToHost(arrays.q);
+        } else {
+            result.transferToHost(arrays.keyCache, arrays.valueCache, arrays.out);
+        }
+    }
+
+    @Override
+    public Sample sample(int layer) {
+        Layer arrays = layers.get(layer);
         int kvDim = config.kvDim();
         int d = config.headDim();
         return new Sample(arrays.q.toHeapArray(), arrays.out.toHeapArray(),

@@ -1,6 +1,7 @@
 package io.github.tornadoattention.examples.llama;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -22,7 +23,8 @@ import org.junit.jupiter.api.Test;
  * The whole demo under TornadoVM without a GPU: a child JVM with TornadoVM's argfile and tornado-kernels' fake
  * libcuda (reports an H100, backs device memory with host memory, launches nothing). What it shows: every kernel
  * JIT-compiles to PTX that ptxas accepts (when ptxas is installed), the task graphs build, the residual stream goes
- * from graph to graph (persist/consume), the facade's tasks go into the layer graphs, the profiler's per-task times
+ * from graph to graph (persist/consume), our layers are two graphs each with the facade's fused prebuilt task first in
+ * the second (the JSON's graph layout, from the profiler's task ids), the profiler's per-task times
  * reach the report and the JSON, and closing frees. Kernel results are meaningless here (no launch runs).
  * Skipped without TORNADOVM_HOME, gcc or cuda.h.
  */
@@ -49,7 +51,7 @@ class FakeDriverSmokeTest {
                 .filter(p -> !p.contains("tornado-api")).collect(Collectors.joining(File.pathSeparator));
         List<String> command = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "@" + argfile, "--enable-native-access=ALL-UNNAMED", "-Dtornado.recover.bailout=False",
-                "-Dtornado.panama.objectHeader=128", "-cp", classPath, LlamaDecoderDemo.class.getName(),
+                "-Dtornado.panama.objectHeader=128", "-Dtornado.max.events=1024", "-cp", classPath, LlamaDecoderDemo.class.getName(),
                 "--attention", "ours,scalar", "--backend", "ptx-tornado", "--layers", "2", "--dim", "256", "--heads", "4",
                 "--kv-heads", "2", "--head-dim", "64", "--ffn-dim", "64", "--vocab", "512", "--prompt", "20",
                 "--generate", "6", "--profile-steps", "2", "--check-steps", "2", "--json", json.toString()));
@@ -63,6 +65,8 @@ class FakeDriverSmokeTest {
         String output = Files.readString(log);
         assertEquals(0, process.exitValue(), output);
         assertTrue(output.contains("scalar / ours(ptx-tornado) attention time"), output);
+        // The fake driver reports launches or copies through freed buffers (a hand-over between graphs gone wrong).
+        assertFalse(output.contains("[fakecuda] ERROR"), output);
 
         @SuppressWarnings("unchecked")
         List<Map<String, Object>> variants = (List<Map<String, Object>>) JSON.std.mapFrom(Files.readString(json))
@@ -75,6 +79,24 @@ class FakeDriverSmokeTest {
                     "ffn_gate_up", "ffn_down", "final_norm", "lm_head")), v.get("name") + ": " + tasks.keySet());
             assertTrue(tasks.containsKey(v.get("name").equals("scalar") ? "attention" : "attn_decode"), tasks.keySet().toString());
             assertEquals(6, ((List<?>) v.get("tokens")).size());
+            // The graphs in run order with the tasks timed in each: ours is two graphs per layer, attention (on
+            // ptx-tornado the one prebuilt task) first in the second; scalar is one graph per layer.
+            @SuppressWarnings("unchecked")
+            Map<String, List<String>> graphs = (Map<String, List<String>>) v.get("graphs");
+            List<String> ffn = List.of("rms_ffn", "ffn_gate_up", "ffn_down");
+            Map<String, List<String>> expected = new java.util.LinkedHashMap<>();
+            expected.put("embed", List.of("embed"));
+            for (int l = 0; l < 2; l++) {
+                if (v.get("name").equals("scalar")) {
+                    expected.put("layer_" + l, concat(List.of("rms_att", "qkv", "rope", "attention", "out_proj"), ffn));
+                } else {
+                    expected.put("layer_" + l + "_a", List.of("rms_att", "qkv", "rope"));
+                    expected.put("layer_" + l + "_b", concat(List.of("attn_decode", "out_proj"), ffn));
+                }
+            }
+            expected.put("logits", List.of("final_norm", "lm_head"));
+            assertEquals(expected, graphs, v.get("name") + ": graphs and their tasks");
+            assertEquals(new ArrayList<>(expected.keySet()), new ArrayList<>(graphs.keySet()), "graph order");
             assertEquals(2 * 2, ((List<?>) v.get("checks")).size(), "2 steps x 2 layers");
         }
 
@@ -92,6 +114,12 @@ class FakeDriverSmokeTest {
                 assertEquals(0, ptxas.exitValue(), module + ": " + report);
             }
         }
+    }
+
+    private static List<String> concat(List<String> a, List<String> b) {
+        List<String> all = new ArrayList<>(a);
+        all.addAll(b);
+        return all;
     }
 
     /** tornado-kernels' fake libcuda and libnvidia-ml, built into target/fakecuda; null if that cannot be done. */
