@@ -16,11 +16,14 @@ peak and beside SDPA FLASH over the same cache slice.  A short table is printed 
   python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N]
 
 --tornado-twins: only the TornadoVM twins (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
-kv_cache_append_tornado[_h128], flash_cache_fwd[_paged]_d{64,128}[_causal]_tornado[_h128]), every
+flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128], kv_cache_append_tornado[_h128],
+flash_cache_fwd[_paged]_d{64,128}[_causal]_tornado[_h128]), every
 array allocated behind a fake header of 16 (128) bytes and passed as a pointer to that header,
 against the same references (GPU only; no timing).  The fused decode also runs as an engine's
 TaskGraph would: one params block with params[25] = 0 (keys per split derived on the device) and
-one fixed grid, stepped through ragged, all-zero and long lengths in the same buffers; the prefill
+one fixed grid, stepped through ragged, all-zero and long lengths in the same buffers; the append +
+decode twins run an engine's decode loop (each step appends 0, 1 or 3 rows per slot through the fused
+kernel alone; O/lse and the whole K/V cache checked against the model after every step); the prefill
 twins read lens and the packed offsets from one KvCache step array [3*B + 1].
 
 --emulate: no GPU; every launch runs a Python model of the ABI instead (checks this script's
@@ -314,7 +317,8 @@ class Kernels:
 
     @staticmethod
     def threads(name):
-        return 32 if name.startswith(("flash_cache_decode_split", "flash_cache_decode_fused")) else 128
+        return 32 if name.startswith(("flash_cache_decode_split", "flash_cache_decode_fused",
+                                      "flash_cache_append_decode_fused")) else 128
 
     def launch(self, name, grid, args):
         assert name in self.names, f"no entry {name} in flash_cache.ptx"
@@ -1233,12 +1237,163 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
                         res.error(group, tag, ex)
 
 
+def _write_rows(cache, kbuf, vbuf, b, start, kk, vv):
+    """cache.write into other buffers of the cache's layout (the kernel's views)."""
+    saved = cache.k, cache.v
+    cache.k, cache.v = kbuf, vbuf
+    try:
+        cache.write(b, start, kk, vv)
+    finally:
+        cache.k, cache.v = saved
+
+
+def check_tornado_append_decode(K, res, rng, gen, hdr):
+    """flash_cache_append_decode_fused[_paged]_d{64,128} twins as an engine's decode loop runs them: one set of
+    header buffers for the whole loop (q, K/V cache, o, lse, params, the KvCache step array [3B + 1], block
+    table, workspace, tickets, new_k/new_v dense [B, Hkv, Sq, D], append_params), a grid fixed when the graph
+    is built (1, 5 or 9 splits with params[25] = 0, and one loop with params[25] = 64 given), and steps in
+    which each slot appends n_b in {0, 1, 3} (<= Sq) rows through the fused kernel only: ragged, idle slots,
+    G*Sq > 16 (several row-block CTAs write the same rows), a slot re-seated by the host (a prefill outside the
+    loop) so that its new rows straddle a split boundary.  Each step: O/lse against the float64 reference over
+    the model's cache, the kernel's whole K/V buffers bit-equal to the model's (every appended row where
+    torch indexing puts it, nothing else written), tickets back to 0, headers intact.  new_k/new_v rows past
+    n_b hold NaN (must not be read); words of append_params other than 4..6 are poisoned in every other
+    loop (only the new-row strides are read)."""
+    B, cap, steps = 5, 600, 6
+    loop = 0
+    for D in (64, 128):
+        bc = 32 if D == 128 else 64  # the decode tiles' Bc (DecodeTraits)
+        for ps in (0, 16, 1):
+            for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 4, True, 4), (16, 2, False, 3), (8, 8, True, 1)):
+                G = Hq // Hkv
+                row_blocks = math.ceil(G * Sq / 16)
+                for S, kps_given in ((1, 0), (5, 0), (9, 0), (math.ceil(cap / 64), 64)):
+                    loop += 1
+                    group = f"append+decode twin h{hdr} d{D} {'paged' if ps else 'contig'}"
+                    base = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} "
+                            f"{'page' + str(ps) if ps else 'contig'} Sq{Sq} splits={S} kps={kps_given or 'derived'}")
+                    try:
+                        cache = Cache(B, Hkv, cap, D, ps, gen)  # the model (torch indexing); NaN past every length
+                        ctx = [rng.randint(0, 300) for _ in range(B)]
+                        ctx[loop % B] = 0  # an empty slot
+                        cache.fill(ctx, gen)
+                        bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
+                        ap_ = [0] * 16
+                        ap_[0:4] = [B, Hkv, D, Sq]
+                        ap_[4:7] = [Hkv * Sq * D, Sq * D, D]
+                        ap_[7:10] = list(cache.strides)
+                        ap_[10:13] = [ps, cache.pps, 0]
+                        if loop % 2 == 0:
+                            ap_ = [w if 4 <= i < 7 else (1 << 30) + 7 for i, w in enumerate(ap_)]
+                        rows = B * Hq * Sq
+                        bufs = dict(
+                            q=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            k=behind_header(cache.k, hdr), v=behind_header(cache.v, hdr),
+                            o=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            l=behind_header(torch.full((B, Hq, Sq), NAN, device=DEV), hdr),
+                            p=behind_header(torch.zeros(32, dtype=torch.int32, device=DEV), hdr),
+                            n=behind_header(torch.zeros(3 * B + 1, dtype=torch.int32, device=DEV), hdr),
+                            b=behind_header(bt, hdr),
+                            w=behind_header(torch.full((S * rows * (D + 1),), NAN, device=DEV), hdr),
+                            t=behind_header(torch.zeros(row_blocks * B * Hkv, dtype=torch.int32, device=DEV), hdr),
+                            nk=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            nv=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            ap=behind_header(torch.tensor(ap_, dtype=torch.int32, device=DEV), hdr))
+                        name = twin_name(f"flash_cache_append_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
+                        order = ("q", "k", "v", "o", "l", "p", "n", "b", "w", "t", "nk", "nv", "ap")
+                        args = [None] + [bufs[key][0] for key in order]
+                        prev = list(ctx)
+                    except Exception as ex:  # noqa
+                        res.error(group, base, ex)
+                        continue
+                    for si in range(steps):
+                        tag = f"{base} step{si}"
+                        try:
+                            news = [rng.choice([n for n in (0, 1, 3) if n <= Sq]) for _ in range(B)]
+                            if si % 3 == 2:
+                                news[rng.randrange(B)] = 0  # an idle slot ...
+                            if all(n == 0 for n in news):
+                                news[si % B] = min(Sq, 3)  # ... but a real query somewhere
+                            lens = [c + n for c, n in zip(prev, news)]
+                            kps = kps_given or derived_kps(lens, news, S, bc)
+                            m = max([Lb for Lb, n in zip(lens, news) if n > 0], default=0)
+                            # The host re-seats a slot (its prompt written outside the loop) so that its new
+                            # rows straddle a split boundary.
+                            cand = [b for b in range(B) if news[b] >= 2 and lens[b] < m]
+                            if S > 1 and kps > 0 and cand and m >= kps + 3 and si % 2 == 1:
+                                b = rng.choice(cand)
+                                kb = rng.randint(1, (m - 3) // kps) * kps
+                                c_new = kb - rng.randint(1, news[b] - 1)
+                                kk, vv = randn(Hkv, c_new, D, gen=gen), randn(Hkv, c_new, D, gen=gen)
+                                cache.write(b, 0, kk, vv)
+                                _write_rows(cache, bufs["k"][1], bufs["v"][1], b, 0, kk, vv)
+                                cache.truth[b] = (kk, vv)
+                                prev[b] = c_new
+                                lens = [c + n for c, n in zip(prev, news)]
+                                kps = kps_given or derived_kps(lens, news, S, bc)
+                            assert max(lens) <= cap, "capacity"
+                            straddle = sum(1 for b in range(B) if news[b] > 0 and kps > 0 and
+                                           (lens[b] - news[b]) // kps != (lens[b] - 1) // kps)
+                            tag += f" L={lens} n={news} kps={kps} straddling={straddle}"
+                            # this step's new rows (NaN past n_b) and the model's append
+                            nk = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half)
+                            nv = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half)
+                            for b in range(B):
+                                n = news[b]
+                                if n:
+                                    nk[b, :, :n] = randn(Hkv, n, D, gen=gen)
+                                    nv[b, :, :n] = randn(Hkv, n, D, gen=gen)
+                                    cache.write(b, prev[b], nk[b, :, :n], nv[b, :, :n])
+                                    tk, tv_ = cache.truth[b]
+                                    cache.truth[b] = (torch.cat([tk[:, :prev[b]], nk[b, :, :n]], 1),
+                                                      torch.cat([tv_[:, :prev[b]], nv[b, :, :n]], 1))
+                            dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=64)
+                            prm = dec.prm.clone()
+                            prm[25] = kps_given  # P_KEYS_PER_SPLIT (0: derived on the device)
+                            step = torch.tensor(lens + news + [0] * (B + 1), dtype=torch.int32, device=DEV)
+                            for key, t in (("q", dec.q), ("p", prm), ("n", step), ("nk", nk), ("nv", nv)):
+                                bufs[key][1].copy_(t)
+                            bufs["o"][1].fill_(NAN)
+                            bufs["l"][1].fill_(NAN)
+                            K.launch(name, (S, row_blocks, B * Hkv), args)
+                            torch.cuda.synchronize()
+                            prev = lens
+                            dec.o.copy_(bufs["o"][1])
+                            dec.lse.copy_(bufs["l"][1])
+                            oref, lref = decode_reference(dec, cache, lens, news)
+                            r = compare(dec.ov, dec.lse, oref, lref)
+                            for key, model in (("k", cache.k), ("v", cache.v)):
+                                got = bufs[key][1].view(torch.int16)
+                                want = model.view(torch.int16)
+                                if not torch.equal(got, want):
+                                    r.update(ok=False, why=r["why"] + f" {key} cache differs from the model in "
+                                                                      f"{int((got != want).sum())} halves")
+                            if int(bufs["t"][1].abs().sum()) != 0:
+                                r.update(ok=False, why=r["why"] + " tickets not reset")
+                            if not all(bool((bufs[key][0][:hdr] == 0xA5).all()) for key in ("k", "v", "o", "l", "w", "t")):
+                                r.update(ok=False, why=r["why"] + " a header was written")
+                            res.add(group, tag, r)
+                            APPEND_DECODE_STATS["steps"] += 1
+                            APPEND_DECODE_STATS["straddling"] += straddle
+                            APPEND_DECODE_STATS["multi_block_rows"] += sum(news) if row_blocks > 1 else 0
+                        except Exception as ex:  # noqa
+                            res.error(group, tag, ex)
+                            break  # the buffers no longer follow the model
+
+
+APPEND_DECODE_STATS = dict(steps=0, straddling=0, multi_block_rows=0)
+
+
 def check_tornado_twins(K, res, rng, gen, sms):
     for hdr in (16, 128):
         check_tornado_decode(K, res, rng, gen, sms, hdr)
         check_tornado_decode_derived(K, res, rng, gen, hdr)
+        check_tornado_append_decode(K, res, rng, gen, hdr)
         check_tornado_append(K, res, rng, gen, hdr)
         check_tornado_prefill(K, res, rng, gen, hdr)
+    log(f"append+decode twins: {APPEND_DECODE_STATS['steps']} steps, {APPEND_DECODE_STATS['straddling']} slot-steps "
+        f"whose new rows straddle a split boundary, {APPEND_DECODE_STATS['multi_block_rows']} new rows written by "
+        f"several row-block CTAs")
 
 
 # --------------------------------------------------------------------------- main

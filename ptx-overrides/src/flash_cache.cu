@@ -1,7 +1,8 @@
 // Shipped KV-cache entries (ptx/flash_cache.ptx): attention over a contiguous or paged KV cache
 // with per-sequence lengths (decode split pass + combine, varlen prefill), the append of new
 // tokens, and the public merge of partial results (CUDA-driver entries 1-5), plus TornadoVM
-// twins of the decode (fused, 6), of the append (7) and of the varlen prefill (8).  fp16,
+// twins of the decode (fused, 6), of the append (7), of the varlen prefill (8) and of the append
+// and decode in one launch (9).  fp16,
 // D = 64/128, static shared memory, dynamic shared memory 0 for every launch.
 //
 // ---- ABI ----------------------------------------------------------------------------------
@@ -124,6 +125,32 @@
 //    semantics as 3.  The contiguous d128 twin runs 3's d128 tile with the lazy rescale (the
 //    eager one spills on sm_90 with the offsets pointer computed from the step array); the
 //    paged d128 twin runs 3's own configuration.
+// 9. flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, __half* k,
+//        __half* v, __half* o, float* lse, const int* params, const int* lens,
+//        const int* block_table, float* workspace, int* tickets, const __half* new_k,
+//        const __half* new_v, const int* append_params)
+//    The step's append (7, dense rows only) and the fused decode (6) in one launch, for a
+//    TornadoVM graph that can hold only one prebuilt task (TornadoVM 5.2.0 maps every prebuilt
+//    task of a graph to the first one's installed code).  Block, grid, params (params[25] = 0:
+//    keys per split derived as in 6), lens, block_table, o, lse, workspace and tickets exactly as
+//    6; lens[b] = L_b after the append, lens[B+b] = n_b <= Sq (<= 16) new rows of slot b.
+//    Prologue: CTA (split s = blockIdx.x, z = b*Hkv + kvh) first writes the new rows of its own
+//    slot b and KV head kvh whose positions p fall in its split's keys, p in
+//    [max(s*kps, L_b - n_b), min(L_b, (s+1)*kps)): row j = p - (L_b - n_b) of new_k/new_v,
+//    dense [B, Hkv, max_new, D] at b*new_sb + kvh*new_sh + j*new_sr with the element strides
+//    append_params[4..6] (A_NEW_STRIDE: batch, head, row; the only words of append_params read,
+//    so kv_cache_append_tornado's array serves unchanged), goes to cache position p, addressed
+//    with params' own cache words, the ones the split pass reads K/V with: K at
+//    b*k_sb + kvh*k_sh + p*k_sr (P_K_STRIDE, 12..14), V with P_V_STRIDE (15..17); paged
+//    (P_PAGE_SIZE 23 > 0): page block_table[b*pages_per_seq + p/page_size] (P_PAGES_PER_SEQ 24)
+//    for b, row p % page_size.  Then __syncthreads() and the split pass + combine of 6.  Every
+//    position of [L_b - n_b, L_b) lies in exactly one split's range (the splits cover every key of
+//    a slot with n_b > 0, see 6), so after the launch the cache holds every new row; the row-block
+//    CTAs (blockIdx.y) of one split and head write the same bytes to the same rows (idempotent);
+//    a CTA reads only keys of its own split, so it never waits on another CTA's rows.  Slots with
+//    n_b = 0 write nothing.  k and v are read-write (declare them so in the task graph); new_k
+//    rows past n_b are not read.  Host checks as 6, plus L_b <= capacity and the new-row strides
+//    multiples of 8.
 #include "flash_cache.cuh"
 
 // The shipped configurations (flash_fwd.cu, flash_decode.cu), in their cache modes.
@@ -186,3 +213,8 @@ FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d64, flash_cache_fwd_paged_d64, KtCacheFwd64
 FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128, flash_cache_fwd_paged_d128, KtCacheFwd128, flash::kCachePaged)
 FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128_causal, flash_cache_fwd_paged_d128_causal, KtCacheFwd128Causal,
                               flash::kCachePaged)
+// The append + decode twins (ABI item 9), last.
+FLASH_CACHE_APPEND_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
+FLASH_CACHE_APPEND_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
+FLASH_CACHE_APPEND_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
+FLASH_CACHE_APPEND_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)

@@ -268,6 +268,135 @@ __device__ __forceinline__ void kv_append_tornado_body(__half* k_cache, __half* 
                  __ldg(a + A_PAGE_SIZE), __ldg(a + A_PAGES_PER_SEQ));
 }
 
+// ---- Append + decode in one launch (flash_cache_append_decode_fused*_tornado): TornadoVM 5.2.0
+// launches a prebuilt task right only as the first and only prebuilt task of its graph, so an
+// engine's step (append the new K/V rows, then decode over the cache) must be one kernel.
+
+// The append prologue: this CTA's share of the step's new rows.  CTA (split s = blockIdx.x,
+// z = b*Hkv + kvh) writes the new rows of its own sequence b and KV head kvh whose positions lie in
+// its split's keys [s*kps, min(L_b, (s+1)*kps)), i.e. positions p in [max(s*kps, L_b - n_b),
+// min(L_b, (s+1)*kps)); row j = p - (L_b - n_b) of new_k/new_v (dense [B, Hkv, maxNew, D], element
+// strides append_params[A_NEW_STRIDE..+2]) goes to cache position p.  The cache is addressed exactly
+// as the split pass reads it: K with params' P_K_STRIDE words, V with P_V_STRIDE, the page words
+// P_PAGE_SIZE / P_PAGES_PER_SEQ (paged: page block_table[b*pages_per_seq + p/page_size], row
+// p % page_size).  The row-block CTAs (blockIdx.y) of one split and head write the same bytes to the
+// same rows: idempotent.  kThreads/(D/8) rows per pass, one 16-byte chunk of K and of V per thread;
+// n_b <= Sq <= 16 rows at most per CTA.  A slot with n_b = 0 (or an empty split) writes nothing.
+template <int kThreads, int D, int kCache, int kHdr>
+__device__ __forceinline__ void cache_append_split_range(__half* k, __half* v, const __half* new_k,
+                                                         const __half* new_v, const int* params,
+                                                         const int* lens, const int* block_table,
+                                                         const int* append_params, int kps) {
+  const int* pd = at_data<kHdr>(params);
+  const int* ln = at_data<kHdr>(lens);
+  const int B = __ldg(pd + P_B), Hkv = __ldg(pd + P_HKV);
+  const int b = blockIdx.z / Hkv, kvh = blockIdx.z % Hkv;
+  const int L = __ldg(ln + b), first = L - __ldg(ln + B + b);
+  const int lo = max((int)blockIdx.x * kps, first), hi = min(L, (int)(blockIdx.x + 1) * kps);
+  if (lo >= hi) return;  // uniform over the CTA
+  constexpr int kCpr = D / 8, kRowsPerPass = kThreads / kCpr;
+  static_assert(kThreads % kCpr == 0, "whole rows per pass");
+  const int* a = at_data<kHdr>(append_params);
+  const int c = (threadIdx.x % kCpr) * 8;
+  const __half* nk = at_data<kHdr>(new_k) + (int64_t)b * __ldg(a + A_NEW_STRIDE) +
+                     (int64_t)kvh * __ldg(a + A_NEW_STRIDE + 1) + c;
+  const __half* nv = at_data<kHdr>(new_v) + ((nk - at_data<kHdr>(new_k)));
+  const int new_sr = __ldg(a + A_NEW_STRIDE + 2);
+  const int k_sb = __ldg(pd + P_K_STRIDE), k_sh = __ldg(pd + P_K_STRIDE + 1), k_sr = __ldg(pd + P_K_STRIDE + 2);
+  const int v_sb = __ldg(pd + P_V_STRIDE), v_sh = __ldg(pd + P_V_STRIDE + 1), v_sr = __ldg(pd + P_V_STRIDE + 2);
+  for (int pos = lo + (int)threadIdx.x / kCpr; pos < hi; pos += kRowsPerPass) {
+    const int64_t src = (int64_t)(pos - first) * new_sr;
+    int64_t kd, vd;
+    if constexpr (kCache == kCachePaged) {
+      const int ps = __ldg(pd + P_PAGE_SIZE);  // a power of two
+      const int page = __ldg(at_data<kHdr>(block_table) + (int64_t)b * __ldg(pd + P_PAGES_PER_SEQ) +
+                             (pos >> (__ffs(ps) - 1)));
+      const int in_page = pos & (ps - 1);
+      kd = (int64_t)page * k_sb + (int64_t)kvh * k_sh + (int64_t)in_page * k_sr + c;
+      vd = (int64_t)page * v_sb + (int64_t)kvh * v_sh + (int64_t)in_page * v_sr + c;
+    } else {
+      kd = (int64_t)b * k_sb + (int64_t)kvh * k_sh + (int64_t)pos * k_sr + c;
+      vd = (int64_t)b * v_sb + (int64_t)kvh * v_sh + (int64_t)pos * v_sr + c;
+    }
+    const uint4 kx = ld_nc_u128(nk + src);
+    const uint4 vx = ld_nc_u128(nv + src);
+    *reinterpret_cast<uint4*>(at_data<kHdr>(k) + kd) = kx;
+    *reinterpret_cast<uint4*>(at_data<kHdr>(v) + vd) = vx;
+  }
+}
+
+// The split pass for the append + decode twins: run_fwd_cache_split_hdr with a shared-memory
+// symbol of its own (sharing that one would move it out of the decode twins' PTX).
+template <class Kt, int kCache, int kHdr>
+__device__ __forceinline__ void run_cache_append_split(const __half* q, const __half* k, const __half* v,
+                                                       float* o_partial, float* lse_partial, const int* params,
+                                                       CacheArgs ca) {
+  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
+  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
+  fwd_body<Kt, true, kHdr, kCache>(q, k, v, nullptr, o_partial, lse_partial, params, flash_smem, ca);
+}
+
+// Append + split-KV decode over a cache in one launch: cache_decode_fused_body (same grid, block,
+// params, lens, workspace, tickets) preceded by cache_append_split_range with the same keys per
+// split.  The prologue's global stores, then __syncthreads(), then the split pass's K/V copies
+// (cp.async.cg, through L2): bar.sync orders every thread's earlier stores before every thread's
+// later reads of the CTA (CTA scope, generic proxy, which cp.async's reads are in), and global
+// stores reach L2 before an L2 read can see them; no fence is needed.  Only this CTA's own rows
+// are read before the kernel ends (the other splits' new rows lie outside its keys), so no grid
+// ordering either.
+template <class Kt, int kCache, int kHdr>
+__device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, __half* k, __half* v, __half* o,
+                                                               float* lse, const int* params, const int* lens,
+                                                               const int* block_table, float* workspace,
+                                                               int* tickets, const __half* new_k,
+                                                               const __half* new_v, const int* append_params) {
+  constexpr int D = Kt::kHeadDim;
+  const int* pd = at_data<kHdr>(params);
+  CacheArgs ca;
+  ca.lens = at_data<kHdr>(lens);
+  ca.block_table = at_data<kHdr>(block_table);
+  static_assert(Kt::kNThreads == 32, "keys_per_split_from_lens: one warp per CTA");
+  ca.keys_per_split = __ldg(pd + P_KEYS_PER_SPLIT);
+  if (ca.keys_per_split == 0)
+    ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x);
+  cache_append_split_range<Kt::kNThreads, D, kCache, kHdr>(k, v, new_k, new_v, params, lens, block_table,
+                                                           append_params, ca.keys_per_split);
+  __syncthreads();  // the new rows of this split before its K/V tile loads
+
+  const int64_t rows = (int64_t)__ldg(pd + P_B) * __ldg(pd + P_HQ) * __ldg(pd + P_SQ);
+  // lse_partial as a header pointer: at_data<kHdr> of it is the data after o_partial.
+  float* lse_partial = workspace + (int64_t)gridDim.x * rows * D;
+  run_cache_append_split<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
+
+  // Publish this CTA's partials, then take a ticket (as cache_decode_fused_body).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* ticket = at_data<kHdr>(tickets) + blockIdx.z * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other split's partials are visible from here on
+
+  constexpr int kThreadsPerRow = D / 8;
+  constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
+  Params p = load_params(pd);
+  p.num_splits = gridDim.x;
+  const int G = p.Hq / p.Hkv;
+  const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
+  const int n_b = __ldg(at_data<kHdr>(lens) + p.B + b), nvalid = G * n_b;
+  const int n_abs = max(p.Sq - n_b, 1);
+  const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
+  for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
+    const int h = kvh * G + (r < nvalid ? r / n_b : (r - nvalid) / n_abs);
+    const int s = r < nvalid ? r % n_b : n_b + (r - nvalid) % n_abs;
+    const int64_t row = ((int64_t)b * p.Hq + h) * p.Sq + s;
+    combine_row<D, true>(at_data<kHdr>(workspace), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
+                         at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
+  }
+  if (threadIdx.x == 0) *ticket = 0;
+}
+
 }  // namespace flash
 
 // Split pass over a cache: flash_cache_decode_split[_paged]_d{D}.
@@ -365,3 +494,25 @@ __device__ __forceinline__ void kv_append_tornado_body(__half* k_cache, __half* 
 #define FLASH_CACHE_FWD_TORNADO_ENTRY(NAME, CONFIG, KT, MODE)                                     \
   FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado, flash::kTornadoHeaderBytes) \
   FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado_h128, 128)
+
+
+// flash_cache_append_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the
+// append + cache decode (flash_cache.cu, ABI item 9): the fused decode's arguments, then new_k,
+// new_v (dense) and append_params; k and v are written (the step's new rows) and read.
+#define FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
+  FLASH_MANIFEST_ROW("cache-append-decode-fused", flash_cache_append_decode_fused_##NAME,        \
+                     flash_cache_append_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)             \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_cache_append_decode_fused_##NAME##TAIL(                                                  \
+      uint64_t kernel_context, const __half* __restrict__ q, __half* __restrict__ k,             \
+      __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse,                   \
+      const int* __restrict__ params, const int* __restrict__ lens, const int* __restrict__ block_table, \
+      float* __restrict__ workspace, int* __restrict__ tickets, const __half* __restrict__ new_k, \
+      const __half* __restrict__ new_v, const int* __restrict__ append_params) {                 \
+    flash::cache_append_decode_fused_body<KT, MODE, HEADER_BYTES>(q, k, v, o, lse, params, lens, block_table, \
+                                                                  workspace, tickets, new_k, new_v, \
+                                                                  append_params);                \
+  }
+#define FLASH_CACHE_APPEND_FUSED_ENTRY(NAME, KT, MODE)                                            \
+  FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
+  FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
