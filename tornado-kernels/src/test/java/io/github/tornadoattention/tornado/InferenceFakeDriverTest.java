@@ -37,7 +37,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * appends one token per sequence and attends) compiles nothing, loads no module, allocates nothing, creates no
  * plan; each layer is one execution (ptx-tornado: one fused launch; the Java kernels: append, split pass and
  * combine); the host sends the step's small
- * arrays, never the cache (the cache went up once, with the first execution); O comes back once per layer; a paged
+ * arrays, never the cache (the cache went up once, with the first execution); O and lse come back once per layer; a paged
  * cache behaves the same; closing frees every device buffer. The kernels' results need a GPU (launches are no-ops
  * here): TornadoDeviceTest and {@code selftest --inference} check them there.
  */
@@ -90,7 +90,7 @@ class InferenceFakeDriverTest {
             long perLayer = id.equals("ptx-tornado") ? 1 : 3;
             assertEquals(perLayer * LAYERS, launches, "one execution per layer, its launches only: " + where);
             List<Long> down = bytes(lines, DEVICE_TO_HOST);
-            assertEquals(LAYERS, down.size(), "O comes back once per layer: " + where);
+            assertEquals(2 * LAYERS, down.size(), "O and lse come back once per layer: " + where);
             long up = bytes(lines, HOST_TO_DEVICE).stream().mapToLong(Long::longValue).sum();
             assertTrue(up < CACHE_BYTES / 4, "a step sends its small arrays only, not the cache (" + up + " bytes): " + where);
         }

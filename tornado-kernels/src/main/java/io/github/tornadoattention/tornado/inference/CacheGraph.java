@@ -290,8 +290,8 @@ final class CacheGraph {
                     mainKey = key;
                 }
             }
-            if (p.spec().maxTotalQueries() > 0 || !dense) {
-                want.add(VariantKey.of(p.spec(), true));
+            if (!dense) {
+                want.add(VariantKey.of(p.spec(), true));   // a prefill plan: its packed calls (a dense plan's, when made)
             }
         }
         VariantKey key = VariantKey.of(caller.spec(), packed);
