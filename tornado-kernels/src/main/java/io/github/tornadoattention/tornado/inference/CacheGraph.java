@@ -86,6 +86,11 @@ final class CacheGraph {
     /** The step of the held-back append and of the main variant's attention. */
     private IntArray mainStep;
     private boolean appendPending;
+    /**
+     * Whether the staging rows hold the cache's last append: the main variant's task writes the step's new rows from
+     * them before it attends, so when it attends without a held-back append it rewrites those rows (the same bytes).
+     */
+    private boolean stagingHoldsLastAppend;
     /** Whether the host arrays hold what the GPU holds (true before the first execution and after a download). */
     private boolean hostCurrent = true;
     /** Whether the current plan has executed (then the GPU holds the cache and host writes need an eviction). */
@@ -139,6 +144,7 @@ final class CacheGraph {
         MemorySegment srcV = host(append.values());
         if (plan == null) {
             HostCacheOps.append(spec, stepInfo.segment(), table(), append, srcK, srcV, keys.segment(), values.segment());
+            stagingHoldsLastAppend = false;
             return;
         }
         int maxNew = maxNew(step);
@@ -166,6 +172,7 @@ final class CacheGraph {
             write(mainStep, chunk);   // the main variant attends over these rows too (its output unused)
             appendPending = true;
         }
+        stagingHoldsLastAppend = maxNew <= rows;
     }
 
     /** Dense attention of {@code plan}'s queries over the cache (at most S new tokens per slot). */
@@ -177,6 +184,8 @@ final class CacheGraph {
         TensorStrides strides = s.denseQueryStrides();
         if (v != main) {
             flush();
+        } else if (!appendPending && !stagingHoldsLastAppend) {
+            stageFromHost(step);   // the last append went to the host cache, which the GPU receives with this execution
         }
         copyRows(host(q), strides, v.q.getSegment(), sq, s.heads(), 0, true);
         write(v.step, step);   // the main variant: the held-back append's step too (the same lengths)
@@ -239,6 +248,27 @@ final class CacheGraph {
                 }
             }
         }
+    }
+
+    /** Copies the step's new rows from the host cache (current: appended there) into the staging rows. */
+    private void stageFromHost(int[] step) {
+        int d = spec.headDim();
+        long rowBytes = 2L * d;
+        int[] table = table();
+        TensorStrides storage = spec.strides();
+        for (int b = 0; b < slots; b++) {
+            int n = Math.min(step[slots + b], rows);
+            for (int j = 0; j < n; j++) {
+                long at = HostCacheOps.storageRow(spec, table, b, step[b] - step[slots + b] + j);
+                for (int h = 0; h < spec.kvHeads(); h++) {
+                    long from = 2 * (at + h * storage.head());
+                    long to = 2 * ((((long) b * spec.kvHeads() + h) * rows + j) * d);
+                    MemorySegment.copy(keys.segment(), from, newK.getSegment(), to, rowBytes);
+                    MemorySegment.copy(values.segment(), from, newV.getSegment(), to, rowBytes);
+                }
+            }
+        }
+        stagingHoldsLastAppend = true;
     }
 
     /** Runs a held-back append. */
@@ -317,6 +347,7 @@ final class CacheGraph {
         HalfFloatArray vv = (HalfFloatArray) values.array;
         IntArray table = blockTable != null ? (IntArray) blockTable.array : new IntArray(1);
         newK = new HalfFloatArray(slots * spec.kvHeads() * rows * d);
+        stagingHoldsLastAppend = false;
         newV = new HalfFloatArray(newK.getSize());
         mainStep = new IntArray(3 * slots + 1);
         IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec,
