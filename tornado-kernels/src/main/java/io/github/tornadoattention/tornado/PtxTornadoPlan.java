@@ -4,21 +4,15 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.PlanOptions;
-import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
-import io.github.tornadoattention.tornado.prebuilt.PrebuiltPtx;
+import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import uk.ac.manchester.tornado.api.AccessorParameters;
-import uk.ac.manchester.tornado.api.GridScheduler;
-import uk.ac.manchester.tornado.api.TaskGraph;
-import uk.ac.manchester.tornado.api.WorkerGrid3D;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
@@ -74,7 +68,8 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         }
         arguments.addAll(List.of(params, Access.READ_ONLY));
         build(device, q, k, v, deviceOnly, (graph, name, scheduler) -> {
-            addTask(graph, scheduler, name, "flash", launch, arguments.toArray());
+            ptxFiles.add(PrebuiltTasks.add(graph, scheduler, name, "flash", launch.kernel(), launch.gridX(), launch.gridY(),
+                    launch.gridZ(), arguments.toArray()));
         }, null);
     }
 
@@ -82,41 +77,6 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
     @Override
     protected void compiled() {
         deletePtxFiles();
-    }
-
-    /**
-     * Adds one prebuilt task: {@code arrayAccessPairs} alternates each kernel argument (after the
-     * kernel context) with its {@link Access}. The launch's grid of blocks becomes TornadoVM's global
-     * work size (blocks x threads) with the block as local work size.
-     */
-    private void addTask(TaskGraph graph, GridScheduler scheduler, String graphName, String task,
-                         LaunchTable.Launch launch, Object... arrayAccessPairs) {
-        int n = arrayAccessPairs.length / 2;
-        AccessorParameters accessors = new AccessorParameters(n);
-        List<Class<?>> types = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
-            TornadoNativeArray array = (TornadoNativeArray) arrayAccessPairs[2 * i];
-            accessors.set(i, array, (Access) arrayAccessPairs[2 * i + 1]);
-            types.add(array.getClass());
-        }
-        String kernelName = PrebuiltPtx.mangledName(graphName, task, launch.entry(), types);
-        Path file = writePtx(PrebuiltPtx.adapt(KernelManifest.ptx(launch.module()), launch.entry(), kernelName));
-        graph.prebuiltTask(task, launch.entry(), file.toString(), accessors);
-
-        WorkerGrid3D grid = new WorkerGrid3D(launch.gridX() * launch.threads(), launch.gridY(), launch.gridZ());
-        grid.setLocalWork(launch.threads(), 1, 1);
-        scheduler.addWorkerGrid(graphName + "." + task, grid);
-    }
-
-    private Path writePtx(String ptx) {
-        try {
-            Path file = Files.createTempFile("tornado-attention-", ".ptx");
-            ptxFiles.add(file);
-            Files.writeString(file, ptx);
-            return file;
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
     }
 
     private void deletePtxFiles() {

@@ -15,10 +15,11 @@ import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
- * Adds a shipped PTX entry to a task graph as a TornadoVM prebuilt task. TornadoVM loads a prebuilt
- * task's PTX from a file when the execution plan compiles, which for a task in an engine's own graph
- * happens whenever the engine decides; so the adapted PTX ({@link PrebuiltPtx}, one file per kernel name)
- * is written to a directory of this JVM that is removed at exit.
+ * Adds a shipped PTX entry to a task graph as a TornadoVM prebuilt task (the one place that does). TornadoVM
+ * loads a prebuilt task's PTX from a file when the execution plan compiles, which for a task in an engine's own
+ * graph happens whenever the engine decides; so the adapted PTX ({@link PrebuiltPtx}, one file per kernel name) is
+ * written to a directory of this JVM that is removed at exit. TornadoVM 5.2.0 runs a prebuilt task correctly only
+ * as the first (and only prebuilt) task of its graph: see tornado-kernels/README.md, "Known problems".
  */
 public final class PrebuiltTasks {
     private static Path directory;
@@ -31,9 +32,10 @@ public final class PrebuiltTasks {
      * {@code arrayAccessPairs} (each kernel argument after the kernel context, then its {@link Access}),
      * launched as a grid of {@code gridX x gridY x gridZ} blocks of the kernel's threads (TornadoVM's global
      * work is blocks times threads in x); the worker grid goes to {@code scheduler} under
-     * {@code graphName + "." + task}.
+     * {@code graphName + "." + task}. Returns the PTX file TornadoVM will load: a caller that knows when its plan has
+     * compiled may delete it then (otherwise it goes when the JVM exits).
      */
-    public static void add(TaskGraph graph, GridScheduler scheduler, String graphName, String task,
+    public static Path add(TaskGraph graph, GridScheduler scheduler, String graphName, String task,
                            KernelManifest.Kernel kernel, int gridX, int gridY, int gridZ, Object... arrayAccessPairs) {
         int n = arrayAccessPairs.length / 2;
         AccessorParameters accessors = new AccessorParameters(n);
@@ -49,6 +51,7 @@ public final class PrebuiltTasks {
         WorkerGrid3D grid = new WorkerGrid3D(gridX * kernel.threads(), gridY, gridZ);
         grid.setLocalWork(kernel.threads(), 1, 1);
         scheduler.addWorkerGrid(graphName + "." + task, grid);
+        return file;
     }
 
     private static synchronized Path write(String kernelName, String ptx) {
