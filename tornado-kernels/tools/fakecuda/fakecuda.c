@@ -172,7 +172,13 @@ static CUresult dump(CUmodule *m, const void *image) {
 CUresult cuModuleLoadData(CUmodule *m, const void *image) { return dump(m, image); }
 CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v) { return dump(m, image); }
 CUresult cuModuleUnload(CUmodule m) { return CUDA_SUCCESS; }
-CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { *f = dummy(); return CUDA_SUCCESS; }
+/* A function handle is a small block holding its name, so a launch can say which kernel it runs. */
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    char *handle = malloc(strlen(name) + 1);
+    strcpy(handle, name);
+    *f = (CUfunction) handle;
+    return CUDA_SUCCESS;
+}
 CUresult cuOccupancyMaxPotentialBlockSize(int *minGrid, int *block, CUfunction f, CUoccupancyB2DSize fn, size_t smem, int limit) {
     *minGrid = 264;
     *block = 1024;
@@ -185,7 +191,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
         for (size_t w = 0; w < *(size_t *) extra[3] / 8; w++) check_live("launch argument", (uintptr_t) words[w]);
     }
     if (verbose()) {
-        fprintf(stderr, "[fakecuda] launch grid (%u,%u,%u) block (%u,%u,%u) dynamic smem %u args:", gx, gy, gz, bx, by, bz, smem);
+        fprintf(stderr, "[fakecuda] launch %s grid (%u,%u,%u) block (%u,%u,%u) dynamic smem %u args:", (const char *) f, gx, gy,
+                gz, bx, by, bz, smem);
         /* TornadoVM passes its arguments as one buffer: extra = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}. */
         if (extra && extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[2] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
             const uint64_t *words = (const uint64_t *) extra[1];

@@ -31,8 +31,11 @@ final class FakeCuda {
         Path source = basedir().resolve("tools/fakecuda");
         Path cudaInclude = Path.of(System.getenv().getOrDefault("CUDA_INCLUDE", "/usr/local/cuda/include"));
         Path lib = basedir().resolve("target/fakecuda");
-        if (Files.isRegularFile(lib.resolve("libcuda.so.1")) && Files.isRegularFile(lib.resolve("libnvidia-ml.so.1"))) {
-            return lib;
+        if (Files.isRegularFile(lib.resolve("libcuda.so.1")) && Files.isRegularFile(lib.resolve("libnvidia-ml.so.1"))
+                && Files.isRegularFile(source.resolve("fakecuda.c"))
+                && Files.getLastModifiedTime(lib.resolve("libcuda.so.1")).compareTo(
+                        Files.getLastModifiedTime(source.resolve("fakecuda.c"))) >= 0) {
+            return lib;   // built from the present source
         }
         if (!Files.isRegularFile(source.resolve("fakecuda.c")) || !Files.isRegularFile(cudaInclude.resolve("cuda.h"))) {
             return null;

@@ -1,0 +1,61 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import javax.tools.ToolProvider;
+import org.junit.jupiter.api.Test;
+
+/**
+ * tools/PrebuiltOrderRepro.java under the fake CUDA driver, which names the kernel of every launch: TornadoVM 5.2.0
+ * launches the second prebuilt task of a graph with the first one's kernel (the reason ptx-tornado's cache work is one
+ * fused prebuilt task, first in its graph; tornado-kernels/README.md, "Known problems"), and launches each correctly
+ * from graphs of their own. The first assertion fails once TornadoVM looks prebuilt tasks up correctly: then the
+ * restriction can go.
+ */
+class PrebuiltOrderReproTest {
+    private static final Pattern LAUNCH = Pattern.compile("\\[fakecuda] launch (\\S+) grid");
+
+    @Test
+    void theSecondPrebuiltTaskOfAGraphRunsTheFirstOnesKernel() throws IOException, InterruptedException {
+        assertEquals(List.of("g_a_write1_arrays_floatarray", "g_a_write1_arrays_floatarray"), launches("together"),
+                "TornadoVM 5.2.0 runs task b of graph g with task a's kernel");
+        assertEquals(List.of("ga_a_write1_arrays_floatarray", "gb_b_write2_arrays_floatarray"), launches("apart"),
+                "each prebuilt task first in a graph of its own runs its own kernel");
+    }
+
+    /** The kernels launched by the reproducer in {@code mode}, in order. */
+    private static List<String> launches(String mode) throws IOException, InterruptedException {
+        Path argfile = FakeCuda.argfile();
+        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
+        Path lib = FakeCuda.library();
+        assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
+        Path classes = FakeCuda.basedir().resolve("target/prebuilt-order-repro");
+        Files.createDirectories(classes);
+        Path tornadoApi;
+        try (var jars = Files.list(Path.of(System.getenv("TORNADOVM_HOME"), "share", "java", "tornado"))) {
+            tornadoApi = jars.filter(p -> p.getFileName().toString().matches("tornado-api-.*\\.jar")).findFirst().orElse(null);
+        }
+        assumeTrue(tornadoApi != null, "no tornado-api jar under $TORNADOVM_HOME/share/java/tornado");
+        int compiled = ToolProvider.getSystemJavaCompiler().run(null, null, null, "-g", "-cp", tornadoApi.toString(), "-d",
+                classes.toString(), FakeCuda.basedir().resolve("tools/PrebuiltOrderRepro.java").toString());
+        assertEquals(0, compiled, "tools/PrebuiltOrderRepro.java compiles");
+        Path cwd = Files.createTempDirectory("prebuilt-order-" + mode);   // the argfile puts "." on the module path
+        Path out = cwd.resolve("repro.log");
+        List<String> command = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "@" + argfile,
+                "--enable-native-access=ALL-UNNAMED", "-Dtornado.recover.bailout=False", "-cp", classes.toString(),
+                "PrebuiltOrderRepro", mode);
+        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
+        String log = Files.readString(out, StandardCharsets.UTF_8);
+        assertEquals(0, exit, mode + ":\n" + log);
+        return log.lines().map(LAUNCH::matcher).filter(Matcher::find).map(m -> m.group(1)).toList();
+    }
+}
