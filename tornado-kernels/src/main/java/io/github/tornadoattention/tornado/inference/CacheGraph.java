@@ -32,17 +32,18 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 /**
  * One KV cache on a TornadoVM device: a single task graph, in one execution plan, that keeps the cache's K
  * and V on the GPU ({@code FIRST_EXECUTION}) and runs, in every execution, the append of held-back new
- * tokens and attention for each variant (heads, causal flag, scale) of the plans over this cache. What a
- * task should not do in an execution it gets as zero lengths (an append of nothing, attention over nothing),
- * so one graph serves every call and is compiled once: TornadoVM keeps device buffers per execution plan,
- * and only a task graph of the plan that owns the cache can touch it.
+ * tokens and attention for each variant (heads, causal flag, scale; dense or packed) of the plans over this cache.
+ * The main variant (the first dense plan's) shares the append's task and step: on ptx-tornado one fused PTX task,
+ * the graph's first and only prebuilt one (TornadoVM 5.2.0 launches any other prebuilt task with the first one's
+ * kernel); the other variants are Java kernel tasks after it. What a task should not do in an execution it gets as
+ * zero lengths (attention over nothing), so one graph serves every call and is compiled once: TornadoVM keeps device
+ * buffers per execution plan, and only a task graph of the plan that owns the cache can touch it.
  *
  * <p>Per execution TornadoVM sends the small arrays declared {@code EVERY_EXECUTION}: the step arrays (int32
- * [3*slots+1] each: the append's and each variant's lengths), the block table of a paged cache, the new K/V
- * rows (S per slot) and each variant's queries (S per slot); each variant's output comes back with the execution;
- * K and V come back on request
- * ({@code UNDER_DEMAND}). S bounds a call: appends and packed attention with more tokens per slot run in
- * chunks of S.
+ * [3*slots+1] each: the main one, shared by the append, and each other variant's), the block table of a paged cache,
+ * the new K/V rows (S per slot) and each variant's queries (S per slot); each variant's output and lse come back with
+ * the execution; K and V come back on request ({@code UNDER_DEMAND}). S bounds a call: appends and packed attention
+ * with more tokens per slot run in chunks of S.
  *
  * <p>States: <i>host</i> (no execution plan; the host arrays hold the cache, appends are host copies) and
  * <i>device</i> (built; after the first execution the GPU holds it). {@link #evict} brings a device cache home
