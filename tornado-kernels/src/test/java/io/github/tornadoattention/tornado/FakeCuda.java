@@ -82,4 +82,46 @@ final class FakeCuda {
         command.addAll(List.of(jvmOptionsThenMainAndArgs));
         return command;
     }
+
+    /**
+     * The log lines of each step of {@code id} in a probe's log, by step name: a step starts at a marker line
+     * {@code [probe] <id> <step> ...} and runs to the next marker. Asserts the probe reached its "end" marker and no
+     * "failed" one.
+     */
+    static Map<String, List<String>> steps(String log, String id) {
+        Map<String, List<String>> steps = new java.util.LinkedHashMap<>();
+        List<String> current = null;
+        for (String line : log.lines().toList()) {
+            if (line.startsWith("[probe] ")) {
+                String[] words = line.split(" ", 4);
+                current = words[1].equals(id) ? new java.util.ArrayList<>() : null;
+                if (current != null) {
+                    steps.put(words.length > 2 ? words[2] : "", current);
+                    current.add(line);
+                }
+            } else if (current != null) {
+                current.add(line);
+            }
+        }
+        org.junit.jupiter.api.Assertions.assertTrue(steps.containsKey("end") && !steps.containsKey("failed"), id + ":\n" + log);
+        return steps;
+    }
+
+    /**
+     * Compiles {@code tools/<file>} (a reproducer written against tornado-api only) into {@code target/<folder>} and
+     * returns that folder; skips the test where TORNADOVM_HOME has no tornado-api jar.
+     */
+    static Path compileTool(String file, String folder) throws IOException {
+        Path classes = basedir().resolve("target").resolve(folder);
+        Files.createDirectories(classes);
+        Path tornadoApi;
+        try (var jars = Files.list(Path.of(System.getenv("TORNADOVM_HOME"), "share", "java", "tornado"))) {
+            tornadoApi = jars.filter(p -> p.getFileName().toString().matches("tornado-api-.*\\.jar")).findFirst().orElse(null);
+        }
+        org.junit.jupiter.api.Assumptions.assumeTrue(tornadoApi != null, "no tornado-api jar under $TORNADOVM_HOME/share/java/tornado");
+        int compiled = javax.tools.ToolProvider.getSystemJavaCompiler().run(null, null, null, "-g", "-cp",
+                tornadoApi.toString(), "-d", classes.toString(), basedir().resolve("tools").resolve(file).toString());
+        org.junit.jupiter.api.Assertions.assertEquals(0, compiled, "tools/" + file + " compiles");
+        return classes;
+    }
 }

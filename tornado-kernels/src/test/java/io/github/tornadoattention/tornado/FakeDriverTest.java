@@ -19,7 +19,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -77,24 +76,8 @@ class FakeDriverTest {
         assertEquals(0, exit, log);
     }
 
-    /** The log lines of each step of backend {@code id}, by step name (the marker's second word). */
     private static Map<String, List<String>> steps(String id) {
-        Map<String, List<String>> steps = new LinkedHashMap<>();
-        List<String> current = null;
-        for (String line : log.lines().toList()) {
-            if (line.startsWith("[probe] ")) {
-                String[] words = line.split(" ", 4);
-                current = words[1].equals(id) ? new ArrayList<>() : null;
-                if (current != null) {
-                    steps.put(words.length > 2 ? words[2] : "", current);
-                    current.add(line);
-                }
-            } else if (current != null) {
-                current.add(line);
-            }
-        }
-        assertTrue(steps.containsKey("end") && !steps.containsKey("failed"), id + ":\n" + log);
-        return steps;
+        return FakeCuda.steps(log, id);
     }
 
     /** The input-sized host-to-device copies of a step: destination allocation id to bytes, in order. */

@@ -20,7 +20,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -131,22 +130,7 @@ class InferenceFakeDriverTest {
     }
 
     private static Map<String, List<String>> steps(String id) {
-        Map<String, List<String>> steps = new LinkedHashMap<>();
-        List<String> current = null;
-        for (String line : log.lines().toList()) {
-            if (line.startsWith("[probe] ")) {
-                String[] words = line.split(" ", 4);
-                current = words[1].equals(id) ? new ArrayList<>() : null;
-                if (current != null) {
-                    steps.put(words.length > 2 ? words[2] : "", current);
-                    current.add(line);
-                }
-            } else if (current != null) {
-                current.add(line);
-            }
-        }
-        assertTrue(steps.containsKey("end") && !steps.containsKey("failed"), id + ":\n" + log);
-        return steps;
+        return FakeCuda.steps(log, id);
     }
 
     private static long count(List<String> lines, Pattern p) {

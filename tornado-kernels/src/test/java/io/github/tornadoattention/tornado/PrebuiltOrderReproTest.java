@@ -11,7 +11,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import javax.tools.ToolProvider;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -38,16 +37,7 @@ class PrebuiltOrderReproTest {
         assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
         Path lib = FakeCuda.library();
         assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
-        Path classes = FakeCuda.basedir().resolve("target/prebuilt-order-repro");
-        Files.createDirectories(classes);
-        Path tornadoApi;
-        try (var jars = Files.list(Path.of(System.getenv("TORNADOVM_HOME"), "share", "java", "tornado"))) {
-            tornadoApi = jars.filter(p -> p.getFileName().toString().matches("tornado-api-.*\\.jar")).findFirst().orElse(null);
-        }
-        assumeTrue(tornadoApi != null, "no tornado-api jar under $TORNADOVM_HOME/share/java/tornado");
-        int compiled = ToolProvider.getSystemJavaCompiler().run(null, null, null, "-g", "-cp", tornadoApi.toString(), "-d",
-                classes.toString(), FakeCuda.basedir().resolve("tools/PrebuiltOrderRepro.java").toString());
-        assertEquals(0, compiled, "tools/PrebuiltOrderRepro.java compiles");
+        Path classes = FakeCuda.compileTool("PrebuiltOrderRepro.java", "prebuilt-order-repro");
         Path cwd = Files.createTempDirectory("prebuilt-order-" + mode);   // the argfile puts "." on the module path
         Path out = cwd.resolve("repro.log");
         List<String> command = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "@" + argfile,

@@ -13,7 +13,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import javax.tools.ToolProvider;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
@@ -51,16 +50,7 @@ class ResidencyReproTest {
         assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
         Path hostpin = hostpin(lib);
         assumeTrue(hostpin != null, "hostpin.c could not be built");
-        Path classes = FakeCuda.basedir().resolve("target/residency-repro");
-        Files.createDirectories(classes);
-        Path tornadoApi;
-        try (var jars = Files.list(Path.of(System.getenv("TORNADOVM_HOME"), "share", "java", "tornado"))) {
-            tornadoApi = jars.filter(p -> p.getFileName().toString().matches("tornado-api-.*\\.jar")).findFirst().orElse(null);
-        }
-        assumeTrue(tornadoApi != null, "no tornado-api jar under $TORNADOVM_HOME/share/java/tornado");
-        int compiled = ToolProvider.getSystemJavaCompiler().run(null, null, null, "-g", "-cp", tornadoApi.toString(), "-d",
-                classes.toString(), FakeCuda.basedir().resolve("tools/ResidencyRepro.java").toString());
-        assertEquals(0, compiled, "tools/ResidencyRepro.java compiles");
+        Path classes = FakeCuda.compileTool("ResidencyRepro.java", "residency-repro");
         for (String mode : List.of("old", "fixed", "single", "resident", "resident-writeonly")) {
             Path cwd = Files.createTempDirectory("residency-" + mode);   // the argfile puts "." on the module path
             Path out = cwd.resolve("repro.log");

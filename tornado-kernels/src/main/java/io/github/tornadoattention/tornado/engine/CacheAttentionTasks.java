@@ -302,14 +302,7 @@ public final class CacheAttentionTasks {
     public void addDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
                           HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
                           IntArray blockTable, HalfFloatArray o, FloatArray lse) {
-        requireCache(kCache, vCache, step, blockTable);
-        long queries = (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim();
-        requireLength("q", q, queries, "slots*heads*maxQueryLength*headDim");
-        requireLength("o", o, queries, "slots*heads*maxQueryLength*headDim");
-        long lseRows = (long) spec.batch() * spec.heads() * denseQueries();
-        if (lse != null) {
-            requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
-        }
+        long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
         if (!prebuilt) {
             FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
             javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
@@ -327,14 +320,7 @@ public final class CacheAttentionTasks {
     private void addFusedDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix, String entry,
                                 HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
                                 IntArray blockTable, HalfFloatArray o, FloatArray lse, Object... extra) {
-        requireCache(kCache, vCache, step, blockTable);
-        long queries = (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim();
-        requireLength("q", q, queries, "slots*heads*maxQueryLength*headDim");
-        requireLength("o", o, queries, "slots*heads*maxQueryLength*headDim");
-        long lseRows = (long) spec.batch() * spec.heads() * denseQueries();
-        if (lse != null) {
-            requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
-        }
+        long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
         CacheAttentionSpec dense = spec.toBuilder().maxQueryLength(denseQueries()).build();
         IntArray params = IntArray.fromArray(KernelParams.forCache(dense, cacheSpec, false));
         params.set(KernelParams.P_KEYS_PER_SPLIT, 0);   // derived from the lengths by the kernel
@@ -404,6 +390,20 @@ public final class CacheAttentionTasks {
 
     private String headerSuffix() {
         return headerBytes == 16 ? "_tornado" : "_tornado_h" + headerBytes;
+    }
+
+    /** Checks a dense call's arrays; returns the lse rows, slots*heads*maxQueryLength. */
+    private long requireDense(HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
+                              IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+        requireCache(kCache, vCache, step, blockTable);
+        long queries = (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim();
+        requireLength("q", q, queries, "slots*heads*maxQueryLength*headDim");
+        requireLength("o", o, queries, "slots*heads*maxQueryLength*headDim");
+        long lseRows = (long) spec.batch() * spec.heads() * denseQueries();
+        if (lse != null) {
+            requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
+        }
+        return lseRows;
     }
 
     private void requireCache(HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable) {
