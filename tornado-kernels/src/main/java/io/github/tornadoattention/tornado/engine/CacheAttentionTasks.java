@@ -17,6 +17,7 @@ import uk.ac.manchester.tornado.api.TaskGraph;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
@@ -70,9 +71,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * as a TornadoVM engine does between layers); Java tasks may follow it in the same graph.
  *
  * <p><b>Arrays</b> are checked when a task is added (type by the signature; lengths here): a wrong one is an
- * {@link InvalidArgumentException} naming it, before any task runs. The device is the execution plan's
- * ({@code withDevice}); the tasks are built for the device given to {@link #create} (its SM count, and for
- * {@code ptx-tornado} a PTX device).
+ * {@link InvalidArgumentException} naming it, before any task runs. A TornadoVM array belongs to no device until a
+ * plan runs it; the device is the execution plan's ({@code withDevice}); the tasks are built for the device given to
+ * {@link #create} (its SM count; {@code ptx-tornado} refuses a device of another TornadoVM backend).
  */
 public final class CacheAttentionTasks {
     /** Backends whose kernels this class can add. */
@@ -111,7 +112,17 @@ public final class CacheAttentionTasks {
                                              TornadoDevice device) {
         check(backendId, spec, cacheSpec);
         InvalidArgumentException.requireNonNull("device", device);
-        return new CacheAttentionTasks(backendId, spec, cacheSpec, device.getPhysicalDevice().getDeviceMaxComputeUnits());
+        if (backendId.equals(Backends.PTX_TORNADO) && device.getTornadoVMBackend() != TornadoVMBackendType.PTX) {
+            throw new InvalidArgumentException("device", device.getPhysicalDevice().getDeviceName() + " ("
+                    + device.getTornadoVMBackend() + ")", "ptx-tornado's prebuilt tasks need a device of TornadoVM's PTX backend");
+        }
+        return of(backendId, spec, cacheSpec, device.getPhysicalDevice().getDeviceMaxComputeUnits());
+    }
+
+    /** {@link #create} for a device with {@code computeUnits} SMs (tests; the split count follows from it). */
+    static CacheAttentionTasks of(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
+        check(backendId, spec, cacheSpec);
+        return new CacheAttentionTasks(backendId, spec, cacheSpec, computeUnits);
     }
 
     /** Throws an {@link InvalidArgumentException} unless {@code backendId}'s kernels serve {@code spec} over {@code cacheSpec}. */

@@ -1,0 +1,84 @@
+package io.github.tornadoattention.tornado.engine;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCacheSpec;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+
+/**
+ * The engine facade's bad input, without a device: an engine's array of the wrong length, a cache array given twice,
+ * a step array of another size, unsupported backends and specs are refused with an {@link InvalidArgumentException}
+ * naming the argument, when the task is added (before anything runs); the step helper fills lengths, counts and offsets.
+ */
+class CacheAttentionTasksTest {
+    private static final int SLOTS = 2;
+    private static final int HQ = 8;
+    private static final int HKV = 2;
+    private static final int D = 64;
+    private static final CacheAttentionSpec SPEC = CacheAttentionSpec.builder().batch(SLOTS).heads(HQ).kvHeads(HKV)
+            .headDim(D).maxQueryLength(1).maxLength(128).causal(true).build();
+    private static final KvCacheSpec PAGED = KvCacheSpec.paged(SLOTS, HKV, 128, D, 16);
+
+    @Test
+    void wrongArraysAreRefusedByName() {
+        for (String backend : CacheAttentionTasks.BACKENDS) {
+            CacheAttentionTasks att = CacheAttentionTasks.of(backend, SPEC, PAGED, 132);
+            HalfFloatArray k = att.newCacheArray();
+            HalfFloatArray v = att.newCacheArray();
+            IntArray blocks = att.newBlockTable();
+            IntArray step = CacheAttentionTasks.newStepArray(SLOTS);
+            HalfFloatArray q = new HalfFloatArray(SLOTS * HQ * D);
+            HalfFloatArray o = new HalfFloatArray(SLOTS * HQ * D);
+            HalfFloatArray newRows = new HalfFloatArray(SLOTS * HKV * D);
+            TaskGraph g = new TaskGraph("g");
+            GridScheduler s = new GridScheduler();
+            refused("q", () -> att.addDecode(g, "g", s, "a_", new HalfFloatArray(7), k, v, step, blocks, o, null));
+            refused("o", () -> att.addDecode(g, "g", s, "a_", q, k, v, step, blocks, new HalfFloatArray(7), null));
+            refused("lse", () -> att.addDecode(g, "g", s, "a_", q, k, v, step, blocks, o, new FloatArray(3)));
+            refused("kCache", () -> att.addDecode(g, "g", s, "a_", q, new HalfFloatArray(5), v, step, blocks, o, null));
+            refused("vCache", () -> att.addDecode(g, "g", s, "a_", q, k, k, step, blocks, o, null));
+            refused("step", () -> att.addDecode(g, "g", s, "a_", q, k, v, new IntArray(4), blocks, o, null));
+            refused("blockTable", () -> att.addDecode(g, "g", s, "a_", q, k, v, step, new IntArray(1), o, null));
+            refused("newK", () -> att.addAppendAndDecode(g, "g", s, "a_", new HalfFloatArray(3), newRows, q, k, v, step,
+                    blocks, o, null));
+            refused("q", () -> att.addPrefill(g, "g", s, "a_", new HalfFloatArray(9), k, v, step, blocks, o, null));
+        }
+    }
+
+    @Test
+    void unsupportedBackendsAndSpecsAreRefused() {
+        refused("backendId", () -> CacheAttentionTasks.check("ptx-cuda", SPEC, PAGED));
+        refused("spec.headDim", () -> CacheAttentionTasks.check("ptx-tornado",
+                SPEC.toBuilder().headDim(96).build(), KvCacheSpec.paged(SLOTS, HKV, 128, 96, 16)));
+        refused("spec.dtype", () -> CacheAttentionTasks.check("tornado-simt", SPEC.toBuilder().dtype(DType.BF16).build(),
+                new KvCacheSpec(SLOTS, HKV, 128, D, DType.BF16, 16, PAGED.pages())));
+    }
+
+    @Test
+    void setStepWritesLengthsCountsAndOffsets() {
+        IntArray step = CacheAttentionTasks.newStepArray(3);
+        CacheAttentionTasks.setStep(step, new int[] {5, 0, 9}, new int[] {2, 0, 3});
+        assertEquals("[5, 0, 9, 2, 0, 3, 0, 2, 2, 5]", java.util.Arrays.toString(step.toHeapArray()));
+        refused("newTokens[1]", () -> CacheAttentionTasks.setStep(step, new int[] {5, 0, 9}, new int[] {2, 1, 3}));
+        refused("lengthsAfter/newTokens", () -> CacheAttentionTasks.setStep(step, new int[] {5}, new int[] {1}));
+        assertEquals("[5, 0, 9, 2, 0, 3, 0, 2, 2, 5]", java.util.Arrays.toString(step.toHeapArray()),
+                "a refused step writes nothing");
+    }
+
+    private static void refused(String argument, Executable call) {
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class, call);
+        assertEquals(argument, e.argument(), e.getMessage());
+        assertTrue(e.getMessage().contains(argument), e.getMessage());
+    }
+}
