@@ -16,7 +16,7 @@ peak and beside SDPA FLASH over the same cache slice.  A short table is printed 
   python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N]
 
 --tornado-twins: only the TornadoVM twins (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
-flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128], kv_cache_append_tornado[_h128],
+flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_fwd[_paged]_d{64,128}[_causal]_tornado[_h128]), every
 array allocated behind a fake header of 16 (128) bytes and passed as a pointer to that header,
 against the same references (GPU only; no timing).  The fused decode also runs as an engine's
@@ -1013,75 +1013,6 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
                 res.error(group, tag, ex)
 
 
-def check_tornado_append(K, res, rng, gen, hdr):
-    """kv_cache_append twin (append_params instead of scalars), dense and packed, contiguous and paged."""
-    for D in (64, 128):
-        for ps in (0, 16, 1):
-            for packed in (False, True):
-                B, Hkv = 5, 8
-                ctx = ragged(rng, B, 900)
-                news = [rng.choice([0, 1, 4, 37]) for _ in range(B)]
-                if max(news) == 0:
-                    news[0] = 1
-                lens = [c + n for c, n in zip(ctx, news)]
-                cap = max(lens) + rng.randint(0, 30)
-                cache = Cache(B, Hkv, cap, D, ps, gen)
-                cache.fill(ctx, gen)
-                max_new = max(news)
-                tag = f"D{D} {'page' + str(ps) if ps else 'contig'} {'packed' if packed else 'dense'} ctx={ctx} n={news}"
-                group = f"append twin h{hdr}"
-                try:
-                    if packed:
-                        offs = [0]
-                        for n in news:
-                            offs.append(offs[-1] + n)
-                        nk = randn(max(offs[-1], 1), Hkv, D, gen=gen)
-                        nv = randn(max(offs[-1], 1), Hkv, D, gen=gen)
-                        new_k = [nk[offs[b]:offs[b + 1]].transpose(0, 1) for b in range(B)]
-                        new_v = [nv[offs[b]:offs[b + 1]].transpose(0, 1) for b in range(B)]
-                        nstr = (0, D, Hkv * D)
-                        noff = torch.tensor(offs, dtype=torch.int32, device=DEV)
-                    else:
-                        nk = randn(B, Hkv, max_new, D, gen=gen)
-                        nv = randn(B, Hkv, max_new, D, gen=gen)
-                        new_k = [nk[b, :, :news[b]] for b in range(B)]
-                        new_v = [nv[b, :, :news[b]] for b in range(B)]
-                        nstr = (Hkv * max_new * D, max_new * D, D)
-                        noff = torch.full((B + 1,), 1 << 30, dtype=torch.int32, device=DEV)  # must not be read
-                    exp_k, exp_v = cache.k.clone(), cache.v.clone()
-                    saved = cache.k, cache.v
-                    cache.k, cache.v = exp_k, exp_v
-                    for b in range(B):
-                        if news[b]:
-                            cache.write(b, ctx[b], new_k[b], new_v[b])
-                    cache.k, cache.v = saved
-                    ap_ = [0] * 16
-                    ap_[0:4] = [B, Hkv, D, max_new]
-                    ap_[4:7] = list(nstr)
-                    ap_[7:10] = list(cache.strides)
-                    ap_[10:13] = [ps, cache.pps, int(packed)]
-                    hkc, kcv = behind_header(cache.k, hdr)
-                    hvc, vcv = behind_header(cache.v, hdr)
-                    hnk, _ = behind_header(nk, hdr)
-                    hnv, _ = behind_header(nv, hdr)
-                    hn, _ = behind_header(torch.tensor(lens + news, dtype=torch.int32, device=DEV), hdr)
-                    bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
-                    hb, _ = behind_header(bt, hdr)
-                    ho, _ = behind_header(noff, hdr)
-                    hap, _ = behind_header(torch.tensor(ap_, dtype=torch.int32, device=DEV), hdr)
-                    rows_per_block = 128 // (D // 8)
-                    grid = (max(1, math.ceil(max_new / rows_per_block)), Hkv, B)
-                    K.launch(twin_name("kv_cache_append", hdr), grid, [None, hkc, hvc, hnk, hnv, hn, hb, ho, hap])
-                    torch.cuda.synchronize()
-                    same = torch.equal(kcv.view(torch.int16), exp_k.view(torch.int16)) and \
-                        torch.equal(vcv.view(torch.int16), exp_v.view(torch.int16)) and \
-                        bool((hkc[:hdr] == 0xA5).all()) and bool((hvc[:hdr] == 0xA5).all())
-                    res.add(group, tag, dict(ok=same, why="" if same else "cache (or its header) differs from torch indexing",
-                                             max_abs=0.0, rel=0.0, lse_err=0.0))
-                except Exception as ex:  # noqa
-                    res.error(group, tag, ex)
-
-
 def decode_reference(dec, cache, lens, news):
     """(oref [B, Hq, Sq, D], lref [B, Hq, Sq]) of a dense decode: absent query rows O = 0, lse = -inf."""
     refs = reference([dec.qv[b, :, :n] for b, n in enumerate(news)], cache, lens, news, dec.causal, dec.scale, dec.Hq)
@@ -1389,7 +1320,6 @@ def check_tornado_twins(K, res, rng, gen, sms):
         check_tornado_decode(K, res, rng, gen, sms, hdr)
         check_tornado_decode_derived(K, res, rng, gen, hdr)
         check_tornado_append_decode(K, res, rng, gen, hdr)
-        check_tornado_append(K, res, rng, gen, hdr)
         check_tornado_prefill(K, res, rng, gen, hdr)
     log(f"append+decode twins: {APPEND_DECODE_STATS['steps']} steps, {APPEND_DECODE_STATS['straddling']} slot-steps "
         f"whose new rows straddle a split boundary, {APPEND_DECODE_STATS['multi_block_rows']} new rows written by "

@@ -1,8 +1,9 @@
 // Shipped KV-cache entries (ptx/flash_cache.ptx): attention over a contiguous or paged KV cache
 // with per-sequence lengths (decode split pass + combine, varlen prefill), the append of new
 // tokens, and the public merge of partial results (CUDA-driver entries 1-5), plus TornadoVM
-// twins of the decode (fused, 6), of the append (7), of the varlen prefill (8) and of the append
-// and decode in one launch (9).  fp16,
+// twins of the decode (fused, 6), of the varlen prefill (7) and of the append and decode in one
+// launch (8; the TornadoVM engines' only append kernel here: a standalone append twin would be a
+// second prebuilt task, which TornadoVM 5.2.0 does not run right).  fp16,
 // D = 64/128, static shared memory, dynamic shared memory 0 for every launch.
 //
 // ---- ABI ----------------------------------------------------------------------------------
@@ -14,7 +15,7 @@
 //   [7] scale*log2(e) bits, [8] write_lse, [22] scale bits, [9..20] strides in elements as
 //       today (q, k, v, o: batch, head, row); [21] unused
 //   [25] P_KEYS_PER_SPLIT: keys per split of the fused decode twins (6 below; 0 = derived from
-//       lens on the device); not read by 1-5, 7, 8
+//       lens on the device); not read by 1-5, 7
 //   [23] P_PAGE_SIZE: 0 = contiguous cache, else tokens per page, a power of two (1, 2, 4, ...)
 //   [24] P_PAGES_PER_SEQ: block-table row stride
 //   K/V contiguous [slots, Hkv, capacity, D]: k_sb, k_sh, k_sr as usual (V likewise).
@@ -76,8 +77,8 @@
 // to its TornadoVM header, the data kHdr bytes in: _tornado = 16 (TornadoVM's default),
 // _tornado_h128 = 128 (-Dtornado.panama.objectHeader=128); the manifest's header_bytes.  No scalar
 // arguments (TornadoVM compiles scalars into the kernel as constants): what varies per step
-// comes from device memory.  No null arrays: an unused one (block_table of a contiguous cache,
-// new_offsets of a dense append) is any small int array, not read.
+// comes from device memory.  No null arrays: an unused one (block_table of a contiguous cache) is
+// any small int array, not read.
 // 6. flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, k, v, __half* o,
 //        float* lse, const int* params, const int* lens, const int* block_table,
 //        float* workspace, int* tickets)
@@ -101,18 +102,7 @@
 //    workspace: fp32 [num_splits*B*Hq*Sq*(D+1)] = o_partial [splits, B, Hq, Sq, D] then
 //    lse_partial [splits, B, Hq, Sq]; needs no zeroing.  Same semantics as 1 + 2: rows j >= n_b
 //    and rows that see no key get O = 0, lse = -inf.
-// 7. kv_cache_append_tornado[_h128](uint64 ctx, __half* k_cache, __half* v_cache,
-//        const __half* new_k, const __half* new_v, const int* lens, const int* block_table,
-//        const int* new_offsets, const int* append_params)
-//    kv_cache_append (4) with its integers in append_params, int32 [16] (flash::AppendParam):
-//    [0] B  [1] Hkv  [2] D  [3] max_new  [4..6] new_sb, new_sh, new_sr  [7..9] cache_sb,
-//    cache_sh, cache_sr  [10] page_size (0 = contiguous)  [11] pages_per_seq  [12] packed (1:
-//    rows from new_offsets, 0: dense, new_offsets not read); Hkv and max_new only size the grid.
-//    Block and grid as 4.  The kernel only writes k_cache / v_cache: an engine must declare the
-//    cache READ-WRITE (TornadoVM 5.2.0 drops the upload of an array whose first task in the
-//    graph only writes it, so a write-only cache would never receive the host's prompt; see
-//    tornado-kernels/README.md, "Device residency in TornadoVM 5.2.0").
-// 8. flash_cache_fwd[_paged]_d64_tornado[_h128], flash_cache_fwd[_paged]_d128_tornado[_h128],
+// 7. flash_cache_fwd[_paged]_d64_tornado[_h128], flash_cache_fwd[_paged]_d128_tornado[_h128],
 //    flash_cache_fwd[_paged]_d128_causal_tornado[_h128](uint64 ctx, q, k, v, __half* o,
 //        float* lse, const int* params, const int* step, const int* block_table)
 //    The varlen prefill over a cache (3) with lens and q_offsets from one step array, the
@@ -125,11 +115,11 @@
 //    semantics as 3.  The contiguous d128 twin runs 3's d128 tile with the lazy rescale (the
 //    eager one spills on sm_90 with the offsets pointer computed from the step array); the
 //    paged d128 twin runs 3's own configuration.
-// 9. flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, __half* k,
+// 8. flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, __half* k,
 //        __half* v, __half* o, float* lse, const int* params, const int* lens,
 //        const int* block_table, float* workspace, int* tickets, const __half* new_k,
 //        const __half* new_v, const int* append_params)
-//    The step's append (7, dense rows only) and the fused decode (6) in one launch, for a
+//    The step's append (as 4, dense rows only) and the fused decode (6) in one launch, for a
 //    TornadoVM graph that can hold only one prebuilt task (TornadoVM 5.2.0 maps every prebuilt
 //    task of a graph to the first one's installed code).  Block, grid, params (params[25] = 0:
 //    keys per split derived as in 6), lens, block_table, o, lse, workspace and tickets exactly as
@@ -138,19 +128,19 @@
 //    slot b and KV head kvh whose positions p fall in its split's keys, p in
 //    [max(s*kps, L_b - n_b), min(L_b, (s+1)*kps)): row j = p - (L_b - n_b) of new_k/new_v,
 //    dense [B, Hkv, max_new, D] at b*new_sb + kvh*new_sh + j*new_sr with the element strides
-//    append_params[4..6] (A_NEW_STRIDE: batch, head, row; the only words of append_params read,
-//    so kv_cache_append_tornado's array serves unchanged), goes to cache position p, addressed
-//    with params' own cache words, the ones the split pass reads K/V with: K at
-//    b*k_sb + kvh*k_sh + p*k_sr (P_K_STRIDE, 12..14), V with P_V_STRIDE (15..17); paged
-//    (P_PAGE_SIZE 23 > 0): page block_table[b*pages_per_seq + p/page_size] (P_PAGES_PER_SEQ 24)
-//    for b, row p % page_size.  Then __syncthreads() and the split pass + combine of 6.  Every
-//    position of [L_b - n_b, L_b) lies in exactly one split's range (the splits cover every key of
-//    a slot with n_b > 0, see 6), so after the launch the cache holds every new row; the row-block
-//    CTAs (blockIdx.y) of one split and head write the same bytes to the same rows (idempotent);
-//    a CTA reads only keys of its own split, so it never waits on another CTA's rows.  Slots with
-//    n_b = 0 write nothing.  k and v are read-write (declare them so in the task graph); new_k
-//    rows past n_b are not read.  Host checks as 6, plus L_b <= capacity and the new-row strides
-//    multiples of 8.
+//    append_params[4..6] (append_params: int32 [16], flash::AppendParam, the block the Java
+//    append kernel reads; words 4..6 = A_NEW_STRIDE: batch, head, row, the only ones read here),
+//    goes to cache position p, addressed with params' own cache words, the ones the split pass
+//    reads K/V with: K at b*k_sb + kvh*k_sh + p*k_sr (P_K_STRIDE, 12..14), V with P_V_STRIDE
+//    (15..17); paged (P_PAGE_SIZE 23 > 0): page block_table[b*pages_per_seq + p/page_size]
+//    (P_PAGES_PER_SEQ 24) for b, row p % page_size.  Then __syncthreads() and the split pass +
+//    combine of 6.  Every position of [L_b - n_b, L_b) lies in exactly one split's range (the
+//    splits cover every key of a slot with n_b > 0, see 6), so after the launch the cache holds
+//    every new row; the row-block CTAs (blockIdx.y) of one split and head write the same bytes
+//    to the same rows (idempotent); a CTA reads only keys of its own split, so it never waits on
+//    another CTA's rows.  Slots with n_b = 0 write nothing.  k and v are read-write (declare them
+//    so in the task graph); new_k rows past n_b are not read.  Host checks as 6, plus L_b <=
+//    capacity and the new-row strides multiples of 8.
 #include "flash_cache.cuh"
 
 // The shipped configurations (flash_fwd.cu, flash_decode.cu), in their cache modes.
@@ -198,9 +188,7 @@ FLASH_CACHE_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
 FLASH_CACHE_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
 FLASH_CACHE_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
 FLASH_CACHE_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
-FLASH_CACHE_APPEND_TORNADO_ENTRY(_tornado, flash::kTornadoHeaderBytes)
-FLASH_CACHE_APPEND_TORNADO_ENTRY(_tornado_h128, 128)
-// The prefill twins (ABI item 8) run the CUDA-driver entries' configurations, but for the contiguous
+// The prefill twins (ABI item 7) run the CUDA-driver entries' configurations, but for the contiguous
 // non-causal D=128 one: KtCacheFwd128 sits at 255 registers on sm_90, and the step array's
 // offsets pointer (computed, not a kernel parameter) stays live to the epilogue and spills 8
 // bytes there; the same tile with the lazy rescale fits (249).
@@ -213,7 +201,7 @@ FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d64, flash_cache_fwd_paged_d64, KtCacheFwd64
 FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128, flash_cache_fwd_paged_d128, KtCacheFwd128, flash::kCachePaged)
 FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128_causal, flash_cache_fwd_paged_d128_causal, KtCacheFwd128Causal,
                               flash::kCachePaged)
-// The append + decode twins (ABI item 9), last.
+// The append + decode twins (ABI item 8), last.
 FLASH_CACHE_APPEND_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
 FLASH_CACHE_APPEND_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
 FLASH_CACHE_APPEND_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)

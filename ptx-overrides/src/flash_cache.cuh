@@ -245,7 +245,9 @@ __device__ __forceinline__ void cache_fwd_tornado_body(const __half* q, const __
                                  at_data<kHdr>(lse), pd, flash_smem, ca);
 }
 
-// Words of kv_cache_append_tornado's append_params (int32).
+// Words of the append_params block (int32 [A_COUNT]): the Java append kernel's (tornado-kernels'
+// CacheKernels declares these name for name; CacheKernelsTest checks it), of which the append +
+// decode twins read only A_NEW_STRIDE..+2 (cache_append_split_range).
 enum AppendParam {
   A_B = 0, A_HKV = 1, A_D = 2, A_MAX_NEW = 3,
   A_NEW_STRIDE = 4,    // batch, head, row strides of new_k/new_v (elements), 4..6
@@ -254,19 +256,6 @@ enum AppendParam {
   A_PACKED = 12,       // 1: rows from new_offsets (packed), 0: dense (new_offsets not read)
   A_COUNT = 16
 };
-
-template <int kHdr>
-__device__ __forceinline__ void kv_append_tornado_body(__half* k_cache, __half* v_cache, const __half* new_k,
-                                                       const __half* new_v, const int* lens, const int* block_table,
-                                                       const int* new_offsets, const int* append_params) {
-  const int* a = at_data<kHdr>(append_params);
-  kv_append_body(at_data<kHdr>(k_cache), at_data<kHdr>(v_cache), at_data<kHdr>(new_k), at_data<kHdr>(new_v),
-                 at_data<kHdr>(lens), at_data<kHdr>(block_table),
-                 __ldg(a + A_PACKED) != 0 ? at_data<kHdr>(new_offsets) : nullptr, __ldg(a + A_B), __ldg(a + A_D),
-                 __ldg(a + A_NEW_STRIDE), __ldg(a + A_NEW_STRIDE + 1), __ldg(a + A_NEW_STRIDE + 2),
-                 __ldg(a + A_CACHE_STRIDE), __ldg(a + A_CACHE_STRIDE + 1), __ldg(a + A_CACHE_STRIDE + 2),
-                 __ldg(a + A_PAGE_SIZE), __ldg(a + A_PAGES_PER_SEQ));
-}
 
 // ---- Append + decode in one launch (flash_cache_append_decode_fused*_tornado): TornadoVM 5.2.0
 // launches a prebuilt task right only as the first and only prebuilt task of its graph, so an
@@ -464,20 +453,6 @@ __device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, 
   FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)              \
   FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
 
-// kv_cache_append_tornado / _tornado_h128: kv_cache_append with its integers in append_params.
-#define FLASH_CACHE_APPEND_TORNADO_ENTRY(TAIL, HEADER_BYTES)                                      \
-  FLASH_MANIFEST_PLAIN("cache-append", kv_cache_append, kv_cache_append##TAIL, HEADER_BYTES, 0, 0, \
-                       flash::kCacheThreads)                                                     \
-  extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
-  kv_cache_append##TAIL(uint64_t kernel_context, __half* __restrict__ k_cache,                   \
-                        __half* __restrict__ v_cache, const __half* __restrict__ new_k,          \
-                        const __half* __restrict__ new_v, const int* __restrict__ lens,          \
-                        const int* __restrict__ block_table, const int* __restrict__ new_offsets, \
-                        const int* __restrict__ append_params) {                                 \
-    flash::kv_append_tornado_body<HEADER_BYTES>(k_cache, v_cache, new_k, new_v, lens, block_table, \
-                                                new_offsets, append_params);                     \
-  }
-
 // flash_cache_fwd[_paged]_d{D}[_causal]_tornado / _tornado_h128: TornadoVM twins of the varlen
 // prefill over a cache (flash_cache_fwd_*), lens and q_offsets from one step array.  CONFIG: the
 // manifest's config (the CUDA-driver entry's where the twin runs the same traits).
@@ -497,7 +472,7 @@ __device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, 
 
 
 // flash_cache_append_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the
-// append + cache decode (flash_cache.cu, ABI item 9): the fused decode's arguments, then new_k,
+// append + cache decode (flash_cache.cu, ABI item 8): the fused decode's arguments, then new_k,
 // new_v (dense) and append_params; k and v are written (the step's new rows) and read.
 #define FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
   FLASH_MANIFEST_ROW("cache-append-decode-fused", flash_cache_append_decode_fused_##NAME,        \
