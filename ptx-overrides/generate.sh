@@ -13,8 +13,7 @@
 #
 # Fails (exit 1) on: an nvcc or ptxas error, any spill or stack frame in a shipped PTX file,
 # static shared memory over 48 KB, a TornadoVM entry without static shared memory in a module that
-# declares dynamic shared memory (TornadoVM launches with 0 dynamic bytes; the KV-cache append twin
-# uses no shared memory at all), an entry
+# declares dynamic shared memory (TornadoVM launches with 0 dynamic bytes), an entry
 # without a manifest row (or a row without an entry), stale or missing PTX or manifest.
 # Benchmark-only files (BENCH_ONLY below: the ablation variants, which keep the launch bounds of
 # the kernel they are compared with, and the D=128 tuning candidates, some of which sit at 255

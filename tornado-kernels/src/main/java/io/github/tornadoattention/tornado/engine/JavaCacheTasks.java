@@ -162,7 +162,8 @@ final class JavaCacheTasks {
     }
 
     /**
-     * The 16 append-params words ({@code flash::AppendParam}, shared with the PTX twin kv_cache_append_tornado):
+     * The 16 append-params words ({@code flash::AppendParam}; the fused PTX twin flash_cache_append_decode_fused_*
+     * reads words 4..6 of the same block):
      * new K/V dense [B, Hkv, maxNew, D] with {@code newStrides} (batch, head, row; BHSD or BSHD), or packed [total,
      * Hkv, D] (packed rows use the head and row strides; {@code newStrides} null: head D, row Hkv*D). For the Java
      * kernel's grid, packed rows number at most B * maxNew.
