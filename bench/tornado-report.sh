@@ -46,6 +46,8 @@ if want correctness; then
   for b in $BACKENDS; do
     ta selftest --inference --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b.log" 2>&1 || fail=1
     echo "[$b] selftest --inference: $(tail -n 1 "$OUT/selftest-inference-$b.log")"
+    ta selftest --inference --cuda-graph --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b-graph.log" 2>&1 || fail=1
+    echo "[$b] selftest --inference --cuda-graph: $(tail -n 1 "$OUT/selftest-inference-$b-graph.log")"
     for args in "--context 3000 --ragged" "--context 3000 --ragged --page-size 16" "--context 700 --dim 64 --page-size 4"; do
       dims=$SHAPE; [[ "$args" == *"--dim 64"* ]] && dims="--batch 8 --heads 32 --kv-heads 8"
       log="$OUT/check-$b-$(echo "$args" | tr -d ' -').log"

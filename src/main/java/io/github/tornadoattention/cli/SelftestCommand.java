@@ -51,6 +51,10 @@ final class SelftestCommand implements Callable<Integer> {
             + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, D=64 and 128")
     boolean inference;
 
+    @Option(names = "--cuda-graph", description = "with --inference on the TornadoVM backends: the caches' task graphs run as"
+            + " CUDA graphs (PlanOptions.cudaGraph)")
+    boolean cudaGraph;
+
     @Option(names = "--json", description = "also print one JSON object on the last line: every case, the totals, the seed")
     boolean json;
 
@@ -225,7 +229,8 @@ final class SelftestCommand implements Callable<Integer> {
         int failed = 0;
         int total = 0;
         for (String id : backendIds()) {
-            io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id);
+            io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id,
+                    io.github.tornadoattention.PlanOptions.builder().cudaGraph(cudaGraph).build());
             out.printf("inference selftest of %s on %s, seed %d%n", device.backendId(), device.name(), baseSeed);
             for (int d : new int[] {64, 128}) {
                 for (io.github.tornadoattention.verify.CacheSuite.CaseResult r
