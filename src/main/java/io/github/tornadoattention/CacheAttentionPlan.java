@@ -14,6 +14,10 @@ import java.util.concurrent.atomic.AtomicLong;
  * slot's new tokens) get O = 0 and lse = -inf.
  */
 public abstract class CacheAttentionPlan implements AutoCloseable {
+    private static final String DENSE_ROWS = "batch*heads*maxQueryLength";
+    private static final String DENSE_ELEMENTS = DENSE_ROWS + "*headDim";
+    private static final String PACKED_ROWS = "maxTotalQueries*heads";
+    private static final String PACKED_ELEMENTS = PACKED_ROWS + "*headDim";
     private static final AtomicLong CREATED = new AtomicLong();
 
     private final AttentionDevice device;
@@ -60,7 +64,7 @@ public abstract class CacheAttentionPlan implements AutoCloseable {
             throw new InvalidArgumentException("cache.newTokens", cache.maxNewTokens(),
                     "a slot's new tokens must be <= the plan's maxQueryLength " + spec.maxQueryLength());
         }
-        checkTensors(q, o, lse, spec.denseQueryElements(), spec.denseLseElements(), "batch*heads*maxQueryLength");
+        checkTensors(q, o, lse, spec.denseQueryElements(), spec.denseLseElements(), DENSE_ROWS);
         runDense(q, cache, o, lse);
     }
 
@@ -75,7 +79,7 @@ public abstract class CacheAttentionPlan implements AutoCloseable {
             throw new InvalidArgumentException("cache.totalNewTokens", cache.totalNewTokens(),
                     "must be <= the plan's maxTotalQueries " + spec.maxTotalQueries());
         }
-        checkTensors(q, o, lse, spec.packedQueryElements(), spec.packedLseElements(), "maxTotalQueries*heads");
+        checkTensors(q, o, lse, spec.packedQueryElements(), spec.packedLseElements(), PACKED_ROWS);
         runPacked(q, cache, o, lse);
     }
 
@@ -113,8 +117,9 @@ public abstract class CacheAttentionPlan implements AutoCloseable {
 
     private void checkTensors(DeviceTensor q, DeviceTensor o, DeviceTensor lse, long elements, long lseElements,
                               String rows) {
-        InvalidArgumentException.requireNonNull("q", q).require("q", device, spec.dtype(), elements, rows + "*headDim");
-        InvalidArgumentException.requireNonNull("o", o).require("o", device, spec.dtype(), elements, rows + "*headDim");
+        String rowElements = rows.equals(DENSE_ROWS) ? DENSE_ELEMENTS : PACKED_ELEMENTS;   // no string built per call
+        InvalidArgumentException.requireNonNull("q", q).require("q", device, spec.dtype(), elements, rowElements);
+        InvalidArgumentException.requireNonNull("o", o).require("o", device, spec.dtype(), elements, rowElements);
         if (o == q) {
             throw new InvalidArgumentException("o", "the same tensor as q", "must be a separate tensor");
         }

@@ -78,6 +78,8 @@ final class CacheGraph {
      * append's step array. The other variants run the Java kernels with step arrays of their own.
      */
     private VariantKey mainKey;
+    /** The device's plans version the graph was last checked against. */
+    private long preparedFor = -1;
     private Variant main;
     private TornadoExecutionPlan plan;
     private TornadoExecutionResult last;
@@ -309,23 +311,30 @@ final class CacheGraph {
 
     /** Builds (or rebuilds, carrying the cache over) the graph so it serves {@code caller}; returns its variant. */
     private Variant prepare(TornadoCachePlan caller, boolean packed) {
+        VariantKey key = VariantKey.of(caller.spec(), packed);
+        if (plan != null && preparedFor == device.plansVersion()) {
+            for (Variant v : variants) {   // the usual step: no plan made or closed since the graph was checked
+                if (v.key.equals(key)) {
+                    return v;
+                }
+            }
+        }
         int wantRows = 0;
         Set<VariantKey> want = new LinkedHashSet<>(keysWanted);
         for (TornadoCachePlan p : device.plansFor(spec)) {
             boolean dense = p.spec().maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES;
             if (dense) {
-                VariantKey key = VariantKey.of(p.spec(), false);
-                want.add(key);
+                VariantKey dense0 = VariantKey.of(p.spec(), false);
+                want.add(dense0);
                 wantRows = Math.max(wantRows, p.spec().maxQueryLength());
                 if (mainKey == null) {
-                    mainKey = key;
+                    mainKey = dense0;
                 }
             }
             if (!dense) {
                 want.add(VariantKey.of(p.spec(), true));   // a prefill plan: its packed calls (a dense plan's, when made)
             }
         }
-        VariantKey key = VariantKey.of(caller.spec(), packed);
         want.add(key);
         if (wantRows == 0) {
             wantRows = CacheAttentionSpec.MAX_DENSE_QUERIES;
@@ -335,6 +344,7 @@ final class CacheGraph {
             keysWanted.addAll(want);
             build(Math.max(rows, wantRows));
         }
+        preparedFor = device.plansVersion();
         return variants.stream().filter(v -> v.key.equals(key)).findFirst().orElseThrow();
     }
 

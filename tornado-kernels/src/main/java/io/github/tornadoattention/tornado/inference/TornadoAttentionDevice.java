@@ -57,6 +57,8 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     private final TreeMap<Long, Memory> memory = new TreeMap<>();
     private final Map<KvCache, CacheGraph> graphs = new IdentityHashMap<>();
     private final List<TornadoCachePlan> plans = new ArrayList<>();
+    /** Bumped when a plan is made or closed: a cache graph rechecks what it serves only then. */
+    private long plansVersion;
     private final AtomicLong compilations = new AtomicLong();
     private long kernelNanos;
 
@@ -268,11 +270,17 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     protected synchronized CacheAttentionPlan newCachePlan(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         TornadoCachePlan plan = new TornadoCachePlan(this, spec, cacheSpec);
         plans.add(plan);
+        plansVersion++;
         return plan;
     }
 
     synchronized void forget(TornadoCachePlan plan) {
         plans.remove(plan);
+        plansVersion++;
+    }
+
+    synchronized long plansVersion() {
+        return plansVersion;
     }
 
     /** The open plans of this device over caches of {@code cacheSpec} (what a cache graph is built for). */
