@@ -55,7 +55,8 @@ final class PrefillCommand implements Callable<Integer> {
     @Option(names = "--page-size", paramLabel = "P", defaultValue = "0", description = "paged cache with pages of P tokens (default: contiguous)")
     int pageSize;
 
-    @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO, description = "ptx-cuda, cpu-reference, auto (default); under TornadoVM also ptx-tornado, tornado-mma, tornado-simt (their varlen calls run in chunks, see README)")
+    @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO, description = "ptx-cuda, cpu-reference,"
+            + " auto (default); under TornadoVM also ptx-tornado, tornado-mma, tornado-simt (varlen calls in chunks: slow)")
     String backend;
 
     @Option(names = "--iters", paramLabel = "N", defaultValue = "20", description = "timed calls (default: ${DEFAULT-VALUE})")
