@@ -241,13 +241,9 @@ public final class CacheAttentionTasks {
     public void addAppend(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
                           HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray kCache, HalfFloatArray vCache,
                           IntArray step, IntArray blockTable) {
-        int maxNew = denseQueries();
-        long rows = (long) spec.batch() * spec.kvHeads() * maxNew * spec.headDim();
-        requireLength("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
-        requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
-        IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
-        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
-        addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, maxNew, kCache, vCache, step, blockTable);
+        IntArray params = denseAppendParams(graph, newK, newV);
+        addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, denseQueries(), kCache, vCache, step,
+                blockTable);
     }
 
     /**
@@ -276,12 +272,7 @@ public final class CacheAttentionTasks {
                                    HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray q, HalfFloatArray kCache,
                                    HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
                                    FloatArray lse) {
-        int maxNew = denseQueries();
-        long rows = (long) spec.batch() * spec.kvHeads() * maxNew * spec.headDim();
-        requireLength("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
-        requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
-        IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
-        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+        IntArray params = denseAppendParams(graph, newK, newV);
         addAppendAndDecode(graph, graphName, scheduler, taskPrefix, newK, newV, params, q, kCache, vCache, step, blockTable,
                 o, lse);
     }
@@ -313,8 +304,8 @@ public final class CacheAttentionTasks {
     public void addDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
                           HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
                           IntArray blockTable, HalfFloatArray o, FloatArray lse) {
-        long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
         if (!prebuilt) {
+            long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
             FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
             javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
                     lse != null);
@@ -391,6 +382,20 @@ public final class CacheAttentionTasks {
     private FloatArray deviceOnly(TaskGraph graph, FloatArray array) {
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, array);
         return array;
+    }
+
+    /**
+     * Checks dense new K/V rows [slots, Hkv, maxQueryLength, D] and declares their append parameters
+     * ({@code FIRST_EXECUTION}: constant) in {@code graph}.
+     */
+    private IntArray denseAppendParams(TaskGraph graph, HalfFloatArray newK, HalfFloatArray newV) {
+        int maxNew = denseQueries();
+        long rows = (long) spec.batch() * spec.kvHeads() * maxNew * spec.headDim();
+        requireLength("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
+        requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
+        IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
+        return params;
     }
 
     /** Strides of new K/V [slots, Hkv, maxNew, D] (BHSD). */

@@ -63,7 +63,6 @@ final class CacheGraph {
     }
 
     private final TornadoAttentionDevice device;
-    private final KvCache cache;
     private final KvCacheSpec spec;
     private final int slots;
     private final Memory keys;
@@ -98,11 +97,9 @@ final class CacheGraph {
     private boolean hostCurrent = true;
     /** Whether the current plan has executed (then the GPU holds the cache and host writes need an eviction). */
     private boolean executedSinceBuild;
-    private int executions;
 
     CacheGraph(TornadoAttentionDevice device, KvCache cache) {
         this.device = device;
-        this.cache = cache;
         this.spec = cache.spec();
         this.slots = spec.slots();
         this.keys = memory(cache.keys());
@@ -132,11 +129,6 @@ final class CacheGraph {
         if ((m == keys || m == values) && plan != null && executedSinceBuild) {
             evict();
         }
-    }
-
-    /** Executions of this graph so far (tests). */
-    int executions() {
-        return executions;
     }
 
     // ---- calls
@@ -432,7 +424,6 @@ final class CacheGraph {
         last = result;
         hostCurrent = false;
         executedSinceBuild = true;
-        executions++;
         appendPending = false;
         if (device.profile() && result.getProfilerResult() != null) {
             device.addKernelNanos(result.getProfilerResult().getDeviceKernelTime());
