@@ -6,12 +6,19 @@ import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import java.util.regex.Pattern;
 
 /**
  * The fake CUDA driver of tools/fakecuda (libcuda.so.1 and libnvidia-ml.so.1 reporting one H100, launches as
  * no-ops), built with gcc into target/fakecuda for tests that run TornadoVM in a child JVM without a GPU.
  */
 final class FakeCuda {
+    /** The fake driver's log lines (FAKECUDA_VERBOSE=1): copies, allocations, frees; group 1 bytes or id. */
+    static final Pattern HOST_TO_DEVICE = Pattern.compile("\\[fakecuda] HtoD (\\d+) bytes into #(\\d+)");
+    static final Pattern DEVICE_TO_HOST = Pattern.compile("\\[fakecuda] DtoH (\\d+) bytes from #(\\d+)");
+    static final Pattern ALLOC = Pattern.compile("\\[fakecuda] alloc #(\\d+) (\\d+) bytes");
+    static final Pattern FREE = Pattern.compile("\\[fakecuda] free #(\\d+)");
+
     private FakeCuda() {
     }
 
@@ -123,5 +130,21 @@ final class FakeCuda {
                 tornadoApi.toString(), "-d", classes.toString(), basedir().resolve("tools").resolve(file).toString());
         org.junit.jupiter.api.Assertions.assertEquals(0, compiled, "tools/" + file + " compiles");
         return classes;
+    }
+
+    /** The device allocations of {@code lines} never freed in them: allocation id to bytes. */
+    static Map<Integer, Long> liveAllocations(List<String> lines) {
+        Map<Integer, Long> live = new java.util.HashMap<>();
+        for (String line : lines) {
+            java.util.regex.Matcher alloc = ALLOC.matcher(line);
+            if (alloc.find()) {
+                live.put(Integer.parseInt(alloc.group(1)), Long.parseLong(alloc.group(2)));
+            }
+            java.util.regex.Matcher free = FREE.matcher(line);
+            if (free.find()) {
+                live.remove(Integer.parseInt(free.group(1)));
+            }
+        }
+        return live;
     }
 }

@@ -17,7 +17,6 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -49,10 +48,6 @@ class FakeDriverTest {
     /** The calls of the probe, in order, each a forward except the reruns. */
     private static final List<String> FORWARDS = List.of("first", "same", "new-q", "new-k", "new-v", "other-k", "all",
             "after-reruns");
-    private static final Pattern HOST_TO_DEVICE = Pattern.compile("\\[fakecuda] HtoD (\\d+) bytes into #(\\d+)");
-    private static final Pattern DEVICE_TO_HOST = Pattern.compile("\\[fakecuda] DtoH (\\d+) bytes from #(\\d+)");
-    private static final Pattern ALLOC = Pattern.compile("\\[fakecuda] alloc #(\\d+) (\\d+) bytes");
-    private static final Pattern FREE = Pattern.compile("\\[fakecuda] free #(\\d+)");
     private static final Pattern LAUNCH_ARG = Pattern.compile(" #(\\d+)\\+");
     private static final Pattern EXIT = Pattern.compile(
             "\\[hostpin] exit: (\\d+) registered, (\\d+) unregistered, (\\d+) still registered, (\\d+) freed while registered");
@@ -84,7 +79,7 @@ class FakeDriverTest {
     private static List<long[]> inputCopies(List<String> lines) {
         List<long[]> copies = new ArrayList<>();
         for (String line : lines) {
-            Matcher m = HOST_TO_DEVICE.matcher(line);
+            Matcher m = FakeCuda.HOST_TO_DEVICE.matcher(line);
             if (m.find() && Long.parseLong(m.group(1)) >= Q_BYTES) {
                 copies.add(new long[] {Long.parseLong(m.group(2)), Long.parseLong(m.group(1))});
             }
@@ -140,14 +135,14 @@ class FakeDriverTest {
             }
             for (String step : FORWARDS) {
                 List<String> lines = steps.get(step);
-                assertTrue(count(lines, DEVICE_TO_HOST) >= 1, id + " " + step + ": O comes back: " + lines);
+                assertTrue(count(lines, FakeCuda.DEVICE_TO_HOST) >= 1, id + " " + step + ": O comes back: " + lines);
                 // The attention kernel reads the buffers the inputs went to (a send graph's task takes one of them).
                 List<Set<Integer>> attention = launches(lines).stream().filter(a -> a.containsAll(Set.of(q, k, v))).toList();
                 assertEquals(1, attention.size(), id + " " + step + ": one attention launch on Q, K, V's buffers: " + lines);
             }
             List<String> reruns = steps.get("reruns");
             assertEquals(0, inputCopies(reruns).size(), id + " reruns copy no input: " + reruns);
-            assertEquals(0, count(reruns, DEVICE_TO_HOST), id + " reruns copy nothing back: " + reruns);
+            assertEquals(0, count(reruns, FakeCuda.DEVICE_TO_HOST), id + " reruns copy nothing back: " + reruns);
             assertEquals(3, launches(reruns).stream().filter(a -> a.containsAll(Set.of(q, k, v))).count(), id + ": " + reruns);
         }
     }
@@ -172,19 +167,9 @@ class FakeDriverTest {
     @Test
     void closingFreesEveryBufferAndUnpinsEveryArray() {
         for (String id : BACKENDS) {
-            Map<Integer, Long> live = new HashMap<>();
-            for (List<String> lines : steps(id).values()) {
-                for (String line : lines) {
-                    Matcher alloc = ALLOC.matcher(line);
-                    if (alloc.find()) {
-                        live.put(Integer.parseInt(alloc.group(1)), Long.parseLong(alloc.group(2)));
-                    }
-                    Matcher free = FREE.matcher(line);
-                    if (free.find()) {
-                        live.remove(Integer.parseInt(free.group(1)));
-                    }
-                }
-            }
+            List<String> all = new java.util.ArrayList<>();
+            steps(id).values().forEach(all::addAll);
+            Map<Integer, Long> live = FakeCuda.liveAllocations(all);
             assertEquals(Map.of(), live, id + " leaves device buffers (#id=bytes)");
         }
         Matcher exit = EXIT.matcher(log);

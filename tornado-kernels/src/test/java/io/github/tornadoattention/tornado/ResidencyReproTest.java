@@ -36,8 +36,6 @@ import org.junit.jupiter.api.Test;
 class ResidencyReproTest {
     private static final int ELEMENTS = 9 << 20;   // 36 MiB: glibc unmaps it on free, and the next one lands there
     private static final int CACHE_BYTES = (1 << 16) * 4 + 16;
-    private static final Pattern ALLOC = Pattern.compile("\\[fakecuda] alloc #(\\d+) (\\d+) bytes");
-    private static final Pattern FREE = Pattern.compile("\\[fakecuda] free #(\\d+)");
     private static final Pattern EXIT = Pattern.compile(
             "\\[hostpin] exit: (\\d+) registered, (\\d+) unregistered, (\\d+) still registered, (\\d+) freed while registered");
     private static final Map<String, String> LOGS = new HashMap<>();
@@ -83,17 +81,7 @@ class ResidencyReproTest {
 
     /** Device allocations of at least {@code minBytes} never freed: id to bytes. */
     private static Map<Integer, Long> leakedAllocations(String log, long minBytes) {
-        Map<Integer, Long> live = new HashMap<>();
-        for (String line : log.lines().toList()) {
-            Matcher alloc = ALLOC.matcher(line);
-            if (alloc.find()) {
-                live.put(Integer.parseInt(alloc.group(1)), Long.parseLong(alloc.group(2)));
-            }
-            Matcher free = FREE.matcher(line);
-            if (free.find()) {
-                live.remove(Integer.parseInt(free.group(1)));
-            }
-        }
+        Map<Integer, Long> live = FakeCuda.liveAllocations(log.lines().toList());
         live.values().removeIf(bytes -> bytes < minBytes);
         return live;
     }
