@@ -85,6 +85,8 @@ final class CacheGraph {
     private int rows;
     private HalfFloatArray newK;
     private HalfFloatArray newV;
+    /** The layout of the staging rows newK/newV: [slots, kvHeads, rows, headDim]. */
+    private TensorStrides stagingStrides;
     /** The step of the held-back append and of the main variant's attention. */
     private IntArray mainStep;
     private boolean appendPending;
@@ -147,6 +149,20 @@ final class CacheGraph {
         long rowBytes = 2L * d;
         MemorySegment stageK = newK.getSegment();
         MemorySegment stageV = newV.getSegment();
+        if (maxNew <= rows && !append.packed() && append.strides().equals(stagingStrides)) {
+            // The decode step's usual case: the new rows already lie as the staging rows do (rows past a slot's
+            // count are copied too and never read).
+            flush();
+            long bytes = 2L * slots * spec.kvHeads() * rows * d;
+            MemorySegment.copy(srcK, 0, stageK, 0, Math.min(bytes, srcK.byteSize()));
+            MemorySegment.copy(srcV, 0, stageV, 0, Math.min(bytes, srcV.byteSize()));
+            int[] chunk = new int[3 * slots + 1];   // as the chunked path writes its one chunk: no packed offsets
+            System.arraycopy(step, 0, chunk, 0, 2 * slots);
+            write(mainStep, chunk);
+            appendPending = true;
+            stagingHoldsLastAppend = true;
+            return;
+        }
         for (int j0 = 0; j0 < maxNew; j0 += rows) {
             flush();
             int[] chunk = new int[3 * slots + 1];
@@ -353,8 +369,8 @@ final class CacheGraph {
         stagingHoldsLastAppend = false;
         newV = new HalfFloatArray(newK.getSize());
         mainStep = new IntArray(3 * slots + 1);
-        IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec,
-                new TensorStrides((long) spec.kvHeads() * rows * d, (long) rows * d, d), rows, false));
+        stagingStrides = new TensorStrides((long) spec.kvHeads() * rows * d, (long) rows * d, d);
+        IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec, stagingStrides, rows, false));
         TaskGraph graph = new TaskGraph(name);
         GridScheduler scheduler = new GridScheduler();
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, vv, appendParams);
