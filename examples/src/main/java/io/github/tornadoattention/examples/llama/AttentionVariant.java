@@ -1,5 +1,6 @@
 package io.github.tornadoattention.examples.llama;
 
+import java.util.SplittableRandom;
 import io.github.tornadoattention.cpu.CpuReference;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.KernelContext;
@@ -55,6 +56,12 @@ interface AttentionVariant {
     void addAttention(TaskGraph graph, String graphName, String ropeGraphName, GridScheduler scheduler,
                       KernelContext context, int layer, FloatArray x, HalfFloatArray wo);
 
+    /**
+     * Before the first step: positions [0, {@code positions}) of every layer's cache hold {@code rows}' K and V
+     * (in the host arrays, which the first execution sends).
+     */
+    void fillPrefix(int positions, PrefixRows rows);
+
     /** Whether the task named {@code task} (without the graph prefix) is attention proper, for the timing table. */
     boolean isAttentionTask(String task);
 
@@ -66,6 +73,21 @@ interface AttentionVariant {
 
     /** What attention saw and gave at layer {@code layer} in the step whose parts were just downloaded. */
     Sample sample(int layer);
+
+    /**
+     * The synthetic cache prefix ({@code --prefix}): the same fp16-representable random rows for every variant.
+     * {@link #rows} gives layer {@code layer}'s K ({@code values} false) or V rows as [positions, kvHeads, D].
+     */
+    record PrefixRows(long seed, int kvHeads, int headDim) {
+        float[] rows(int layer, boolean values, int positions) {
+            SplittableRandom random = new SplittableRandom(seed * 31 + 2L * layer + (values ? 1 : 0));
+            float[] r = new float[Math.toIntExact((long) positions * kvHeads * headDim)];
+            for (int i = 0; i < r.length; i++) {
+                r[i] = Float.float16ToFloat(Float.floatToFloat16((float) (random.nextDouble() * 2 - 1)));
+            }
+            return r;
+        }
+    }
 
     /** What attention saw and gave at one layer and step: q [heads, D], O [heads, D], the cache rows. */
     record Sample(float[] q, float[] output, CpuReference.RowSource keys, CpuReference.RowSource values) {

@@ -85,6 +85,12 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
     @Option(names = "--prompt", defaultValue = "3840", description = "prompt tokens, fed one per step (default: ${DEFAULT-VALUE})")
     int prompt;
 
+    @Option(names = "--prefix", defaultValue = "0",
+            description = "cache positions of every layer filled with the same random K/V rows for each variant before "
+                    + "the prompt, which then starts at this position: a long context without feeding a long prompt "
+                    + "through the scalar kernel one token per step (tens of minutes at 4K) (default: ${DEFAULT-VALUE})")
+    int prefix;
+
     @Option(names = "--generate", defaultValue = "256", description = "tokens generated greedily (default: ${DEFAULT-VALUE})")
     int generate;
 
@@ -144,8 +150,11 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         if (prompt < 1) {
             throw bad("--prompt", prompt, "must be >= 1");
         }
-        if (generate < 1 || (long) prompt + generate > 1 << 20) {
-            throw bad("--generate", generate, "must be >= 1, with --prompt + --generate <= 2^20");
+        if (prefix < 0 || prefix > 1 << 20) {
+            throw bad("--prefix", prefix, "must be in [0, 2^20]");
+        }
+        if (generate < 1 || (long) prefix + prompt + generate > 1 << 20) {
+            throw bad("--generate", generate, "must be >= 1, with --prefix + --prompt + --generate <= 2^20");
         }
         if (profileSteps < 0 || profileSteps >= generate) {
             throw bad("--profile-steps", profileSteps, "must be in [0, --generate = " + generate + ")");
@@ -154,7 +163,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
             throw bad("--check-steps", checkSteps, "must be in [0, 64]");
         }
         try {
-            return new LlamaConfig(layers, dim, heads, kvHeads, headDim, ffnDim, vocab, prompt + generate, ropeTheta,
+            return new LlamaConfig(layers, dim, heads, kvHeads, headDim, ffnDim, vocab, prefix + prompt + generate, ropeTheta,
                     1e-5f);
         } catch (InvalidArgumentException e) {
             String option = switch (e.argument()) {
@@ -179,8 +188,9 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         PrintWriter out = spec.commandLine().getOut();
         TornadoDevice device = TornadoExecutionPlan.getDevice(0, 0);
         out.printf("Llama-shaped decoder: %d layers, dim %d, %d heads / %d kv heads x %d, ffn %d, vocab %d; "
-                        + "%d prompt + %d generated tokens; device %s%n", config.layers(), config.dim(), config.heads(),
-                config.kvHeads(), config.headDim(), config.ffnDim(), config.vocab(), prompt, generate, device);
+                        + "%s%d prompt + %d generated tokens; device %s%n", config.layers(), config.dim(), config.heads(),
+                config.kvHeads(), config.headDim(), config.ffnDim(), config.vocab(),
+                prefix > 0 ? prefix + " random cache positions + " : "", prompt, generate, device);
         long t0 = System.nanoTime();
         LlamaWeights weights = new LlamaWeights(config, seed);
         out.printf("random fp16 weights: %.2f GB in %.1f s%n", config.weightBytes() / 1e9, (System.nanoTime() - t0) / 1e9);
@@ -244,6 +254,9 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         long t0 = System.nanoTime();
         try (LlamaDecoder decoder = new LlamaDecoder(weights, variant)) {
             run.buildSeconds = (System.nanoTime() - t0) / 1e9;
+            if (prefix > 0) {
+                variant.fillPrefix(prefix, new AttentionVariant.PrefixRows(seed, config.kvHeads(), config.headDim()));
+            }
             decoder.graphNames().forEach(g -> run.graphTasks.put(g, new ArrayList<>()));
             List<String> names = decoder.graphNames();
             out.printf("%n[%s] %d task graphs (%s) built and compiled in %.1f s; running %d steps%n", run.name,
@@ -258,7 +271,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                 boolean profiled = s >= firstProfiled;
                 decoder.profile(profiled);
                 long begin = System.nanoTime();
-                LlamaDecoder.StepResult result = decoder.step(tok, s + 1, withLogits, sample);
+                LlamaDecoder.StepResult result = decoder.step(tok, prefix + s + 1, withLogits, sample);
                 if (withLogits) {
                     Greedy.Pick pick = Greedy.pick(result.logits());
                     int g = s - (prompt - 1);
@@ -337,7 +350,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
 
     private void check(LlamaConfig config, int step, List<AttentionVariant.Sample> samples, List<Check> checks,
                        PrintWriter out, String name) {
-        int length = step + 1;
+        int length = prefix + step + 1;
         CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(1).heads(config.heads()).kvHeads(config.kvHeads())
                 .headDim(config.headDim()).maxQueryLength(1).maxLength(config.maxLength()).causal(true).build();
         for (int l = 0; l < samples.size(); l++) {
@@ -345,6 +358,26 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
             CpuReference.Result ref = CpuReference.cached(spec, sample.q(), false, sample.keys(), sample.values(),
                     new int[] {length}, new int[] {1});
             checks.add(compare(step, length, l, sample.output(), ref.output()));
+            if (prefix > 0) {
+                // The reference reads the cache as downloaded: make sure the prefix rows did reach the device.
+                for (boolean values : new boolean[] {false, true}) {
+                    float[] row = new float[config.headDim()];
+                    (values ? sample.values() : sample.keys()).read(0, 0, prefix - 1, row);
+                    float[] all = new AttentionVariant.PrefixRows(seed, config.kvHeads(), config.headDim())
+                            .rows(l, values, prefix);
+                    int at = (prefix - 1) * config.kvHeads() * config.headDim();
+                    double[] expected = new double[row.length];
+                    for (int i = 0; i < row.length; i++) {
+                        expected[i] = all[at + i];
+                    }
+                    Check c = compare(step, prefix, l, row, expected);
+                    if (c.maxAbsError != 0 || c.nans != 0) {
+                        out.printf("[%s] layer %d: the cache's last prefix row differs from the rows filled in: FAIL%n",
+                                name, l);
+                        checks.add(new Check(step, prefix, l, Double.POSITIVE_INFINITY, c.relativeError, c.nans));
+                    }
+                }
+            }
         }
         Check worst = checks.subList(checks.size() - samples.size(), checks.size()).stream()
                 .max((a, b) -> Double.compare(a.maxAbsError, b.maxAbsError)).orElseThrow();
@@ -417,8 +450,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                     run.checks.isEmpty() ? "-" : String.format("%.2e %s", worst, pass ? "ok" : "FAIL"));
         }
         out.printf("(decode: median wall time of %d unprofiled generated steps at context %d..%d; attention: its "
-                        + "tasks' kernel time at context ~%d)%n", first.timedDecodeSteps, prompt + 1,
-                prompt + generate - profileSteps - 1, prompt + generate - profileSteps / 2);
+                        + "tasks' kernel time at context ~%d)%n", first.timedDecodeSteps, prefix + prompt + 1,
+                prefix + prompt + generate - profileSteps - 1, prefix + prompt + generate - profileSteps / 2);
         for (VariantRun run : runs.subList(1, runs.size())) {
             out.printf("%n%s / %s attention time: %.2fx%n", run.name, first.name,
                     run.attentionMsPerToken / first.attentionMsPerToken);
@@ -450,9 +483,19 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
 
     private void writeJson(LlamaConfig config, List<VariantRun> runs, PrintWriter out) throws IOException {
         Map<String, Object> root = new LinkedHashMap<>();
-        root.put("config", Map.of("layers", config.layers(), "dim", config.dim(), "heads", config.heads(),
-                "kv_heads", config.kvHeads(), "head_dim", config.headDim(), "ffn_dim", config.ffnDim(),
-                "vocab", config.vocab(), "prompt", prompt, "generate", generate, "seed", seed));
+        Map<String, Object> configJson = new LinkedHashMap<>();
+        configJson.put("layers", config.layers());
+        configJson.put("dim", config.dim());
+        configJson.put("heads", config.heads());
+        configJson.put("kv_heads", config.kvHeads());
+        configJson.put("head_dim", config.headDim());
+        configJson.put("ffn_dim", config.ffnDim());
+        configJson.put("vocab", config.vocab());
+        configJson.put("prefix", prefix);
+        configJson.put("prompt", prompt);
+        configJson.put("generate", generate);
+        configJson.put("seed", seed);
+        root.put("config", configJson);
         root.put("backend", backend);
         List<Object> variants = new ArrayList<>();
         for (VariantRun run : runs) {

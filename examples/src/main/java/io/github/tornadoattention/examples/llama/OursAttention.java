@@ -3,6 +3,8 @@ package io.github.tornadoattention.examples.llama;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.List;
 import uk.ac.manchester.tornado.api.GridScheduler;
@@ -101,6 +103,27 @@ final class OursAttention implements AttentionVariant {
         scheduler.addWorkerGrid(graphName + ".out_proj", LlamaDecoder.grid(dim * LlamaKernels.MATVEC_THREADS,
                 LlamaKernels.MATVEC_THREADS));
         graph.transferToHost(DataTransferMode.UNDER_DEMAND, arrays.kCache, arrays.vCache, arrays.out);
+    }
+
+    @Override
+    public void fillPrefix(int positions, PrefixRows rows) {
+        int capacity = config.maxLength();
+        int hkv = config.kvHeads();
+        int d = config.headDim();
+        for (int l = 0; l < layers.size(); l++) {
+            for (boolean values : new boolean[] {false, true}) {
+                float[] r = rows.rows(l, values, positions);
+                MemorySegment cache = (values ? layers.get(l).vCache : layers.get(l).kCache).getSegment();
+                for (int j = 0; j < positions; j++) {
+                    for (int h = 0; h < hkv; h++) {
+                        for (int c = 0; c < d; c++) {
+                            cache.setAtIndex(ValueLayout.JAVA_SHORT_UNALIGNED,
+                                    ((long) h * capacity + j) * d + c, Float.floatToFloat16(r[(j * hkv + h) * d + c]));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     @Override

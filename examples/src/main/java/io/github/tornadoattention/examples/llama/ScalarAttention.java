@@ -1,5 +1,7 @@
 package io.github.tornadoattention.examples.llama;
 
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.List;
 import uk.ac.manchester.tornado.api.GridScheduler;
@@ -85,6 +87,19 @@ final class ScalarAttention implements AttentionVariant {
                 THREADS_PER_HEAD));
         scheduler.addWorkerGrid(graphName + ".out_proj", LlamaDecoder.grid(dim * LlamaKernels.MATVEC_THREADS,
                 LlamaKernels.MATVEC_THREADS));
+    }
+
+    @Override
+    public void fillPrefix(int positions, PrefixRows rows) {
+        int kvDim = config.kvDim();
+        for (int l = 0; l < layers.size(); l++) {
+            for (boolean values : new boolean[] {false, true}) {
+                float[] r = rows.rows(l, values, positions);   // [position, kvHead, D]: this cache's layout
+                FloatArray cache = values ? layers.get(l).valueCache : layers.get(l).keyCache;
+                MemorySegment.copy(r, 0, cache.getSegment(),
+                        ValueLayout.JAVA_FLOAT_UNALIGNED, 0, positions * kvDim);
+            }
+        }
     }
 
     @Override

@@ -126,6 +126,8 @@ class HostSideTest {
             {"--head-dim=96", "--heads = 32: heads * headDim must equal dim = 4096"},
             {"--kv-heads=5", "--kv-heads = 5: must divide heads = 32"},
             {"--prompt=0", "--prompt = 0: must be >= 1"},
+            {"--prefix=-1", "--prefix = -1: must be in [0, 2^20]"},
+            {"--prefix=1048000", "--generate = 256: must be >= 1, with --prefix + --prompt + --generate <= 2^20"},
             {"--generate=16", "--profile-steps = 16: must be in [0, --generate = 16)"},
             {"--check-steps=-1", "--check-steps = -1"},
             {"--ffn-dim=-2", "--ffn-dim = -2"},
@@ -136,6 +138,24 @@ class HostSideTest {
             assertEquals("2", result[0], c[0] + ": " + result[2]);
             assertTrue(result[2].contains(c[1]), c[0] + " gave: " + result[2]);
         }
+    }
+
+    @Test
+    void prefixRowsAreTheSameForEveryVariantFp16ExactAndDifferPerLayerAndKind() {
+        AttentionVariant.PrefixRows rows = new AttentionVariant.PrefixRows(7, 2, 64);
+        float[] k = rows.rows(1, false, 10);
+        assertEquals(10 * 2 * 64, k.length);
+        float[] firstRows = rows.rows(1, false, 3);
+        for (int i = 0; i < firstRows.length; i++) {
+            assertEquals(k[i], firstRows[i], "a shorter prefix is the start of a longer one");
+        }
+        for (float x : k) {
+            assertEquals(x, Float.float16ToFloat(Float.floatToFloat16(x)), "fp16 caches hold the same values as fp32 ones");
+            assertTrue(x >= -1 && x <= 1);
+        }
+        assertNotEquals(k[0], rows.rows(1, true, 1)[0]);
+        assertNotEquals(k[0], rows.rows(0, false, 1)[0]);
+        assertNotEquals(k[0], new AttentionVariant.PrefixRows(8, 2, 64).rows(1, false, 1)[0]);
     }
 
     @Test
