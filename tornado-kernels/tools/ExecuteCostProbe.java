@@ -18,19 +18,21 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *
  * <pre>  javac -cp $TORNADOVM_HOME/share/java/tornado/tornado-api-5.2.0-jdk25.jar -d out/probe tornado-kernels/tools/ExecuteCostProbe.java
  *   java @$TORNADOVM_HOME/tornado-argfile --enable-native-access=ALL-UNNAMED -Dtornado.recover.bailout=False \
- *       -cp out/probe ExecuteCostProbe [BYTES_PER_ARRAY]
+ *       -cp out/probe ExecuteCostProbe [BYTES_PER_ARRAY [WARMUP RUNS]]
  * </pre>
  *
  * Prints one line per (ins, outs, CUDA graph): the median and 10th percentile microseconds of an execute().
  */
 public final class ExecuteCostProbe {
-    private static final int WARMUP = 2000;
-    private static final int RUNS = 3000;
+    private static int warmup = 2000;
+    private static int runs = 3000;
 
     public static void main(String[] args) throws Exception {
         int bytes = args.length > 0 ? Integer.parseInt(args[0]) : 16384;
+        warmup = args.length > 1 ? Integer.parseInt(args[1]) : warmup;
+        runs = args.length > 2 ? Integer.parseInt(args[2]) : runs;
         int floats = bytes / 4;
-        System.out.printf("[probe] %d bytes per array, %d warm-up and %d timed executions%n", bytes, WARMUP, RUNS);
+        System.out.printf("[probe] %d bytes per array, %d warm-up and %d timed executions%n", bytes, warmup, runs);
         for (boolean cudaGraph : new boolean[] {false, true}) {
             for (int[] io : new int[][] {{0, 0}, {0, 1}, {1, 1}, {2, 1}, {4, 1}, {4, 2}, {6, 2}}) {
                 double[] us = time(io[0], io[1], floats, cudaGraph);
@@ -55,7 +57,7 @@ public final class ExecuteCostProbe {
         }
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, (Object[]) out);
         GridScheduler scheduler = new GridScheduler();
-        prebuilt(graph, scheduler, g, arrays);
+        prebuilt(graph, scheduler, g, arrays, ins);
         if (outs > 0) {
             graph.transferToHost(DataTransferMode.EVERY_EXECUTION, (Object[]) out);
         }
@@ -64,23 +66,27 @@ public final class ExecuteCostProbe {
             if (cudaGraph) {
                 plan.withCUDAGraph();
             }
-            for (int i = 0; i < WARMUP; i++) {
+            System.out.printf("[probe] start ins %d outs %d cudaGraph %s%n", ins, outs, cudaGraph);
+            for (int i = 0; i < warmup; i++) {
                 plan.execute();
             }
-            long[] ns = new long[RUNS];
-            for (int i = 0; i < RUNS; i++) {
+            long[] ns = new long[runs];
+            for (int i = 0; i < runs; i++) {
                 long t0 = System.nanoTime();
                 plan.execute();
                 ns[i] = System.nanoTime() - t0;
             }
             Arrays.sort(ns);
-            return new double[] {ns[RUNS / 2] / 1e3, ns[RUNS / 10] / 1e3};
+            return new double[] {ns[runs / 2] / 1e3, ns[runs / 10] / 1e3};
         }
     }
 
-    /** A PTX kernel over all {@code arrays} that stores 1.0 into the last one's first 32 floats. */
-    private static void prebuilt(TaskGraph graph, GridScheduler scheduler, String graphName, FloatArray[] arrays)
-            throws Exception {
+    /**
+     * A PTX kernel over all {@code arrays} that stores 1.0 into the last one's first 32 floats; the arrays from
+     * {@code firstOut} on are declared written (TornadoVM copies back only arrays a task writes).
+     */
+    private static void prebuilt(TaskGraph graph, GridScheduler scheduler, String graphName, FloatArray[] arrays,
+                                 int firstOut) throws Exception {
         StringBuilder name = new StringBuilder(graphName + "_t_touch");
         StringBuilder params = new StringBuilder(".param .u64 ctx");
         for (int i = 0; i < arrays.length; i++) {
@@ -98,7 +104,7 @@ public final class ExecuteCostProbe {
         Files.writeString(file, ptx);
         AccessorParameters accessors = new AccessorParameters(arrays.length);
         for (int i = 0; i < arrays.length; i++) {
-            accessors.set(i, arrays[i], i == arrays.length - 1 ? Access.READ_WRITE : Access.READ_ONLY);
+            accessors.set(i, arrays[i], i >= firstOut ? Access.READ_WRITE : Access.READ_ONLY);
         }
         graph.prebuiltTask("t", "touch", file.toString(), accessors);
         WorkerGrid1D grid = new WorkerGrid1D(32);
