@@ -167,62 +167,6 @@ __device__ __forceinline__ int keys_per_split_from_lens(const int* __restrict__ 
   return ceil_div(ceil_div(m, splits), kTile) * kTile;
 }
 
-// Split-KV decode over a cache in one launch: each CTA runs the split pass for its keys; the last
-// of the gridDim.x split CTAs of a row block to finish (a ticket per row block) combines that
-// block's rows, as decode_fused_body (flash_decode_fused.cuh) does for the plain decode.
-// keys_per_split = params[P_KEYS_PER_SPLIT], or, where that word is 0, keys_per_split_from_lens
-// (Bc-tile granules); num_splits = gridDim.x.  workspace (fp32): o_partial [splits, B, Hq, Sq, D]
-// then lse_partial [splits, B, Hq, Sq].
-template <class Kt, int kCache, int kHdr>
-__device__ __forceinline__ void cache_decode_fused_body(const __half* q, const __half* k, const __half* v,
-                                                        __half* o, float* lse, const int* params,
-                                                        const int* lens, const int* block_table,
-                                                        float* workspace, int* tickets) {
-  constexpr int D = Kt::kHeadDim;
-  const int* pd = at_data<kHdr>(params);
-  const int64_t rows = (int64_t)__ldg(pd + P_B) * __ldg(pd + P_HQ) * __ldg(pd + P_SQ);
-  // lse_partial as a header pointer: at_data<kHdr> of it is the data after o_partial.
-  float* lse_partial = workspace + (int64_t)gridDim.x * rows * D;
-  CacheArgs ca;
-  ca.lens = at_data<kHdr>(lens);
-  ca.block_table = at_data<kHdr>(block_table);
-  static_assert(Kt::kNThreads == 32, "keys_per_split_from_lens: one warp per CTA");
-  ca.keys_per_split = __ldg(pd + P_KEYS_PER_SPLIT);
-  if (ca.keys_per_split == 0)
-    ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x);
-  run_fwd_cache_split_hdr<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
-
-  // Publish this CTA's partials, then take a ticket.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  int* ticket = at_data<kHdr>(tickets) + blockIdx.z * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every other split's partials are visible from here on
-
-  constexpr int kThreadsPerRow = D / 8;
-  constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
-  Params p = load_params(pd);
-  p.num_splits = gridDim.x;
-  const int G = p.Hq / p.Hkv;
-  const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
-  const int n_b = __ldg(at_data<kHdr>(lens) + p.B + b), nvalid = G * n_b;
-  const int n_abs = max(p.Sq - n_b, 1);
-  // Packed row r of this block as in the split pass: the G*n_b real queries (r = j*n_b + s),
-  // then the absent ones (every split wrote O = 0, lse = -inf for them).
-  const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
-  for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
-    const int h = kvh * G + (r < nvalid ? r / n_b : (r - nvalid) / n_abs);
-    const int s = r < nvalid ? r % n_b : n_b + (r - nvalid) % n_abs;
-    const int64_t row = ((int64_t)b * p.Hq + h) * p.Sq + s;
-    combine_row<D, true>(at_data<kHdr>(workspace), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
-                         at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
-  }
-  if (threadIdx.x == 0) *ticket = 0;
-}
-
 // Varlen prefill over a cache, TornadoVM twin (flash_cache_fwd*_tornado): the arrays behind kHdr-byte
 // headers; lens and the packed query offsets both come from one step array, the KvCache's
 // [3*slots + 1] words (lengths at word 0, new tokens at B, offsets at 2B; B = params[P_B] = slots).
@@ -325,22 +269,32 @@ __device__ __forceinline__ void run_cache_append_split(const __half* q, const __
   fwd_body<Kt, true, kHdr, kCache>(q, k, v, nullptr, o_partial, lse_partial, params, flash_smem, ca);
 }
 
-// Append + split-KV decode over a cache in one launch: cache_decode_fused_body (same grid, block,
-// params, lens, workspace, tickets) preceded by cache_append_split_range with the same keys per
-// split.  The prologue's global stores, then __syncthreads(), then the split pass's K/V copies
-// (cp.async.cg, through L2): bar.sync orders every thread's earlier stores before every thread's
-// later reads of the CTA (CTA scope, generic proxy, which cp.async's reads are in), and global
-// stores reach L2 before an L2 read can see them; no fence is needed.  Only this CTA's own rows
-// are read before the kernel ends (the other splits' new rows lie outside its keys), so no grid
-// ordering either.
-template <class Kt, int kCache, int kHdr>
-__device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, __half* k, __half* v, __half* o,
-                                                               float* lse, const int* params, const int* lens,
-                                                               const int* block_table, float* workspace,
-                                                               int* tickets, const __half* new_k,
-                                                               const __half* new_v, const int* append_params) {
+// Split-KV decode over a cache in one launch: each CTA runs the split pass for its keys; the last
+// of the gridDim.x split CTAs of a row block to finish (a ticket per row block) combines that
+// block's rows, as decode_fused_body (flash_decode_fused.cuh) does for the plain decode.
+// keys_per_split = params[P_KEYS_PER_SPLIT], or, where that word is 0, keys_per_split_from_lens
+// (Bc-tile granules); num_splits = gridDim.x.  workspace (fp32): o_partial [splits, B, Hq, Sq, D]
+// then lse_partial [splits, B, Hq, Sq].
+//
+// kAppend (the append + decode twins): the split pass is preceded by cache_append_split_range
+// with the same keys per split (new_k, new_v, append_params; k and v are written).  The
+// prologue's global stores, then __syncthreads(), then the split pass's K/V copies (cp.async.cg,
+// through L2): bar.sync orders every thread's earlier stores before every thread's later reads of
+// the CTA (CTA scope, generic proxy, which cp.async's reads are in), and global stores reach L2
+// before an L2 read can see them; no fence is needed.  Only this CTA's own rows are read before
+// the kernel ends (the other splits' new rows lie outside its keys), so no grid ordering either.
+// Without kAppend the new-row arguments are not read (nullptr) and k, v are only read.
+template <class Kt, int kCache, int kHdr, bool kAppend>
+__device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half* k, __half* v, __half* o,
+                                                        float* lse, const int* params, const int* lens,
+                                                        const int* block_table, float* workspace, int* tickets,
+                                                        const __half* new_k, const __half* new_v,
+                                                        const int* append_params) {
   constexpr int D = Kt::kHeadDim;
   const int* pd = at_data<kHdr>(params);
+  const int64_t rows = (int64_t)__ldg(pd + P_B) * __ldg(pd + P_HQ) * __ldg(pd + P_SQ);
+  // lse_partial as a header pointer: at_data<kHdr> of it is the data after o_partial.
+  float* lse_partial = workspace + (int64_t)gridDim.x * rows * D;
   CacheArgs ca;
   ca.lens = at_data<kHdr>(lens);
   ca.block_table = at_data<kHdr>(block_table);
@@ -348,16 +302,16 @@ __device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, 
   ca.keys_per_split = __ldg(pd + P_KEYS_PER_SPLIT);
   if (ca.keys_per_split == 0)
     ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x);
-  cache_append_split_range<Kt::kNThreads, D, kCache, kHdr>(k, v, new_k, new_v, params, lens, block_table,
-                                                           append_params, ca.keys_per_split);
-  __syncthreads();  // the new rows of this split before its K/V tile loads
+  if constexpr (kAppend) {
+    cache_append_split_range<Kt::kNThreads, D, kCache, kHdr>(k, v, new_k, new_v, params, lens, block_table,
+                                                             append_params, ca.keys_per_split);
+    __syncthreads();  // the new rows of this split before its K/V tile loads
+    run_cache_append_split<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
+  } else {
+    run_fwd_cache_split_hdr<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
+  }
 
-  const int64_t rows = (int64_t)__ldg(pd + P_B) * __ldg(pd + P_HQ) * __ldg(pd + P_SQ);
-  // lse_partial as a header pointer: at_data<kHdr> of it is the data after o_partial.
-  float* lse_partial = workspace + (int64_t)gridDim.x * rows * D;
-  run_cache_append_split<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
-
-  // Publish this CTA's partials, then take a ticket (as cache_decode_fused_body).
+  // Publish this CTA's partials, then take a ticket.
   __shared__ bool last;
   __threadfence();
   __syncthreads();
@@ -375,6 +329,8 @@ __device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, 
   const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
   const int n_b = __ldg(at_data<kHdr>(lens) + p.B + b), nvalid = G * n_b;
   const int n_abs = max(p.Sq - n_b, 1);
+  // Packed row r of this block as in the split pass: the G*n_b real queries (r = j*n_b + s),
+  // then the absent ones (every split wrote O = 0, lse = -inf for them).
   const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
   for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
     const int h = kvh * G + (r < nvalid ? r / n_b : (r - nvalid) / n_abs);
@@ -446,8 +402,10 @@ __device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, 
                                         const int* __restrict__ params, const int* __restrict__ lens, \
                                         const int* __restrict__ block_table,                     \
                                         float* __restrict__ workspace, int* __restrict__ tickets) { \
-    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES>(q, k, v, o, lse, params, lens, block_table, \
-                                                           workspace, tickets);                  \
+    /* kAppend = false: k and v are only read */                                                \
+    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, false>(                                \
+        q, const_cast<__half*>(k), const_cast<__half*>(v), o, lse, params, lens, block_table,   \
+        workspace, tickets, nullptr, nullptr, nullptr);                                          \
   }
 #define FLASH_CACHE_FUSED_ENTRY(NAME, KT, MODE)                                                   \
   FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)              \
@@ -484,9 +442,9 @@ __device__ __forceinline__ void cache_append_decode_fused_body(const __half* q, 
       const int* __restrict__ params, const int* __restrict__ lens, const int* __restrict__ block_table, \
       float* __restrict__ workspace, int* __restrict__ tickets, const __half* __restrict__ new_k, \
       const __half* __restrict__ new_v, const int* __restrict__ append_params) {                 \
-    flash::cache_append_decode_fused_body<KT, MODE, HEADER_BYTES>(q, k, v, o, lse, params, lens, block_table, \
-                                                                  workspace, tickets, new_k, new_v, \
-                                                                  append_params);                \
+    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, true>(q, k, v, o, lse, params, lens, block_table, \
+                                                                 workspace, tickets, new_k, new_v, \
+                                                                 append_params);                 \
   }
 #define FLASH_CACHE_APPEND_FUSED_ENTRY(NAME, KT, MODE)                                            \
   FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
