@@ -49,6 +49,8 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  * (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; TornadoVM's LdmatrixStmt and
  * MMAStoreStmt.) Races the kernel might have are not reliably detected.
  *
+ * <p>Public (in tornado-kernels' test jar) for the examples' kernel tests.
+ *
  * <p>The kernel's own Java code runs with Java's semantics, which differ from the PTX that TornadoVM generates
  * where a value is NaN: {@code Math.min}/{@code Math.max} of floats lower to {@code min.f32}/{@code max.f32}, which
  * return the other operand where one is NaN (Java's return NaN). {@link #ptxKernel} loads a kernel class with those
@@ -56,9 +58,9 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  * infinities: the arithmetic, comparisons ({@code setp} is ordered, as Java's), {@code ex2.approx}/{@code lg2.approx}
  * for TornadoMath's exp/log, {@code cvt.rn.f16.f32} (NaN stays a NaN) and {@code mma} (IEEE products and sums).)
  */
-final class KernelEmulator {
+public final class KernelEmulator {
     /** A kernel body taking the emulated context. */
-    interface Kernel {
+    public interface Kernel {
         void run(KernelContext kc);
     }
 
@@ -145,7 +147,7 @@ final class KernelEmulator {
     }
 
     /** Runs {@code groups} workgroups of {@code threads} threads, one workgroup after the other. */
-    static void launch(int groups, int threads, Kernel kernel) {
+    public static void launch(int groups, int threads, Kernel kernel) {
         for (int group = 0; group < groups; group++) {
             Workgroup workgroup = new Workgroup(threads);
             AtomicReference<Throwable> failure = new AtomicReference<>();

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.cpu.CpuReference;
+import io.github.tornadoattention.tornado.KernelEmulator;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 import uk.ac.manchester.tornado.api.types.HalfFloat;
@@ -57,7 +58,7 @@ class LlamaKernelsTest {
         FloatArray x = new FloatArray(dim);
         IntArray token = new IntArray(1);
         token.set(0, 3);
-        Emulator.launch(dim / 32, 32, kc -> LlamaKernels.embed(kc, token, table, x, dim));
+        KernelEmulator.launch(dim / 32, 32, kc -> LlamaKernels.embed(kc, token, table, x, dim));
         for (int i = 0; i < dim; i++) {
             assertEquals(h(table, 3 * dim + i), x.get(i), "element " + i);
         }
@@ -69,7 +70,7 @@ class LlamaKernelsTest {
         FloatArray x = floats(dim, 3);
         FloatArray w = floats(dim, 2);
         FloatArray out = new FloatArray(dim);
-        Emulator.launch(1, LlamaKernels.RMS_THREADS, kc -> LlamaKernels.rmsNorm(kc, x, w, out, dim, 1e-5f));
+        KernelEmulator.launch(1, LlamaKernels.RMS_THREADS, kc -> LlamaKernels.rmsNorm(kc, x, w, out, dim, 1e-5f));
         double ss = 0;
         for (int i = 0; i < dim; i++) {
             ss += (double) x.get(i) * x.get(i);
@@ -96,15 +97,15 @@ class LlamaKernelsTest {
             xhs[j] = h(xHalf, j);
         }
         FloatArray out = new FloatArray(rows);
-        Emulator.launch(rows, LlamaKernels.MATVEC_THREADS, kc -> LlamaKernels.matvec(kc, x, w, out, n));
+        KernelEmulator.launch(rows, LlamaKernels.MATVEC_THREADS, kc -> LlamaKernels.matvec(kc, x, w, out, n));
         FloatArray residual = floats(rows, 1);
         FloatArray residualHalf = new FloatArray(rows);
         float[] before = residual.toHeapArray();
         for (int r = 0; r < rows; r++) {
             residualHalf.set(r, before[r]);
         }
-        Emulator.launch(rows, LlamaKernels.MATVEC_THREADS, kc -> LlamaKernels.matvecResidual(kc, x, w, residual, n));
-        Emulator.launch(rows, LlamaKernels.MATVEC_THREADS,
+        KernelEmulator.launch(rows, LlamaKernels.MATVEC_THREADS, kc -> LlamaKernels.matvecResidual(kc, x, w, residual, n));
+        KernelEmulator.launch(rows, LlamaKernels.MATVEC_THREADS,
                 kc -> LlamaKernels.matvecResidualHalf(kc, xHalf, w, residualHalf, n));
         for (int r = 0; r < rows; r++) {
             double expected = dot(w, r, n, xs);
@@ -121,7 +122,7 @@ class LlamaKernelsTest {
         HalfFloatArray w13 = halves(2 * ffn * n, 0.3);
         FloatArray x = floats(n, 1);
         FloatArray hb = new FloatArray(ffn);
-        Emulator.launch(ffn, LlamaKernels.MATVEC_THREADS, kc -> LlamaKernels.ffnGateUp(kc, x, w13, hb, n, ffn));
+        KernelEmulator.launch(ffn, LlamaKernels.MATVEC_THREADS, kc -> LlamaKernels.ffnGateUp(kc, x, w13, hb, n, ffn));
         float[] xs = x.toHeapArray();
         for (int r = 0; r < ffn; r++) {
             double gate = dot(w13, r, n, xs);
@@ -147,12 +148,12 @@ class LlamaKernelsTest {
         HalfFloatArray q = new HalfFloatArray(dim);
         HalfFloatArray k = new HalfFloatArray(kvDim);
         HalfFloatArray v = new HalfFloatArray(kvDim);
-        Emulator.launch(2, dim / 4, kc -> LlamaKernels.ropeHalf(kc, meta(length), qkv, w.ropeCos, w.ropeSin, q, k, v,
+        KernelEmulator.launch(2, dim / 4, kc -> LlamaKernels.ropeHalf(kc, meta(length), qkv, w.ropeCos, w.ropeSin, q, k, v,
                 dim, kvDim, d));
         FloatArray q32 = new FloatArray(dim);
         FloatArray keyCache = new FloatArray(config.maxLength() * kvDim);
         FloatArray valueCache = new FloatArray(config.maxLength() * kvDim);
-        Emulator.launch(2, dim / 4, kc -> LlamaKernels.ropeCacheFp32(kc, meta(length), qkv, w.ropeCos, w.ropeSin, q32,
+        KernelEmulator.launch(2, dim / 4, kc -> LlamaKernels.ropeCacheFp32(kc, meta(length), qkv, w.ropeCos, w.ropeSin, q32,
                 keyCache, valueCache, dim, kvDim, d));
         int pos = length - 1;
         for (int i = 0; i < dim; i += 2) {
@@ -199,7 +200,7 @@ class LlamaKernelsTest {
             FloatArray valueCache = floats(maxLength * kvDim, 1);
             FloatArray out = new FloatArray(heads * d);
             float scale = (float) (1 / Math.sqrt(d));
-            Emulator.launch(heads, ScalarAttention.THREADS_PER_HEAD, kc -> LlamaKernels.scalarAttention(kc,
+            KernelEmulator.launch(heads, ScalarAttention.THREADS_PER_HEAD, kc -> LlamaKernels.scalarAttention(kc,
                     meta(length), q, keyCache, valueCache, out, d, kvDim, heads / kvHeads, scale));
             CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(1).heads(heads).kvHeads(kvHeads).headDim(d)
                     .maxQueryLength(1).maxLength(maxLength).causal(true).build();
