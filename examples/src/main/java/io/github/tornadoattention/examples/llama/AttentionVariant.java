@@ -1,7 +1,7 @@
 package io.github.tornadoattention.examples.llama;
 
-import java.util.SplittableRandom;
 import io.github.tornadoattention.cpu.CpuReference;
+import java.util.SplittableRandom;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.TaskGraph;
@@ -75,13 +75,24 @@ interface AttentionVariant {
     Sample sample(int layer);
 
     /**
-     * The synthetic cache prefix ({@code --prefix}): the same fp16-representable random rows for every variant.
-     * {@link #rows} gives layer {@code layer}'s K ({@code values} false) or V rows as [positions, kvHeads, D].
+     * The synthetic cache prefix ({@code --prefix}): the same fp16-representable random values in [-1, 1] for every
+     * variant. {@link #rows} gives layer {@code layer}'s K ({@code values} false) or V rows as [positions, kvHeads, D];
+     * {@link #row} one position's [kvHeads, D] (each position has its own generator, so a row costs only itself).
      */
     record PrefixRows(long seed, int kvHeads, int headDim) {
         float[] rows(int layer, boolean values, int positions) {
-            SplittableRandom random = new SplittableRandom(seed * 31 + 2L * layer + (values ? 1 : 0));
-            float[] r = new float[Math.toIntExact((long) positions * kvHeads * headDim)];
+            int rowFloats = kvHeads * headDim;
+            float[] r = new float[Math.toIntExact((long) positions * rowFloats)];
+            for (int p = 0; p < positions; p++) {
+                System.arraycopy(row(layer, values, p), 0, r, p * rowFloats, rowFloats);
+            }
+            return r;
+        }
+
+        float[] row(int layer, boolean values, int position) {
+            SplittableRandom random = new SplittableRandom(((seed * 31 + layer) * 2 + (values ? 1 : 0)) * 1_000_003L
+                    + position);
+            float[] r = new float[kvHeads * headDim];
             for (int i = 0; i < r.length; i++) {
                 r[i] = Float.float16ToFloat(Float.floatToFloat16((float) (random.nextDouble() * 2 - 1)));
             }

@@ -363,12 +363,11 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                 for (boolean values : new boolean[] {false, true}) {
                     float[] row = new float[config.headDim()];
                     (values ? sample.values() : sample.keys()).read(0, 0, prefix - 1, row);
-                    float[] all = new AttentionVariant.PrefixRows(seed, config.kvHeads(), config.headDim())
-                            .rows(l, values, prefix);
-                    int at = (prefix - 1) * config.kvHeads() * config.headDim();
+                    float[] filled = new AttentionVariant.PrefixRows(seed, config.kvHeads(), config.headDim())
+                            .row(l, values, prefix - 1);   // [kvHeads, D]: kv head 0 first
                     double[] expected = new double[row.length];
                     for (int i = 0; i < row.length; i++) {
-                        expected[i] = all[at + i];
+                        expected[i] = filled[i];
                     }
                     Check c = compare(step, prefix, l, row, expected);
                     if (c.maxAbsError != 0 || c.nans != 0) {

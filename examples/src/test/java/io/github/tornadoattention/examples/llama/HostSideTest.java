@@ -153,6 +153,10 @@ class HostSideTest {
             assertEquals(x, Float.float16ToFloat(Float.floatToFloat16(x)), "fp16 caches hold the same values as fp32 ones");
             assertTrue(x >= -1 && x <= 1);
         }
+        float[] position4 = rows.row(1, false, 4);
+        for (int i = 0; i < position4.length; i++) {
+            assertEquals(k[4 * 2 * 64 + i], position4[i], "row gives one position of rows");
+        }
         assertNotEquals(k[0], rows.rows(1, true, 1)[0]);
         assertNotEquals(k[0], rows.rows(0, false, 1)[0]);
         assertNotEquals(k[0], new AttentionVariant.PrefixRows(8, 2, 64).rows(1, false, 1)[0]);
