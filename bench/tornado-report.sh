@@ -3,7 +3,7 @@
 # (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM SDK, or JAVA_HOME and TORNADOVM_HOME) and the jars built with
 # TORNADOVM_HOME (src/target, tornado-kernels/target, examples/target). From the repository root:
 #
-#   bench/tornado-report.sh            # PHASES="correctness decode demo" CONTEXTS="4096 32768" LAYERS=8 STEPS=32 WARMUP=300
+#   bench/tornado-report.sh            # PHASES="correctness decode demo" CONTEXTS="4096 32768" LAYERS=8 STEPS=100 WARMUP=300
 #
 # 1. correctness on the GPU against the CPU reference: the PTX twins' own check (cache_check.py --tornado-twins),
 #    our tasks in an engine's own task graphs (EngineTasksCheck), the inference API's cache scenarios (selftest --inference) and sampled decode steps (decode --check) on
@@ -18,8 +18,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/tornado}; mkdir -p "$OUT"
 CONTEXTS=${CONTEXTS:-4096 32768}
 LAYERS=${LAYERS:-8}
-STEPS=${STEPS:-32}
-# Untimed steps first: TornadoVM's execute path is Java, and its host cost per execution falls by about a third once
+STEPS=${STEPS:-100}
+# Untimed steps first: TornadoVM's execute path is Java, and its host cost per execution falls by about a quarter once
 # the JIT has compiled it (a few hundred executions; an engine runs thousands). Every backend gets the same warm-up.
 WARMUP=${WARMUP:-300}
 SEED=${SEED:-$(date +%s)}
