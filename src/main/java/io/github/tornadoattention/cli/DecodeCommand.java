@@ -55,7 +55,8 @@ final class DecodeCommand implements Callable<Integer> {
     @Option(names = "--steps", paramLabel = "T", defaultValue = "64", description = "timed decode steps (default: ${DEFAULT-VALUE})")
     int steps;
 
-    @Option(names = "--warmup", paramLabel = "N", defaultValue = "8", description = "untimed steps first (default: ${DEFAULT-VALUE})")
+    @Option(names = "--warmup", paramLabel = "N", defaultValue = "8", description = "untimed steps first (default: ${DEFAULT-VALUE}; the TornadoVM backends reach their steady "
+                    + "state after a few hundred, as the JIT compiles TornadoVM's execute path)")
     int warmup;
 
     @Option(names = "--layers", paramLabel = "L", defaultValue = "1", description = "layers, each with its own cache (default: ${DEFAULT-VALUE})")
