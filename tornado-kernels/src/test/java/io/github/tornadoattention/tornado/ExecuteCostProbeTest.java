@@ -37,9 +37,8 @@ class ExecuteCostProbeTest {
         Path classes = FakeCuda.compileTool("ExecuteCostProbe.java", "execute-cost-probe");
         Path cwd = Files.createTempDirectory("execute-cost");   // the argfile puts "." on the module path
         Path out = cwd.resolve("probe.log");
-        List<String> command = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "@" + argfile,
-                "--enable-native-access=ALL-UNNAMED", "-Dtornado.recover.bailout=False", "-cp", classes.toString(),
-                "ExecuteCostProbe", String.valueOf(BYTES), String.valueOf(WARMUP), String.valueOf(RUNS));
+        List<String> command = FakeCuda.toolJvm(argfile, classes, "ExecuteCostProbe", String.valueOf(BYTES),
+                String.valueOf(WARMUP), String.valueOf(RUNS));
         int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
         String log = Files.readString(out, StandardCharsets.UTF_8);
         assertEquals(0, exit, log);

@@ -91,6 +91,18 @@ final class FakeCuda {
     }
 
     /**
+     * A JVM command under TornadoVM (its argfile, no silent fallback to Java) running a tool compiled by
+     * {@link #compileTool} into {@code classes}: {@code mainClass} and its arguments.
+     */
+    static List<String> toolJvm(Path argfile, Path classes, String... mainClassAndArgs) {
+        List<String> command = new java.util.ArrayList<>(List.of(
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(), "@" + argfile,
+                "--enable-native-access=ALL-UNNAMED", "-Dtornado.recover.bailout=False", "-cp", classes.toString()));
+        command.addAll(List.of(mainClassAndArgs));
+        return command;
+    }
+
+    /**
      * The log lines of each step of {@code id} in a probe's log, by step name: a step starts at a marker line
      * {@code [probe] <id> <step> ...} and runs to the next marker. Asserts the probe reached its "end" marker and no
      * "failed" one.

@@ -40,9 +40,7 @@ class PrebuiltOrderReproTest {
         Path classes = FakeCuda.compileTool("PrebuiltOrderRepro.java", "prebuilt-order-repro");
         Path cwd = Files.createTempDirectory("prebuilt-order-" + mode);   // the argfile puts "." on the module path
         Path out = cwd.resolve("repro.log");
-        List<String> command = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "@" + argfile,
-                "--enable-native-access=ALL-UNNAMED", "-Dtornado.recover.bailout=False", "-cp", classes.toString(),
-                "PrebuiltOrderRepro", mode);
+        List<String> command = FakeCuda.toolJvm(argfile, classes, "PrebuiltOrderRepro", mode);
         int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
         String log = Files.readString(out, StandardCharsets.UTF_8);
         assertEquals(0, exit, mode + ":\n" + log);

@@ -52,10 +52,8 @@ class ResidencyReproTest {
         for (String mode : List.of("old", "fixed", "single", "resident", "resident-writeonly")) {
             Path cwd = Files.createTempDirectory("residency-" + mode);   // the argfile puts "." on the module path
             Path out = cwd.resolve("repro.log");
-            List<String> command = new java.util.ArrayList<>(List.of(
-                    Path.of(System.getProperty("java.home"), "bin", "java").toString(), "@" + argfile,
-                    "--enable-native-access=ALL-UNNAMED", "-Dtornado.recover.bailout=False", "-cp", classes.toString(),
-                    "ResidencyRepro", mode, "3", Integer.toString(ELEMENTS)));
+            List<String> command = FakeCuda.toolJvm(argfile, classes, "ResidencyRepro", mode, "3",
+                    Integer.toString(ELEMENTS));
             int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "LD_PRELOAD", hostpin.toString(),
                     "FAKECUDA_VERBOSE", "1"));
             String log = Files.readString(out, StandardCharsets.UTF_8);
