@@ -311,15 +311,8 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
     run_fwd_cache_split_hdr<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
   }
 
-  // Publish this CTA's partials, then take a ticket.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  int* ticket = at_data<kHdr>(tickets) + blockIdx.z * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every other split's partials are visible from here on
+  int* ticket = last_split_ticket<kHdr>(tickets);
+  if (ticket == nullptr) return;  // another split CTA of this row block combines it
 
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;

@@ -76,4 +76,22 @@ __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_
   combine_row<D, false>(o_partial, lse_partial, o, lse, p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
 }
 
+// The split-then-combine-in-one-launch handshake of the fused decodes (decode_fused_body,
+// cache_decode_fused_body): after its split pass a CTA publishes its partials and takes a ticket of
+// its row block (tickets: gridDim.y * gridDim.z zeroed words behind a kHdr-byte header); the last of
+// the gridDim.x split CTAs gets the ticket word back (it combines the block's rows, then sets the
+// word to 0 for the next launch), every other CTA nullptr.
+template <int kHdr>
+__device__ __forceinline__ int* last_split_ticket(int* tickets) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* ticket = at_data<kHdr>(tickets) + blockIdx.z * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!last) return nullptr;
+  __threadfence();  // every other split's partials are visible from here on
+  return ticket;
+}
+
 }  // namespace flash

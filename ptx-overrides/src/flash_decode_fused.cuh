@@ -16,15 +16,8 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
                                                   float* lse_partial, int* tickets, const int* params) {
   run_fwd<Kt, true, kHdr>(q, k, v, nullptr, o_partial, lse_partial, params);
 
-  // Publish this CTA's partials, then take a ticket.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  int* ticket = at_data<kHdr>(tickets) + blockIdx.z * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every other split's partials are visible from here on
+  int* ticket = last_split_ticket<kHdr>(tickets);
+  if (ticket == nullptr) return;  // another split CTA of this row block combines it
 
   constexpr int D = Kt::kHeadDim;
   constexpr int kThreadsPerRow = D / 8;
