@@ -17,6 +17,7 @@ peak and beside SDPA FLASH over the same cache slice.  A short table is printed 
 
 --tornado-twins: only the TornadoVM twins (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128],
+flash_cache_staged_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_fwd[_paged]_d{64,128}[_causal]_tornado[_h128]), every
 array allocated behind a fake header of 16 (128) bytes and passed as a pointer to that header,
 against the same references (GPU only; no timing).  The fused decode also runs as an engine's
@@ -318,7 +319,7 @@ class Kernels:
     @staticmethod
     def threads(name):
         return 32 if name.startswith(("flash_cache_decode_split", "flash_cache_decode_fused",
-                                      "flash_cache_append_decode_fused")) else 128
+                                      "flash_cache_append_decode_fused", "flash_cache_staged_decode_fused")) else 128
 
     def launch(self, name, grid, args):
         assert name in self.names, f"no entry {name} in flash_cache.ptx"
@@ -1178,8 +1179,20 @@ def _write_rows(cache, kbuf, vbuf, b, start, kk, vv):
         cache.k, cache.v = saved
 
 
-def check_tornado_append_decode(K, res, rng, gen, hdr):
-    """flash_cache_append_decode_fused[_paged]_d{64,128} twins as an engine's decode loop runs them: one set of
+def stage_layout(B, Hq, Hkv, Sq, D):
+    """The staged twins' one input array (ABI item 9), in halves: the step words [3B + 1] (int32) first, then
+    q [B, Hq, Sq, D], new_k and new_v [B, Hkv, Sq, D], each starting on a 16-byte boundary.
+    Returns (q offset, new_k offset, new_v offset, total halves)."""
+    q0 = -(-2 * (3 * B + 1) // 8) * 8
+    k0 = q0 + B * Hq * Sq * D
+    v0 = k0 + B * Hkv * Sq * D
+    return q0, k0, v0, v0 + B * Hkv * Sq * D
+
+
+def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
+    """flash_cache_append_decode_fused[_paged]_d{64,128} twins (staged: flash_cache_staged_decode_fused*, the
+    step array, q, new_k and new_v in one stage array at the offsets append_params[13..15], with NaN in the
+    padding) as an engine's decode loop runs them: one set of
     header buffers for the whole loop (q, K/V cache, o, lse, params, the KvCache step array [3B + 1], block
     table, workspace, tickets, new_k/new_v dense [B, Hkv, Sq, D], append_params), a grid fixed when the graph
     is built (1, 5 or 9 splits with params[25] = 0, and one loop with params[25] = 64 given), and steps in
@@ -1200,7 +1213,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr):
                 row_blocks = math.ceil(G * Sq / 16)
                 for S, kps_given in ((1, 0), (5, 0), (9, 0), (math.ceil(cap / 64), 64)):
                     loop += 1
-                    group = f"append+decode twin h{hdr} d{D} {'paged' if ps else 'contig'}"
+                    group = f"{'staged' if staged else 'append+decode'} twin h{hdr} d{D} {'paged' if ps else 'contig'}"
                     base = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} "
                             f"{'page' + str(ps) if ps else 'contig'} Sq{Sq} splits={S} kps={kps_given or 'derived'}")
                     try:
@@ -1214,8 +1227,12 @@ def check_tornado_append_decode(K, res, rng, gen, hdr):
                         ap_[4:7] = [Hkv * Sq * D, Sq * D, D]
                         ap_[7:10] = list(cache.strides)
                         ap_[10:13] = [ps, cache.pps, 0]
+                        q0, k0, v0, halves = stage_layout(B, Hq, Hkv, Sq, D)
+                        if staged:
+                            ap_[13:16] = [q0, k0, v0]
+                        read = range(4, 7) if not staged else [4, 5, 6, 13, 14, 15]
                         if loop % 2 == 0:
-                            ap_ = [w if 4 <= i < 7 else (1 << 30) + 7 for i, w in enumerate(ap_)]
+                            ap_ = [w if i in read else (1 << 30) + 7 for i, w in enumerate(ap_)]
                         rows = B * Hq * Sq
                         bufs = dict(
                             q=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
@@ -1230,8 +1247,17 @@ def check_tornado_append_decode(K, res, rng, gen, hdr):
                             nk=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
                             nv=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
                             ap=behind_header(torch.tensor(ap_, dtype=torch.int32, device=DEV), hdr))
-                        name = twin_name(f"flash_cache_append_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
-                        order = ("q", "k", "v", "o", "l", "p", "n", "b", "w", "t", "nk", "nv", "ap")
+                        if staged:
+                            sbuf, sview = behind_header(torch.full((halves,), NAN, device=DEV, dtype=torch.half), hdr)
+                            bufs.update(
+                                s=(sbuf, sview), n=(sbuf, sview[:2 * (3 * B + 1)].view(torch.int32)),
+                                q=(sbuf, sview[q0:k0].view(B, Hq, Sq, D)),
+                                nk=(sbuf, sview[k0:v0].view(B, Hkv, Sq, D)), nv=(sbuf, sview[v0:].view(B, Hkv, Sq, D)))
+                            name = twin_name(f"flash_cache_staged_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
+                            order = ("s", "k", "v", "o", "l", "p", "b", "w", "t", "ap")
+                        else:
+                            name = twin_name(f"flash_cache_append_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
+                            order = ("q", "k", "v", "o", "l", "p", "n", "b", "w", "t", "nk", "nv", "ap")
                         args = [None] + [bufs[key][0] for key in order]
                         prev = list(ctx)
                     except Exception as ex:  # noqa
@@ -1301,7 +1327,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr):
                                                                       f"{int((got != want).sum())} halves")
                             if int(bufs["t"][1].abs().sum()) != 0:
                                 r.update(ok=False, why=r["why"] + " tickets not reset")
-                            if not all(bool((bufs[key][0][:hdr] == 0xA5).all()) for key in ("k", "v", "o", "l", "w", "t")):
+                            if not all(bool((bufs[key][0][:hdr] == 0xA5).all()) for key in ("k", "v", "o", "l", "w", "t", "q")):
                                 r.update(ok=False, why=r["why"] + " a header was written")
                             res.add(group, tag, r)
                             APPEND_DECODE_STATS["steps"] += 1
@@ -1320,6 +1346,7 @@ def check_tornado_twins(K, res, rng, gen, sms):
         check_tornado_decode(K, res, rng, gen, sms, hdr)
         check_tornado_decode_derived(K, res, rng, gen, hdr)
         check_tornado_append_decode(K, res, rng, gen, hdr)
+        check_tornado_append_decode(K, res, rng, gen, hdr, staged=True)
         check_tornado_prefill(K, res, rng, gen, hdr)
     log(f"append+decode twins: {APPEND_DECODE_STATS['steps']} steps, {APPEND_DECODE_STATS['straddling']} slot-steps "
         f"whose new rows straddle a split boundary, {APPEND_DECODE_STATS['multi_block_rows']} new rows written by "

@@ -141,6 +141,14 @@
 //    another CTA's rows.  Slots with n_b = 0 write nothing.  k and v are read-write (declare them
 //    so in the task graph); new_k rows past n_b are not read.  Host checks as 6, plus L_b <=
 //    capacity and the new-row strides multiples of 8.
+// 9. flash_cache_staged_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx,
+//        const __half* stage, __half* k, __half* v, __half* o, float* lse, const int* params,
+//        const int* block_table, float* workspace, int* tickets, const int* append_params)
+//    8 with the step's per-execution inputs in one array (what the inference API's TornadoVM
+//    device sends with each execution: one transfer instead of four).  stage: the step array
+//    (int32 [3*B + 1], lens as in 8) at data byte 0; q, new_k, new_v (layouts as in 8) at the
+//    half-element offsets append_params[13], [14], [15] (A_STAGE: multiples of 8, regions
+//    disjoint, after the step words).  Everything else exactly as 8.
 #include "flash_cache.cuh"
 
 // The shipped configurations (flash_fwd.cu, flash_decode.cu), in their cache modes.
@@ -206,3 +214,8 @@ FLASH_CACHE_APPEND_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
 FLASH_CACHE_APPEND_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
 FLASH_CACHE_APPEND_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
 FLASH_CACHE_APPEND_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
+// The staged append + decode twins (ABI item 9), after them.
+FLASH_CACHE_STAGED_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
+FLASH_CACHE_STAGED_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
+FLASH_CACHE_STAGED_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
+FLASH_CACHE_STAGED_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)

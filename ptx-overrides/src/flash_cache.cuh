@@ -191,13 +191,15 @@ __device__ __forceinline__ void cache_fwd_tornado_body(const __half* q, const __
 
 // Words of the append_params block (int32 [A_COUNT]): the Java append kernel's (tornado-kernels'
 // CacheKernels declares these name for name; CacheKernelsTest checks it), of which the append +
-// decode twins read only A_NEW_STRIDE..+2 (cache_append_split_range).
+// decode twins read only A_NEW_STRIDE..+2 (cache_append_split_range) and the staged twins also
+// A_STAGE..+2.
 enum AppendParam {
   A_B = 0, A_HKV = 1, A_D = 2, A_MAX_NEW = 3,
   A_NEW_STRIDE = 4,    // batch, head, row strides of new_k/new_v (elements), 4..6
   A_CACHE_STRIDE = 7,  // batch (page), head, row strides of the cache, 7..9
   A_PAGE_SIZE = 10, A_PAGES_PER_SEQ = 11,
   A_PACKED = 12,       // 1: rows from new_offsets (packed), 0: dense (new_offsets not read)
+  A_STAGE = 13,        // staged twins: where q, new_k, new_v start in the stage array (halves), 13..15
   A_COUNT = 16
 };
 
@@ -442,3 +444,29 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 #define FLASH_CACHE_APPEND_FUSED_ENTRY(NAME, KT, MODE)                                            \
   FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
   FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
+
+
+// flash_cache_staged_decode_fused[_paged]_d{D}_tornado / _tornado_h128: the append + decode twins
+// (ABI item 9) with the step's four inputs in ONE array, so that a TornadoVM execution sends one
+// array instead of four (each transfer costs a TornadoVM execution several microseconds): stage =
+// the step array (int32 [3*B + 1]) at its start, then q, new_k, new_v at the half offsets
+// append_params[A_STAGE..+2].  Each pointer handed to the body is a header pointer moved by its
+// offset, so at_data<kHdr> of it is the data it names; the regions do not overlap.
+#define FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
+  FLASH_MANIFEST_ROW("cache-staged-decode-fused", flash_cache_staged_decode_fused_##NAME,        \
+                     flash_cache_staged_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)             \
+  extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
+  flash_cache_staged_decode_fused_##NAME##TAIL(                                                  \
+      uint64_t kernel_context, const __half* __restrict__ stage, __half* __restrict__ k,         \
+      __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse,                   \
+      const int* __restrict__ params, const int* __restrict__ block_table,                       \
+      float* __restrict__ workspace, int* __restrict__ tickets,                                  \
+      const int* __restrict__ append_params) {                                                   \
+    const int* a = flash::at_data<HEADER_BYTES>(append_params) + flash::A_STAGE;                 \
+    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, true>(                                 \
+        stage + __ldg(a), k, v, o, lse, params, reinterpret_cast<const int*>(stage), block_table, \
+        workspace, tickets, stage + __ldg(a + 1), stage + __ldg(a + 2), append_params);          \
+  }
+#define FLASH_CACHE_STAGED_FUSED_ENTRY(NAME, KT, MODE)                                            \
+  FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
+  FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)

@@ -22,7 +22,9 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.HashSet;
 import java.util.Random;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -36,7 +38,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * appends one token per sequence and attends) compiles nothing, loads no module, allocates nothing, creates no
  * plan; each layer is one execution (ptx-tornado: one fused launch; the Java kernels: append, split pass and
  * combine); the host sends the step's small
- * arrays, never the cache (the cache went up once, with the first execution); O and lse come back once per layer; a paged
+ * arrays (ptx-tornado: one, the staged twin's), never the cache (the cache went up once, with the first execution); O
+ * comes back once per layer, lse only when a call asks for it; a paged
  * cache behaves the same; closing frees every device buffer. The kernels' results need a GPU (launches are no-ops
  * here): TornadoDeviceTest and {@code selftest --inference} check them there.
  */
@@ -52,6 +55,7 @@ class InferenceFakeDriverTest {
     static final long CACHE_BYTES = TornadoNativeArray.ARRAY_HEADER + 2L * SLOTS * HKV * CAPACITY * D;
     private static final Pattern MODULE = Pattern.compile("\\[fakecuda] module load");
     private static final Pattern LAUNCH = Pattern.compile("\\[fakecuda] launch");
+    private static final Pattern LAUNCH_CONTEXT = Pattern.compile("\\[fakecuda] launch .* args: #(\\d+)\\+");
     private static final Pattern COUNTERS = Pattern.compile("compilations (\\d+) plans (\\d+) allocations (\\d+)");
     private static String log;
 
@@ -87,12 +91,22 @@ class InferenceFakeDriverTest {
             if (id.equals("ptx-tornado")) {
                 // The one prebuilt task a graph may have (TornadoVM 5.2.0, PrebuiltOrderReproTest): the fused PTX twin.
                 assertTrue(lines.stream().filter(l -> LAUNCH.matcher(l).find())
-                        .allMatch(l -> l.contains("flash_cache_append_decode_fused")), "the fused twin runs: " + where);
+                        .allMatch(l -> l.contains("flash_cache_staged_decode_fused")), "the staged twin runs: " + where);
             }
             List<Long> down = bytes(lines, FakeCuda.DEVICE_TO_HOST);
-            assertEquals(2 * LAYERS, down.size(), "O and lse come back once per layer: " + where);
-            long up = bytes(lines, FakeCuda.HOST_TO_DEVICE).stream().mapToLong(Long::longValue).sum();
-            assertTrue(up < CACHE_BYTES / 4, "a step sends its small arrays only, not the cache (" + up + " bytes): " + where);
+            assertEquals(LAYERS, down.size(), "O comes back once per layer, lse (not asked for) never: " + where);
+            List<Long> up = dataUploads(lines);
+            // ptx-tornado: one stage array (step, q, new K/V: the staged twin); the Java kernels: step, q, new K, new V.
+            // A paged cache's block table goes up too.
+            int arrays = (id.equals("ptx-tornado") ? 1 : 4) + (step.startsWith("paged") ? 1 : 0);
+            assertEquals(arrays * LAYERS, up.size(), "the step's inputs in " + arrays + " arrays per layer: " + where);
+            long sent = up.stream().mapToLong(Long::longValue).sum();
+            assertTrue(sent < CACHE_BYTES / 4, "a step sends its small arrays only, not the cache (" + sent + " bytes): " + where);
+        }
+        for (String step : List.of("lse-step", "paged-lse-step")) {
+            List<String> lines = steps.get(step);
+            assertEquals(2 * LAYERS, bytes(lines, FakeCuda.DEVICE_TO_HOST).size(),
+                    "asked for, lse comes back with O: " + id + " " + step + ":\n" + String.join("\n", lines));
         }
         List<String> first = steps.get("first-step");
         long cacheUploads = bytes(first, FakeCuda.HOST_TO_DEVICE).stream().filter(b -> b == CACHE_BYTES).count();
@@ -116,6 +130,28 @@ class InferenceFakeDriverTest {
 
     private static long count(List<String> lines, Pattern p) {
         return lines.stream().filter(l -> p.matcher(l).find()).count();
+    }
+
+    /**
+     * The bytes of each host-to-device copy of the lines but TornadoVM's own: before every launch it sends a small
+     * kernel-context block, the launch's first argument.
+     */
+    private static List<Long> dataUploads(List<String> lines) {
+        Set<String> contexts = new HashSet<>();
+        for (String line : lines) {
+            Matcher m = LAUNCH_CONTEXT.matcher(line);
+            if (m.find()) {
+                contexts.add(m.group(1));
+            }
+        }
+        List<Long> out = new ArrayList<>();
+        for (String line : lines) {
+            Matcher m = FakeCuda.HOST_TO_DEVICE.matcher(line);
+            if (m.find() && !contexts.contains(m.group(2))) {
+                out.add(Long.parseLong(m.group(1)));
+            }
+        }
+        return out;
     }
 
     private static List<Long> bytes(List<String> lines, Pattern p) {
@@ -177,18 +213,21 @@ class InferenceFakeDriverTest {
                      DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
                      DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
                      DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
-                     DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements())) {
+                     DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements());
+                     DeviceTensor lse = device.allocate(DType.FP32, (long) SLOTS * HQ)) {
                     for (int l = 0; l < LAYERS; l++) {
                         KvCache cache = device.kvCache(cacheSpec);
                         caches.add(cache);
                         cache.appendPacked(pk, pv, prompt);
                     }
                     mark(id, prefix + "first-step");
-                    step(id, device, caches, plan, q, k, v, o, one);
+                    step(id, device, caches, plan, q, k, v, o, null, one);
                     mark(id, prefix + "warm-up");
-                    step(id, device, caches, plan, q, k, v, o, one);
+                    step(id, device, caches, plan, q, k, v, o, null, one);
                     mark(id, prefix + "step");
-                    step(id, device, caches, plan, q, k, v, o, one);
+                    step(id, device, caches, plan, q, k, v, o, null, one);
+                    mark(id, prefix + "lse-step");
+                    step(id, device, caches, plan, q, k, v, o, lse, one);
                     mark(id, prefix + "close");
                 } finally {
                     caches.forEach(KvCache::close);
@@ -197,13 +236,14 @@ class InferenceFakeDriverTest {
         }
 
         private static void step(String id, AttentionDevice device, List<KvCache> caches, CacheAttentionPlan plan,
-                                 DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o, int[] one) {
+                                 DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o, DeviceTensor lse,
+                                 int[] one) {
             long compilations = device.compilations();
             long plans = Attention.plansCreated();
             long allocations = device.allocations();
             for (KvCache cache : caches) {
                 cache.append(k, v, Layout.BHSD, 1, one);
-                plan.forward(q, cache, o, null);
+                plan.forward(q, cache, o, lse);
             }
             device.synchronize();
             System.err.println("[counters] compilations " + (device.compilations() - compilations) + " plans "

@@ -11,6 +11,8 @@ import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.List;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.TaskGraph;
@@ -206,12 +208,22 @@ public final class CacheAttentionTasks {
      */
     public static void setStep(IntArray step, int[] lengthsAfter, int[] newTokens) {
         InvalidArgumentException.requireNonNull("step", step);
-        InvalidArgumentException.requireNonNull("lengthsAfter", lengthsAfter);
-        InvalidArgumentException.requireNonNull("newTokens", newTokens);
         int slots = (step.getSize() - 1) / 3;
         if (step.getSize() != 3 * slots + 1 || slots < 1) {
             throw new InvalidArgumentException("step", step.getSize() + " ints", "must be 3*slots+1 ints (newStepArray)");
         }
+        writeStep(step.getSegment(), slots, lengthsAfter, newTokens);
+    }
+
+    /** {@link #setStep(IntArray, int[], int[])} into the step words at the start of a stage array ({@link #stageLayout()}). */
+    public void setStagedStep(HalfFloatArray stage, int[] lengthsAfter, int[] newTokens) {
+        requireLength("stage", stage, stageLayout().halves(), "stageLayout().halves()");
+        writeStep(stage.getSegment(), spec.batch(), lengthsAfter, newTokens);
+    }
+
+    private static void writeStep(MemorySegment words, int slots, int[] lengthsAfter, int[] newTokens) {
+        InvalidArgumentException.requireNonNull("lengthsAfter", lengthsAfter);
+        InvalidArgumentException.requireNonNull("newTokens", newTokens);
         if (lengthsAfter.length != slots || newTokens.length != slots) {
             throw new InvalidArgumentException("lengthsAfter/newTokens", lengthsAfter.length + "/" + newTokens.length,
                     "must have one entry per slot (" + slots + ")");
@@ -224,12 +236,12 @@ public final class CacheAttentionTasks {
         }
         int offset = 0;
         for (int b = 0; b < slots; b++) {
-            step.set(b, lengthsAfter[b]);
-            step.set(slots + b, newTokens[b]);
-            step.set(2 * slots + b, offset);
+            words.setAtIndex(ValueLayout.JAVA_INT_UNALIGNED, b, lengthsAfter[b]);
+            words.setAtIndex(ValueLayout.JAVA_INT_UNALIGNED, slots + b, newTokens[b]);
+            words.setAtIndex(ValueLayout.JAVA_INT_UNALIGNED, 2 * slots + b, offset);
             offset += newTokens[b];
         }
-        step.set(3 * slots, offset);
+        words.setAtIndex(ValueLayout.JAVA_INT_UNALIGNED, 3 * slots, offset);
     }
 
     /**
@@ -296,6 +308,61 @@ public final class CacheAttentionTasks {
     }
 
     /**
+     * Where the inputs of a staged call ({@link #addStagedAppendAndDecode}) lie in its one stage array, in halves
+     * (fp16 elements): the step array's {@code 3*slots+1} int32 words from element 0, then q [slots, Hq,
+     * maxQueryLength, D] at {@code qOffset}, new K and new V [slots, Hkv, maxQueryLength, D] at {@code newKOffset}
+     * and {@code newVOffset}; {@code halves} elements in all. Each part starts on a 16-byte boundary.
+     */
+    public record StageLayout(int qOffset, int newKOffset, int newVOffset, int halves) {
+    }
+
+    /** The stage array's layout for this spec (see {@link StageLayout}). */
+    public StageLayout stageLayout() {
+        long q0 = Math.ceilDiv(2L * (3L * spec.batch() + 1), 8) * 8;
+        long rowsPerHead = (long) denseQueries() * spec.headDim();
+        long k0 = q0 + (long) spec.batch() * spec.heads() * rowsPerHead;
+        long v0 = k0 + (long) spec.batch() * spec.kvHeads() * rowsPerHead;
+        long end = v0 + (long) spec.batch() * spec.kvHeads() * rowsPerHead;
+        if (end > Integer.MAX_VALUE) {
+            throw new InvalidArgumentException("spec", spec, "a stage array holds at most " + Integer.MAX_VALUE + " halves");
+        }
+        return new StageLayout((int) q0, (int) k0, (int) v0, (int) end);
+    }
+
+    /**
+     * {@link #addAppendAndDecode} on ptx-tornado with the step's per-execution inputs in ONE array, {@code stage}
+     * ({@link #stageLayout()}: the step words, q, new K, new V), so that an execution that sends them sends one
+     * array instead of four (TornadoVM spends several microseconds on each transfer of an execution). The one
+     * prebuilt task of its graph, first, as {@link #addAppendAndDecode}. Write the step words with
+     * {@link #setStagedStep}.
+     */
+    public void addStagedAppendAndDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                                         HalfFloatArray stage, HalfFloatArray kCache, HalfFloatArray vCache,
+                                         IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+        if (!prebuilt) {
+            throw new InvalidArgumentException("backendId", backendId, "staged tasks are ptx-tornado's (the Java "
+                    + "kernels read the step from an IntArray): use addAppendAndDecode");
+        }
+        StageLayout layout = stageLayout();
+        requireLength("stage", stage, layout.halves(), "stageLayout().halves()");
+        requireCache(kCache, vCache, blockTable);
+        long lseRows = requireOutputs(o, lse);
+        int maxNew = denseQueries();
+        int[] words = appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false);
+        words[CacheKernels.A_STAGE] = layout.qOffset();
+        words[CacheKernels.A_STAGE + 1] = layout.newKOffset();
+        words[CacheKernels.A_STAGE + 2] = layout.newVOffset();
+        IntArray appendParams = IntArray.fromArray(words);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, appendParams);
+        FusedDecode f = fusedDecode(graph, "flash_cache_staged_decode_fused", lse, lseRows);
+        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", f.kernel, splits, f.rowBlocks,
+                spec.batch() * spec.kvHeads(), stage, Access.READ_ONLY, kCache, Access.READ_WRITE, vCache,
+                Access.READ_WRITE, o, Access.WRITE_ONLY, f.lse, Access.WRITE_ONLY, f.params, Access.READ_ONLY, blockTable,
+                Access.READ_ONLY, f.workspace, Access.READ_WRITE, f.tickets, Access.READ_WRITE, appendParams,
+                Access.READ_ONLY);
+    }
+
+    /**
      * Adds decode attention (on ptx-tornado: the first task of the graph) (up to {@link #denseQueries()} new queries per slot, split-KV) of {@code q} over the
      * cache into {@code o} (both [slots, Hq, maxQueryLength, D] fp16) and, when not null, {@code lse}
      * ([slots, Hq, maxQueryLength] fp32, natural log). Its workspace arrays are added to the graph
@@ -323,6 +390,23 @@ public final class CacheAttentionTasks {
                                 HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
                                 IntArray blockTable, HalfFloatArray o, FloatArray lse, Object... extra) {
         long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
+        FusedDecode f = fusedDecode(graph, entry, lse, lseRows);
+        Access cache = extra.length > 0 ? Access.READ_WRITE : Access.READ_ONLY;
+        List<Object> arguments = new java.util.ArrayList<>(List.of(q, Access.READ_ONLY, kCache, cache, vCache, cache,
+                o, Access.WRITE_ONLY, f.lse, Access.WRITE_ONLY, f.params, Access.READ_ONLY, step, Access.READ_ONLY,
+                blockTable, Access.READ_ONLY, f.workspace, Access.READ_WRITE, f.tickets, Access.READ_WRITE));
+        arguments.addAll(List.of(extra));
+        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", f.kernel, splits, f.rowBlocks,
+                spec.batch() * spec.kvHeads(), arguments.toArray());
+    }
+
+    /** A fused decode twin's entry, row blocks and device-only arrays (lse: the caller's, or one of its own). */
+    private record FusedDecode(KernelManifest.Kernel kernel, int rowBlocks, IntArray params, FloatArray workspace,
+                               IntArray tickets, FloatArray lse) {
+    }
+
+    /** Picks the twin {@code entry} for this spec and declares its params, workspace, tickets (and own lse) in the graph. */
+    private FusedDecode fusedDecode(TaskGraph graph, String entry, FloatArray lse, long lseRows) {
         CacheAttentionSpec dense = spec.toBuilder().maxQueryLength(denseQueries()).build();
         IntArray params = IntArray.fromArray(KernelParams.forCache(dense, cacheSpec, false));
         params.set(KernelParams.P_KEYS_PER_SPLIT, 0);   // derived from the lengths by the kernel
@@ -334,13 +418,7 @@ public final class CacheAttentionTasks {
         FloatArray lseOut = lse != null ? lse : new FloatArray(Math.toIntExact(lseRows));
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, lse != null ? new Object[] {params, workspace, tickets}
                 : new Object[] {params, workspace, tickets, lseOut});
-        Access cache = extra.length > 0 ? Access.READ_WRITE : Access.READ_ONLY;
-        List<Object> arguments = new java.util.ArrayList<>(List.of(q, Access.READ_ONLY, kCache, cache, vCache, cache,
-                o, Access.WRITE_ONLY, lseOut, Access.WRITE_ONLY, params, Access.READ_ONLY, step, Access.READ_ONLY,
-                blockTable, Access.READ_ONLY, workspace, Access.READ_WRITE, tickets, Access.READ_WRITE));
-        arguments.addAll(List.of(extra));
-        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", kernel, splits, rowBlocks,
-                spec.batch() * spec.kvHeads(), arguments.toArray());
+        return new FusedDecode(kernel, rowBlocks, params, workspace, tickets, lseOut);
     }
 
     /**
@@ -412,10 +490,15 @@ public final class CacheAttentionTasks {
     private long requireDense(HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
                               IntArray blockTable, HalfFloatArray o, FloatArray lse) {
         requireCache(kCache, vCache, step, blockTable);
-        long queries = (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim();
-        requireLength("q", q, queries, "slots*heads*maxQueryLength*headDim");
-        requireLength("o", o, queries, "slots*heads*maxQueryLength*headDim");
+        requireLength("q", q, (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim(),
+                "slots*heads*maxQueryLength*headDim");
+        return requireOutputs(o, lse);
+    }
+
+    /** Checks a dense call's o and lse (may be null); returns the lse rows, slots*heads*maxQueryLength. */
+    private long requireOutputs(HalfFloatArray o, FloatArray lse) {
         long lseRows = (long) spec.batch() * spec.heads() * denseQueries();
+        requireLength("o", o, lseRows * spec.headDim(), "slots*heads*maxQueryLength*headDim");
         if (lse != null) {
             requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
         }
@@ -423,12 +506,26 @@ public final class CacheAttentionTasks {
     }
 
     private void requireCache(HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable) {
+        requireKv(kCache, vCache);
+        requireLength("step", step, 3L * spec.batch() + 1, "3*slots+1 ints (newStepArray)");
+        requireBlockTable(blockTable);
+    }
+
+    /** The staged call's cache arrays: its step words live in the stage array. */
+    private void requireCache(HalfFloatArray kCache, HalfFloatArray vCache, IntArray blockTable) {
+        requireKv(kCache, vCache);
+        requireBlockTable(blockTable);
+    }
+
+    private void requireKv(HalfFloatArray kCache, HalfFloatArray vCache) {
         requireLength("kCache", kCache, cacheSpec.elements(), "cacheSpec.elements()");
         requireLength("vCache", vCache, cacheSpec.elements(), "cacheSpec.elements()");
         if (kCache == vCache) {
             throw new InvalidArgumentException("vCache", "the kCache array", "must be another array than kCache");
         }
-        requireLength("step", step, 3L * spec.batch() + 1, "3*slots+1 ints (newStepArray)");
+    }
+
+    private void requireBlockTable(IntArray blockTable) {
         if (cacheSpec.paged()) {
             requireLength("blockTable", blockTable, (long) cacheSpec.slots() * cacheSpec.pagesPerSequence(),
                     "slots*pagesPerSequence ints (newBlockTable)");

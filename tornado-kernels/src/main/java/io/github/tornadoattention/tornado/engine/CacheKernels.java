@@ -46,6 +46,8 @@ public final class CacheKernels {
     static final int A_PAGES_PER_SEQ = 11;
     /** 1: new rows packed [total, Hkv, D] from the step's offsets; 0: dense. */
     static final int A_PACKED = 12;
+    /** The staged PTX twins only: half offsets of q, new K, new V in the one stage array, words 13..15. */
+    static final int A_STAGE = 13;
     static final int A_COUNT = 16;
 
     // ---- attention params, int32[P_COUNT] (this class's own block) ----

@@ -59,7 +59,11 @@ final class CacheGraph {
         }
     }
 
-    private record Variant(VariantKey key, IntArray step, HalfFloatArray q, HalfFloatArray o, FloatArray lse) {
+    /**
+     * A variant's staging on the host: its step words and queries (views of its own arrays, or of the main variant's
+     * stage array on ptx-tornado), its output and lse arrays.
+     */
+    private record Variant(VariantKey key, MemorySegment step, MemorySegment q, HalfFloatArray o, FloatArray lse) {
     }
 
     private final TornadoAttentionDevice device;
@@ -83,12 +87,13 @@ final class CacheGraph {
     private TornadoExecutionPlan plan;
     private TornadoExecutionResult last;
     private int rows;
-    private HalfFloatArray newK;
-    private HalfFloatArray newV;
+    /** The staging rows of new K and V (views, as the variants' step and queries). */
+    private MemorySegment newK;
+    private MemorySegment newV;
     /** The layout of the staging rows newK/newV: [slots, kvHeads, rows, headDim]. */
     private TensorStrides stagingStrides;
     /** The step of the held-back append and of the main variant's attention. */
-    private IntArray mainStep;
+    private MemorySegment mainStep;
     private boolean appendPending;
     /**
      * Whether the staging rows hold the cache's last append: the main variant's task writes the step's new rows from
@@ -147,8 +152,8 @@ final class CacheGraph {
         int maxNew = maxNew(step);
         int d = spec.headDim();
         long rowBytes = 2L * d;
-        MemorySegment stageK = newK.getSegment();
-        MemorySegment stageV = newV.getSegment();
+        MemorySegment stageK = newK;
+        MemorySegment stageV = newV;
         if (maxNew <= rows && !append.packed() && append.strides().equals(stagingStrides)) {
             // The decode step's usual case: the new rows already lie as the staging rows do (rows past a slot's
             // count are copied too and never read).
@@ -198,11 +203,12 @@ final class CacheGraph {
         } else if (!appendPending && !stagingHoldsLastAppend) {
             stageFromHost(step);   // the last append went to the host cache, which the GPU receives with this execution
         }
-        copyRows(host(q), strides, v.q.getSegment(), sq, s.heads(), 0, true);
+        copyRows(host(q), strides, v.q, sq, s.heads(), 0, true);
         write(v.step, step);   // the main variant: the held-back append's step too (the same lengths)
         execute();
         copyRows(host(o), strides, v.o.getSegment(), sq, s.heads(), 0, false);
         if (lse != null) {
+            last.transferToHost(v.lse);   // on request only: one copy less for every call that asks for none
             MemorySegment out = host(lse);
             MemorySegment staged = v.lse.getSegment();
             for (int bh = 0; bh < slots * s.heads(); bh++) {
@@ -237,13 +243,16 @@ final class CacheGraph {
                 for (int h = 0; h < hq; h++) {
                     for (int jj = 0; jj < c; jj++) {
                         long packedRow = ((long) step[2 * slots + b] + j0 + jj) * hq + h;
-                        MemorySegment.copy(qHost, packedRow * rowBytes, v.q.getSegment(),
+                        MemorySegment.copy(qHost, packedRow * rowBytes, v.q,
                                 (((long) b * hq + h) * rows + jj) * rowBytes, rowBytes);
                     }
                 }
             }
             write(v.step, chunk);
             execute();
+            if (lseHost != null) {
+                last.transferToHost(v.lse);
+            }
             for (int b = 0; b < slots; b++) {
                 for (int h = 0; h < hq; h++) {
                     for (int jj = 0; jj < counts[b]; jj++) {
@@ -274,8 +283,8 @@ final class CacheGraph {
                 for (int h = 0; h < spec.kvHeads(); h++) {
                     long from = 2 * (at + h * storage.head());
                     long to = 2 * ((((long) b * spec.kvHeads() + h) * rows + j) * d);
-                    MemorySegment.copy(keys.segment(), from, newK.getSegment(), to, rowBytes);
-                    MemorySegment.copy(values.segment(), from, newV.getSegment(), to, rowBytes);
+                    MemorySegment.copy(keys.segment(), from, newK, to, rowBytes);
+                    MemorySegment.copy(values.segment(), from, newV, to, rowBytes);
                 }
             }
         }
@@ -360,59 +369,107 @@ final class CacheGraph {
         rows = rowsPerSlot;
         variants.clear();
         main = null;
+        stagingHoldsLastAppend = false;
         String name = "kv" + GRAPHS.incrementAndGet();
         int d = spec.headDim();
         HalfFloatArray k = (HalfFloatArray) keys.array;
         HalfFloatArray vv = (HalfFloatArray) values.array;
         IntArray table = blockTable != null ? (IntArray) blockTable.array : new IntArray(1);
-        newK = new HalfFloatArray(slots * spec.kvHeads() * rows * d);
-        stagingHoldsLastAppend = false;
-        newV = new HalfFloatArray(newK.getSize());
-        mainStep = new IntArray(3 * slots + 1);
         stagingStrides = new TensorStrides((long) spec.kvHeads() * rows * d, (long) rows * d, d);
-        IntArray appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec, stagingStrides, rows, false));
+        int stagingRows = Math.toIntExact((long) slots * spec.kvHeads() * rows * d);
         TaskGraph graph = new TaskGraph(name);
         GridScheduler scheduler = new GridScheduler();
-        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, vv, appendParams);
+        graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, vv);
         graph.transferToDevice(blockTable != null ? DataTransferMode.EVERY_EXECUTION : DataTransferMode.FIRST_EXECUTION, table);
-        graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, mainStep, newK, newV);
+        // The main variant first: its task must be the graph's first (ptx-tornado: its only prebuilt task).
+        List<VariantKey> order = new ArrayList<>(keysWanted);
+        if (order.remove(mainKey)) {
+            order.add(0, mainKey);
+        }
+        HalfFloatArray stage = null;
+        HalfFloatArray newKArray = null;
+        HalfFloatArray newVArray = null;
+        IntArray appendParams = null;
         List<CacheAttentionTasks> tasks = new ArrayList<>();
-        for (VariantKey key : keysWanted) {
+        List<Object[]> inputs = new ArrayList<>();   // per variant: its step and q arrays (not staged)
+        for (VariantKey key : order) {
             boolean isMain = key.equals(mainKey);
             CacheAttentionSpec vs = CacheAttentionSpec.builder().batch(slots).heads(key.heads()).kvHeads(spec.kvHeads())
                     .headDim(d).maxQueryLength(rows).maxLength(spec.capacity()).causal(key.causal()).scale(key.scale())
                     .build();
             // Only the main variant may use the PTX twin: one prebuilt task per graph, first (TornadoVM 5.2.0).
             String backend = isMain ? device.backendId() : Backends.TORNADO_SIMT;
-            long queries = (long) slots * key.heads() * rows;
-            Variant v = new Variant(key, isMain ? mainStep : new IntArray(3 * slots + 1),
-                    new HalfFloatArray(Math.toIntExact(queries * d)), new HalfFloatArray(Math.toIntExact(queries * d)),
-                    new FloatArray(Math.toIntExact(queries)));
+            CacheAttentionTasks t = CacheAttentionTasks.create(backend, vs, spec, device.tornadoDevice());
+            tasks.add(t);
+            int queries = Math.toIntExact((long) slots * key.heads() * rows);
+            HalfFloatArray o = new HalfFloatArray(queries * d);
+            FloatArray lse = new FloatArray(queries);
+            Variant v;
+            if (isMain && backend.equals(Backends.PTX_TORNADO)) {
+                // The step's four inputs in one array (the staged twin): one transfer per execution instead of four.
+                CacheAttentionTasks.StageLayout at = t.stageLayout();
+                stage = new HalfFloatArray(at.halves());
+                MemorySegment all = stage.getSegment();
+                newK = all.asSlice(2L * at.newKOffset(), 2L * stagingRows);
+                newV = all.asSlice(2L * at.newVOffset(), 2L * stagingRows);
+                v = new Variant(key, all.asSlice(0, 4L * (3 * slots + 1)), all.asSlice(2L * at.qOffset(), 2L * queries * d),
+                        o, lse);
+                graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, stage);
+                inputs.add(null);
+            } else {
+                IntArray step = new IntArray(3 * slots + 1);
+                HalfFloatArray q = new HalfFloatArray(queries * d);
+                v = new Variant(key, step.getSegment(), q.getSegment(), o, lse);
+                graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, step, q);
+                inputs.add(new Object[] {step, q});
+            }
+            variants.add(v);
             if (isMain) {
                 main = v;
-                variants.add(0, v);
-                tasks.add(0, CacheAttentionTasks.create(backend, vs, spec, device.tornadoDevice()));
-            } else {
-                variants.add(v);
-                tasks.add(CacheAttentionTasks.create(backend, vs, spec, device.tornadoDevice()));
-                graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, v.step);
             }
-            graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, v.q);
         }
-        if (main != null) {
-            tasks.get(0).addAppendAndDecode(graph, name, scheduler, "main_", newK, newV, appendParams, main.q, k, vv, mainStep,
-                    table, main.o, main.lse);
+        if (stage == null) {
+            // The Java append reads the new rows from arrays of their own, with the step of the main variant (if any).
+            newKArray = new HalfFloatArray(stagingRows);
+            newVArray = new HalfFloatArray(stagingRows);
+            newK = newKArray.getSegment();
+            newV = newVArray.getSegment();
+            appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec, stagingStrides, rows, false));
+            graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, appendParams);
+            graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, newKArray, newVArray);
+        }
+        IntArray appendStep;
+        if (main == null) {
+            appendStep = new IntArray(3 * slots + 1);   // an append-only graph (packed plans only)
+            graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, appendStep);
+            mainStep = appendStep.getSegment();
         } else {
-            tasks.get(0).addAppend(graph, name, scheduler, "append_", newK, newV, appendParams, rows, k, vv, mainStep, table);
+            appendStep = stage == null ? (IntArray) inputs.get(0)[0] : null;
+            mainStep = main.step;
         }
-        for (int i = main != null ? 1 : 0; i < variants.size(); i++) {
+        for (int i = 0; i < variants.size(); i++) {
             Variant v = variants.get(i);
-            tasks.get(i).addDecode(graph, name, scheduler, "attend" + i + "_", v.q, k, vv, v.step, table, v.o, v.lse);
+            CacheAttentionTasks t = tasks.get(i);
+            if (v == main && stage != null) {
+                t.addStagedAppendAndDecode(graph, name, scheduler, "main_", stage, k, vv, table, v.o, v.lse);
+            } else if (v == main) {
+                t.addAppendAndDecode(graph, name, scheduler, "main_", newKArray, newVArray, appendParams,
+                        (HalfFloatArray) inputs.get(i)[1], k, vv, appendStep, table, v.o, v.lse);
+            } else {
+                if (i == 0) {
+                    tasks.get(0).addAppend(graph, name, scheduler, "append_", newKArray, newVArray, appendParams, rows, k,
+                            vv, appendStep, table);
+                }
+                t.addDecode(graph, name, scheduler, "attend" + i + "_", (HalfFloatArray) inputs.get(i)[1], k, vv,
+                        (IntArray) inputs.get(i)[0], table, v.o, v.lse);
+            }
         }
         graph.transferToHost(DataTransferMode.UNDER_DEMAND, k, vv);
         for (Variant v : variants) {
-            // Back with every execution: one synchronisation per call instead of a second one for the copy.
-            graph.transferToHost(DataTransferMode.EVERY_EXECUTION, v.o, v.lse);
+            // O back with every execution (one synchronisation per call instead of a second one for the copy); lse
+            // only when a call asks for it.
+            graph.transferToHost(DataTransferMode.EVERY_EXECUTION, v.o);
+            graph.transferToHost(DataTransferMode.UNDER_DEMAND, v.lse);
         }
         TornadoExecutionPlan built = new TornadoExecutionPlan(graph.snapshot());
         try {
@@ -524,11 +581,11 @@ final class CacheGraph {
         }
     }
 
-    private static void write(IntArray array, int[] values) {
-        MemorySegment.copy(values, 0, array.getSegment(), JAVA_INT_UNALIGNED, 0, values.length);
+    private static void write(MemorySegment words, int[] values) {
+        MemorySegment.copy(values, 0, words, JAVA_INT_UNALIGNED, 0, values.length);
     }
 
-    private static void zero(IntArray array) {
-        array.getSegment().fill((byte) 0);
+    private static void zero(MemorySegment words) {
+        words.fill((byte) 0);
     }
 }

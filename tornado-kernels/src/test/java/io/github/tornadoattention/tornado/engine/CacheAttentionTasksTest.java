@@ -53,7 +53,36 @@ class CacheAttentionTasksTest {
             refused("newK", () -> att.addAppendAndDecode(g, "g", s, "a_", new HalfFloatArray(3), newRows, q, k, v, step,
                     blocks, o, null));
             refused("q", () -> att.addPrefill(g, "g", s, "a_", new HalfFloatArray(9), k, v, step, blocks, o, null));
+            if (backend.equals("ptx-tornado")) {
+                HalfFloatArray stage = new HalfFloatArray(att.stageLayout().halves());
+                refused("stage", () -> att.addStagedAppendAndDecode(g, "g", s, "a_", new HalfFloatArray(8), k, v, blocks, o,
+                        null));
+                refused("blockTable", () -> att.addStagedAppendAndDecode(g, "g", s, "a_", stage, k, v, new IntArray(1), o,
+                        null));
+                refused("o", () -> att.addStagedAppendAndDecode(g, "g", s, "a_", stage, k, v, blocks, new HalfFloatArray(7),
+                        null));
+            } else {
+                refused("backendId", () -> att.addStagedAppendAndDecode(g, "g", s, "a_",
+                        new HalfFloatArray(att.stageLayout().halves()), k, v, blocks, o, null));
+            }
         }
+    }
+
+    @Test
+    void theStageHoldsTheStepWordsThenQAndTheNewRowsOn16ByteBoundaries() {
+        CacheAttentionTasks att = CacheAttentionTasks.of("ptx-tornado", SPEC, PAGED, 132);
+        CacheAttentionTasks.StageLayout at = att.stageLayout();
+        // 3*2+1 step words = 14 halves, rounded up to 16; q [2, 8, 1, 64]; new K and V [2, 2, 1, 64] each.
+        assertEquals(new CacheAttentionTasks.StageLayout(16, 16 + SLOTS * HQ * D, 16 + SLOTS * HQ * D + SLOTS * HKV * D,
+                16 + SLOTS * HQ * D + 2 * SLOTS * HKV * D), at);
+        HalfFloatArray stage = new HalfFloatArray(at.halves());
+        stage.init(new uk.ac.manchester.tornado.api.types.HalfFloat(1.5f));
+        att.setStagedStep(stage, new int[] {5, 9}, new int[] {1, 0});
+        int[] words = stage.getSegment().asSlice(0, 4L * 7).toArray(java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED);
+        assertEquals("[5, 9, 1, 0, 0, 1, 1]", java.util.Arrays.toString(words));
+        assertEquals(1.5f, stage.get(at.qOffset()).getFloat32(), "the queries are not touched");
+        refused("stage", () -> att.setStagedStep(new HalfFloatArray(3), new int[] {5, 9}, new int[] {1, 0}));
+        refused("newTokens[0]", () -> att.setStagedStep(stage, new int[] {5, 9}, new int[] {6, 0}));
     }
 
     @Test
