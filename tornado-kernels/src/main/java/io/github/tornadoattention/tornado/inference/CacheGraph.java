@@ -83,10 +83,6 @@ final class CacheGraph {
     private VariantKey mainKey;
     /** The device's plans version the graph was last checked against. */
     private long preparedFor = -1;
-    /** The last call's plan, kind and variant (valid while the graph and the device's plans stay as they were). */
-    private TornadoCachePlan lastCaller;
-    private boolean lastPacked;
-    private Variant lastVariant;
     private Variant main;
     private TornadoExecutionPlan plan;
     private TornadoExecutionResult last;
@@ -332,21 +328,9 @@ final class CacheGraph {
 
     /** Builds (or rebuilds, carrying the cache over) the graph so it serves {@code caller}; returns its variant. */
     private Variant prepare(TornadoCachePlan caller, boolean packed) {
-        boolean current = plan != null && preparedFor == device.plansVersion();
-        if (current && caller == lastCaller && packed == lastPacked) {
-            return lastVariant;   // the usual step: the same plan's call again, nothing made or closed since
-        }
-        Variant v = prepareFor(caller, packed);
-        lastCaller = caller;
-        lastPacked = packed;
-        lastVariant = v;
-        return v;
-    }
-
-    private Variant prepareFor(TornadoCachePlan caller, boolean packed) {
         VariantKey key = VariantKey.of(caller.spec(), packed);
         if (plan != null && preparedFor == device.plansVersion()) {
-            for (Variant v : variants) {   // no plan made or closed since the graph was checked
+            for (Variant v : variants) {   // the usual step: no plan made or closed since the graph was checked
                 if (v.key.equals(key)) {
                     return v;
                 }
@@ -383,7 +367,6 @@ final class CacheGraph {
 
     private void build(int rowsPerSlot) {
         rows = rowsPerSlot;
-        lastCaller = null;
         variants.clear();
         main = null;
         stagingHoldsLastAppend = false;
@@ -544,14 +527,9 @@ final class CacheGraph {
 
     // ---- host side
 
-    /** The cache's step ints as KvCache wrote them: lengths, new tokens, packed offsets, total (a fresh array). */
+    /** The cache's step ints as KvCache wrote them: lengths, new tokens, packed offsets, total. */
     private int[] step() {
-        MemorySegment words = stepInfo.segment();
-        int[] step = new int[3 * slots + 1];
-        for (int i = 0; i < step.length; i++) {
-            step[i] = words.getAtIndex(JAVA_INT_UNALIGNED, i);
-        }
-        return step;
+        return stepInfo.segment().asSlice(0, 4L * (3 * slots + 1)).toArray(JAVA_INT_UNALIGNED);
     }
 
     private int[] table() {
@@ -604,10 +582,7 @@ final class CacheGraph {
     }
 
     private static void write(MemorySegment words, int[] values) {
-        // A loop: MemorySegment.copy from an int[] costs more than these few words (profiled, JDK 25).
-        for (int i = 0; i < values.length; i++) {
-            words.setAtIndex(JAVA_INT_UNALIGNED, i, values[i]);
-        }
+        MemorySegment.copy(values, 0, words, JAVA_INT_UNALIGNED, 0, values.length);
     }
 
     private static void zero(MemorySegment words) {

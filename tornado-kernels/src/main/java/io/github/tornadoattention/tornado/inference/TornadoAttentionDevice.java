@@ -68,7 +68,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
         final DType dtype;
         final long address;
         final long bytes;
-        /** The array's data (getSegment() makes a new view per call; a decode step asks several times per layer). */
+        /** The array's data (getSegment() makes a new view per call, several per layer in a decode step). */
         private final MemorySegment segment;
         CacheGraph graph;
 
@@ -254,15 +254,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
         if (m.graph != null) {
             m.graph.flush();   // held-back work must see the lengths and pages it was issued with
         }
-        MemorySegment words = m.segment();
-        long at = (destination - m.address) / 4;
-        if ((destination - m.address) % 4 != 0) {
-            MemorySegment.copy(values, from, words, ValueLayout.JAVA_INT_UNALIGNED, destination - m.address, count);
-            return;
-        }
-        for (int i = 0; i < count; i++) {   // a loop: cheaper than MemorySegment.copy from an int[] for a step's words
-            words.setAtIndex(ValueLayout.JAVA_INT_UNALIGNED, at + i, values[from + i]);
-        }
+        MemorySegment.copy(values, from, m.segment(), ValueLayout.JAVA_INT_UNALIGNED, destination - m.address, count);
     }
 
     // ---- caches and plans
