@@ -162,8 +162,8 @@ final class JavaCacheTasks {
     }
 
     /**
-     * The 16 append-params words ({@code flash::AppendParam}; the fused PTX twin flash_cache_append_decode_fused_*
-     * reads words 4..6 of the same block):
+     * The 16 append-params words ({@code flash::AppendParam}; the fused PTX twins flash_cache_append_decode_fused_*
+     * and flash_cache_staged_decode_fused_* read words 4..6 of the same block, the staged ones 13..15 too):
      * new K/V dense [B, Hkv, maxNew, D] with {@code newStrides} (batch, head, row; BHSD or BSHD), or packed [total,
      * Hkv, D] (packed rows use the head and row strides; {@code newStrides} null: head D, row Hkv*D). For the Java
      * kernel's grid, packed rows number at most B * maxNew.
