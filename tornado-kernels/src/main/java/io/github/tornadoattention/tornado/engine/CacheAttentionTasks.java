@@ -59,7 +59,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * (BHSD), new K/V [slots, Hkv, maxQueryLength, D].
  *
  * <p><b>Backends.</b> {@code ptx-tornado}: the hand-tuned PTX as prebuilt tasks (one fused split-KV launch for
- * decode, with or without this step's append; the varlen prefill); needs TornadoVM's PTX backend.
+ * decode, with or without this step's append, the latter also staged: its per-step inputs in one array,
+ * {@link #addStagedAppendAndDecode}; the varlen prefill); needs TornadoVM's PTX backend.
  * {@code tornado-simt} and {@code tornado-mma}: the Java cache kernels ({@link CacheKernels}, scalar fp32; decode is
  * memory bound, so both Java backends share them), JIT-compiled by TornadoVM with the engine's graph, on any
  * TornadoVM backend. The append alone ({@link #addAppend}) is the Java kernel on every backend.

@@ -41,9 +41,11 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  *
  * <p>Per execution TornadoVM sends the small arrays declared {@code EVERY_EXECUTION}: the step arrays (int32
  * [3*slots+1] each: the main one, shared by the append, and each other variant's), the block table of a paged cache,
- * the new K/V rows (S per slot) and each variant's queries (S per slot); each variant's output and lse come back with
- * the execution; K and V come back on request ({@code UNDER_DEMAND}). S bounds a call: appends and packed attention
- * with more tokens per slot run in chunks of S.
+ * the new K/V rows (S per slot) and each variant's queries (S per slot). On ptx-tornado the main variant's step,
+ * queries and the new rows are views of ONE stage array (the staged twin), so a decode execution sends one array: each
+ * transfer costs TornadoVM several microseconds. Each variant's output comes back with the execution, its lse and K
+ * and V on request ({@code UNDER_DEMAND}). S bounds a call: appends and packed attention with more tokens per slot
+ * run in chunks of S.
  *
  * <p>States: <i>host</i> (no execution plan; the host arrays hold the cache, appends are host copies) and
  * <i>device</i> (built; after the first execution the GPU holds it). {@link #evict} brings a device cache home
