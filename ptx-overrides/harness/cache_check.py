@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check and time the KV-cache kernels (ptx/flash_cache.ptx) on a GPU.
+"""Check and time the KV-cache kernels (ptx/flash_cache.ptx; --tornado-twins: ptx/flash_cache_tornado.ptx) on a GPU.
 
 Loads ptx/flash_cache.ptx with the CUDA driver (ctypes on libcuda.so.1, the calls the Java host
 makes) and checks every entry against a float64 PyTorch reference built from the logical cache
@@ -15,7 +15,7 @@ peak and beside SDPA FLASH over the same cache slice.  A short table is printed 
   python3 ptx-overrides/harness/cache_check.py [--seed N] [--no-time] [--emulate]
   python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N]
 
---tornado-twins: only the TornadoVM twins (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
+--tornado-twins: only the TornadoVM twins, from their own module (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_staged_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_fwd[_paged]_d{64,128}[_causal]_tornado[_h128]), every
@@ -46,6 +46,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PTX = os.path.join(os.path.dirname(HERE), "ptx", "flash_cache.ptx")
+TWINS_PTX = os.path.join(os.path.dirname(HERE), "ptx", "flash_cache_tornado.ptx")
 OUT = os.environ.get("OUT", "./out")
 LOG2E = 1.4426950408889634
 NAN = float("nan")
@@ -59,10 +60,13 @@ ap.add_argument("--no-time", action="store_true")
 ap.add_argument("--emulate", action="store_true")
 ap.add_argument("--no-check", action="store_true")
 ap.add_argument("--tornado-twins", action="store_true", help="check only the TornadoVM twins (no timing)")
-ap.add_argument("--ptx", default=None, help="another build of flash_cache.cu (a variant to compare)")
+ap.add_argument("--ptx", default=None, help="another build of flash_cache.cu (or, with --tornado-twins, of "
+                                            "flash_cache_tornado.cu) to check")
 ARGS = ap.parse_args()
 if ARGS.ptx:
     PTX = ARGS.ptx
+elif ARGS.tornado_twins:
+    PTX = TWINS_PTX
 if ARGS.tornado_twins and ARGS.emulate:
     sys.exit("--tornado-twins needs a GPU (the twins have no Python model)")
 DEV = "cpu" if ARGS.emulate else "cuda"
@@ -309,7 +313,7 @@ class Kernels:
         self.drv = Driver()
         t0 = time.time()
         mod = self.drv.load(PTX)
-        log(f"JIT of flash_cache.ptx ({len(self.names)} entries): {time.time() - t0:.1f}s")
+        log(f"JIT of {os.path.basename(PTX)} ({len(self.names)} entries): {time.time() - t0:.1f}s")
         for n in self.names:
             f = self.drv.function(mod, n)
             thr = self.threads(n)
@@ -322,7 +326,7 @@ class Kernels:
                                       "flash_cache_append_decode_fused", "flash_cache_staged_decode_fused")) else 128
 
     def launch(self, name, grid, args):
-        assert name in self.names, f"no entry {name} in flash_cache.ptx"
+        assert name in self.names, f"no entry {name} in {os.path.basename(PTX)}"
         if ARGS.emulate:
             if name.startswith("flash_cache_decode_split"):
                 emu_decode_split(grid, args)

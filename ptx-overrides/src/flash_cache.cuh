@@ -470,3 +470,12 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 #define FLASH_CACHE_STAGED_FUSED_ENTRY(NAME, KT, MODE)                                            \
   FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
   FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
+
+// The shipped configurations (flash_fwd.cu, flash_decode.cu) in their cache modes: flash_cache.cu's
+// entries and their TornadoVM twins (flash_cache_tornado.cu) run the same ones.
+using KtCacheDec128 = flash::DecodeTraits<128, 32, 2, 6>;
+using KtCacheDec64 = flash::DecodeTraits<64, 64, 2, 6>;
+using KtCacheFwd64 = flash::FwdTraits<64, 128, 64, 4, 2, 2, true, false, flash::Opt<>>;
+using KtCacheFwd128 = flash::FwdTraits<128, 128, 32, 4, 1, 2, false, false, flash::Opt<>>;
+using KtCacheFwd128Causal = flash::FwdTraits<128, 64, 48, 4, 2, 3, true, false,
+                                             flash::Opt<true, true, true, true, true, true>>;
