@@ -1030,7 +1030,7 @@ def decode_reference(dec, cache, lens, news):
 
 
 def derived_kps(lens, news, splits, bc):
-    """The device's keys per split for params[25] = 0 (flash_cache.cu, ABI 6)."""
+    """The device's keys per split for params[25] = 0 (flash_cache_tornado.cu, ABI 6)."""
     m = max([Lb for Lb, n in zip(lens, news) if n > 0], default=0)
     return math.ceil(math.ceil(m / splits) / bc) * bc
 

@@ -149,7 +149,7 @@ __device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_p
   if (lse != nullptr && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : kNegInf;
 }
 
-// ---- TornadoVM twins (flash_cache.cu has the ABI): a leading kernel-context word, every array
+// ---- TornadoVM twins (flash_cache_tornado.cu has their ABI): a leading kernel-context word, every array
 // behind a kHdr-byte header, no scalar arguments (TornadoVM compiles scalars in as constants).
 
 // Keys per split derived on the device (params[P_KEYS_PER_SPLIT] = 0): the longest KV length over
@@ -425,7 +425,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 
 
 // flash_cache_append_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the
-// append + cache decode (flash_cache.cu, ABI item 8): the fused decode's arguments, then new_k,
+// append + cache decode (flash_cache_tornado.cu, ABI item 8): the fused decode's arguments, then new_k,
 // new_v (dense) and append_params; k and v are written (the step's new rows) and read.
 #define FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
   FLASH_MANIFEST_ROW("cache-append-decode-fused", flash_cache_append_decode_fused_##NAME,        \
