@@ -6,6 +6,7 @@
 #   bench/tornado-report.sh            # PHASES="correctness decode demo" CONTEXTS="4096 32768" LAYERS=8 STEPS=100 WARMUP=300
 #
 # 1. correctness on the GPU against the CPU reference: the PTX twins' own check (cache_check.py --tornado-twins),
+#    the inference API's cache scenarios on ptx-cuda (the comparison's baseline),
 #    our tasks in an engine's own task graphs (EngineTasksCheck), the inference API's cache scenarios (selftest --inference) and sampled decode steps (decode --check) on
 #    ptx-tornado, tornado-mma and tornado-simt; the dense plans (selftest --random, unchanged inputs kept on the
 #    device);
@@ -46,6 +47,10 @@ if want correctness; then
     io.github.tornadoattention.tornado.engine.EngineTasksCheck "$(echo $BACKENDS | tr ' ' ,)" "$SEED" \
     > "$OUT/engine-tasks.log" 2>&1 || fail=1
   echo "engine task graphs: $(tail -n 1 "$OUT/engine-tasks.log")"
+  # ptx-cuda too: its KV-cache module (flash_cache.ptx) and the TornadoVM twins' (flash_cache_tornado.ptx) are built
+  # from one header, and the comparison below needs ptx-cuda right.
+  cuda selftest --inference --backend ptx-cuda --seed "$SEED" > "$OUT/selftest-inference-ptx-cuda.log" 2>&1 || fail=1
+  echo "[ptx-cuda] selftest --inference: $(tail -n 1 "$OUT/selftest-inference-ptx-cuda.log")"
   for b in $BACKENDS; do
     ta selftest --inference --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b.log" 2>&1 || fail=1
     echo "[$b] selftest --inference: $(tail -n 1 "$OUT/selftest-inference-$b.log")"
