@@ -62,10 +62,12 @@ final class CacheGraph {
     }
 
     /**
-     * A variant's staging on the host: its step words and queries (views of its own arrays, or of the main variant's
-     * stage array on ptx-tornado), its output and lse arrays.
+     * A variant's staging on the host: its step words and queries (views of its own arrays {@code stepArray} and
+     * {@code qArray}, or, on ptx-tornado's main variant, of the stage array: those two are then null), its output and
+     * lse arrays.
      */
-    private record Variant(VariantKey key, MemorySegment step, MemorySegment q, HalfFloatArray o, FloatArray lse) {
+    private record Variant(VariantKey key, MemorySegment step, MemorySegment q, HalfFloatArray o, FloatArray lse,
+                           IntArray stepArray, HalfFloatArray qArray) {
     }
 
     private final TornadoAttentionDevice device;
@@ -393,7 +395,6 @@ final class CacheGraph {
         HalfFloatArray newVArray = null;
         IntArray appendParams = null;
         List<CacheAttentionTasks> tasks = new ArrayList<>();
-        List<Object[]> inputs = new ArrayList<>();   // per variant: its step and q arrays (not staged)
         for (VariantKey key : order) {
             boolean isMain = key.equals(mainKey);
             CacheAttentionSpec vs = CacheAttentionSpec.builder().batch(slots).heads(key.heads()).kvHeads(spec.kvHeads())
@@ -415,15 +416,13 @@ final class CacheGraph {
                 newK = all.asSlice(2L * at.newKOffset(), 2L * stagingRows);
                 newV = all.asSlice(2L * at.newVOffset(), 2L * stagingRows);
                 v = new Variant(key, all.asSlice(0, 4L * (3 * slots + 1)), all.asSlice(2L * at.qOffset(), 2L * queries * d),
-                        o, lse);
+                        o, lse, null, null);
                 graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, stage);
-                inputs.add(null);
             } else {
                 IntArray step = new IntArray(3 * slots + 1);
                 HalfFloatArray q = new HalfFloatArray(queries * d);
-                v = new Variant(key, step.getSegment(), q.getSegment(), o, lse);
+                v = new Variant(key, step.getSegment(), q.getSegment(), o, lse, step, q);
                 graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, step, q);
-                inputs.add(new Object[] {step, q});
             }
             variants.add(v);
             if (isMain) {
@@ -446,7 +445,7 @@ final class CacheGraph {
             graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, appendStep);
             mainStep = appendStep.getSegment();
         } else {
-            appendStep = stage == null ? (IntArray) inputs.get(0)[0] : null;
+            appendStep = main.stepArray;   // null when staged: the step words are in the stage
             mainStep = main.step;
         }
         for (int i = 0; i < variants.size(); i++) {
@@ -456,14 +455,13 @@ final class CacheGraph {
                 t.addStagedAppendAndDecode(graph, name, scheduler, "main_", stage, k, vv, table, v.o, v.lse);
             } else if (v == main) {
                 t.addAppendAndDecode(graph, name, scheduler, "main_", newKArray, newVArray, appendParams,
-                        (HalfFloatArray) inputs.get(i)[1], k, vv, appendStep, table, v.o, v.lse);
+                        v.qArray, k, vv, appendStep, table, v.o, v.lse);
             } else {
                 if (i == 0) {
                     tasks.get(0).addAppend(graph, name, scheduler, "append_", newKArray, newVArray, appendParams, rows, k,
                             vv, appendStep, table);
                 }
-                t.addDecode(graph, name, scheduler, "attend" + i + "_", (HalfFloatArray) inputs.get(i)[1], k, vv,
-                        (IntArray) inputs.get(i)[0], table, v.o, v.lse);
+                t.addDecode(graph, name, scheduler, "attend" + i + "_", v.qArray, k, vv, v.stepArray, table, v.o, v.lse);
             }
         }
         graph.transferToHost(DataTransferMode.UNDER_DEMAND, k, vv);
