@@ -117,6 +117,26 @@ class InferenceFakeDriverTest {
 
     @ParameterizedTest
     @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
+    void withAPrefillPlanTooADecodeStepRunsTheDecodePlansTaskFirstAndCompilesNothing(String id) {
+        List<String> lines = steps(id).get("two-plans-step");
+        String where = id + ":\n" + String.join("\n", lines);
+        assertEquals(List.of(0L, 0L, 0L), counters(lines), "no compilation, plan or allocation in a step: " + where);
+        List<String> launches = lines.stream().filter(l -> LAUNCH.matcher(l).find()).toList();
+        // Per layer: the decode plan's task(s) (ptx-tornado: the staged twin; Java: append, split, combine), then the
+        // prefill plan's split and combine (attending to nothing in a decode step).
+        int mainLaunches = id.equals("ptx-tornado") ? 1 : 3;
+        assertEquals((mainLaunches + 2) * LAYERS, launches.size(), "launches per layer: " + where);
+        for (int l = 0; l < LAYERS; l++) {
+            int at = l * (mainLaunches + 2);
+            assertTrue(launches.get(at).contains(id.equals("ptx-tornado") ? "staged_decode_fused" : "main_append"),
+                    "the decode plan's task first: " + where);
+            assertTrue(launches.get(at + mainLaunches).contains("attend1_") && launches.get(at + mainLaunches + 1)
+                    .contains("attend1_"), "the prefill plan's tasks after it: " + where);
+        }
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
     void closingFreesEveryDeviceBuffer(String id) {
         List<String> all = new ArrayList<>();
         steps(id).values().forEach(all::addAll);
@@ -232,6 +252,42 @@ class InferenceFakeDriverTest {
                 } finally {
                     caches.forEach(KvCache::close);
                 }
+            }
+            twoPlans(id, device, spec, random, one, prompt);
+        }
+
+        /**
+         * A decode plan and a prefill plan over the same caches: each cache's graph holds two variants, the decode
+         * plan's first (on ptx-tornado the graph's one prebuilt task), the prefill plan's Java tasks after it.
+         */
+        private static void twoPlans(String id, AttentionDevice device, CacheAttentionSpec spec, Random random, int[] one,
+                                     int[] prompt) {
+            KvCacheSpec cacheSpec = KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D);
+            CacheAttentionSpec prefillSpec = spec.toBuilder().maxQueryLength(PROMPT).maxTotalQueries(SLOTS * PROMPT).build();
+            List<KvCache> caches = new ArrayList<>();
+            try (CacheAttentionPlan decode = device.plan(spec, cacheSpec);
+                 CacheAttentionPlan prefill = device.plan(prefillSpec, cacheSpec);
+                 DeviceTensor pq = KvCacheModel.upload(device, KvCacheModel.randomFp16(random,
+                         (int) prefillSpec.packedQueryElements()));
+                 DeviceTensor po = device.allocate(DType.FP16, prefillSpec.packedQueryElements());
+                 DeviceTensor q = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, (int) spec.denseQueryElements()));
+                 DeviceTensor k = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                 DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                 DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements())) {
+                for (int l = 0; l < LAYERS; l++) {
+                    KvCache cache = device.kvCache(cacheSpec);
+                    caches.add(cache);
+                    cache.appendPacked(pk, pv, prompt);
+                    prefill.forwardPacked(pq, cache, po, null);
+                }
+                step(id, device, caches, decode, q, k, v, o, null, one);
+                mark(id, "two-plans-step");
+                step(id, device, caches, decode, q, k, v, o, null, one);
+                mark(id, "two-plans-close");
+            } finally {
+                caches.forEach(KvCache::close);
             }
         }
 
