@@ -73,10 +73,7 @@
 //
 #include "flash_cache.cuh"
 
-FLASH_CACHE_SPLIT_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
-FLASH_CACHE_SPLIT_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
-FLASH_CACHE_SPLIT_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
-FLASH_CACHE_SPLIT_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
+FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_SPLIT_ENTRY)
 FLASH_CACHE_COMBINE_ENTRY(128)
 FLASH_CACHE_COMBINE_ENTRY(64)
 

@@ -479,3 +479,12 @@ using KtCacheFwd64 = flash::FwdTraits<64, 128, 64, 4, 2, 2, true, false, flash::
 using KtCacheFwd128 = flash::FwdTraits<128, 128, 32, 4, 1, 2, false, false, flash::Opt<>>;
 using KtCacheFwd128Causal = flash::FwdTraits<128, 64, 48, 4, 2, 3, true, false,
                                              flash::Opt<true, true, true, true, true, true>>;
+
+// The four decode configurations over a cache (name, traits, cache mode), in the order every decode
+// family's entries are emitted: ENTRY(name, traits, mode) for each, e.g.
+// FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_SPLIT_ENTRY).
+#define FLASH_CACHE_DECODE_CONFIGS(ENTRY)                 \
+  ENTRY(d128, KtCacheDec128, flash::kCacheContig)         \
+  ENTRY(d64, KtCacheDec64, flash::kCacheContig)           \
+  ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)    \
+  ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)

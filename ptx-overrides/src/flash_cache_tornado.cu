@@ -86,10 +86,7 @@
 #include "flash_cache.cuh"
 
 // The fused decode twins (ABI item 6).
-FLASH_CACHE_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
-FLASH_CACHE_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
-FLASH_CACHE_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
-FLASH_CACHE_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
+FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_FUSED_ENTRY)
 // The prefill twins (ABI item 7) run the CUDA-driver entries' configurations, but for the contiguous
 // non-causal D=128 one: KtCacheFwd128 sits at 255 registers on sm_90, and the step array's
 // offsets pointer (computed, not a kernel parameter) stays live to the epilogue and spills 8
@@ -104,12 +101,6 @@ FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128, flash_cache_fwd_paged_d128, KtCacheFwd
 FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128_causal, flash_cache_fwd_paged_d128_causal, KtCacheFwd128Causal,
                               flash::kCachePaged)
 // The append + decode twins (ABI item 8), last.
-FLASH_CACHE_APPEND_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
-FLASH_CACHE_APPEND_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
-FLASH_CACHE_APPEND_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
-FLASH_CACHE_APPEND_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
+FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_APPEND_FUSED_ENTRY)
 // The staged append + decode twins (ABI item 9), after them.
-FLASH_CACHE_STAGED_FUSED_ENTRY(d128, KtCacheDec128, flash::kCacheContig)
-FLASH_CACHE_STAGED_FUSED_ENTRY(d64, KtCacheDec64, flash::kCacheContig)
-FLASH_CACHE_STAGED_FUSED_ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)
-FLASH_CACHE_STAGED_FUSED_ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)
+FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_STAGED_FUSED_ENTRY)
