@@ -20,27 +20,38 @@ import java.util.List;
  *                    profiler adds events and bookkeeping to every call. (ptx-cuda always times with CUDA events.)
  * @param cudaGraph   TornadoVM backends: replay the plan's task graph as CUDA graphs (TornadoVM's
  *                    {@code withCUDAGraph}); off by default
+ * @param lanes       TornadoVM inference devices ({@link Attention#device}): host threads that run KV-cache executions
+ *                    (a decode call's append + attention) concurrently, each cache always on the same one, so calls on
+ *                    different caches (an engine's layers) overlap TornadoVM's synchronous per-execution cost as calls
+ *                    on a CUDA stream do; such a call may return before it completes and {@code synchronize()} or any
+ *                    host access to a tensor waits for it. 0 (the default): every call completes before it returns.
+ *                    0..{@value #MAX_LANES}
  * @param mmaJitFlags tornado-mma: CUDA JIT options for its kernels, {@code NAME VALUE} pairs separated by spaces or
  *                    commas (e.g. {@code CU_JIT_OPTIMIZATION_LEVEL,4,CU_JIT_MAX_REGISTERS,168}), replacing the tile
  *                    configuration's own (at most 128 registers at D = 64); {@code ""} for none; {@code null} (the
  *                    default) keeps the configuration's. For tuning. Stored with single spaces.
  */
-public record PlanOptions(int cudaDevice, boolean profile, boolean cudaGraph, String mmaJitFlags) {
+public record PlanOptions(int cudaDevice, boolean profile, boolean cudaGraph, int lanes, String mmaJitFlags) {
+    /** The most {@link #lanes()} a device takes. */
+    public static final int MAX_LANES = 16;
     /** The CUDA JIT options TornadoVM's PTX backend accepts ({@code withCompilerFlags}). */
     public static final List<String> JIT_FLAG_NAMES = List.of("CU_JIT_OPTIMIZATION_LEVEL", "CU_JIT_MAX_REGISTERS",
             "CU_JIT_CACHE_MODE", "CU_JIT_GENERATE_DEBUG_INFO", "CU_JIT_LOG_VERBOSE", "CU_JIT_GENERATE_LINE_INFO",
             "CU_JIT_TARGET");
-    private static final PlanOptions DEFAULTS = new PlanOptions(0, false, false, null);
+    private static final PlanOptions DEFAULTS = new PlanOptions(0, false, false, 0, null);
 
     /** Validates; throws {@link InvalidArgumentException} naming the option. */
     public PlanOptions {
         if (cudaDevice < 0) {
             throw new InvalidArgumentException("cudaDevice", cudaDevice, "must be >= 0 (a CUDA device ordinal)");
         }
+        if (lanes < 0 || lanes > MAX_LANES) {
+            throw new InvalidArgumentException("lanes", lanes, "must be 0.." + MAX_LANES + " (host threads; 0: synchronous calls)");
+        }
         mmaJitFlags = mmaJitFlags == null ? null : checkJitFlags(mmaJitFlags);
     }
 
-    /** Device 0, no profiler, no CUDA graphs, the kernels' own JIT options. */
+    /** Device 0, no profiler, no CUDA graphs, synchronous calls, the kernels' own JIT options. */
     public static PlanOptions defaults() {
         return DEFAULTS;
     }
@@ -83,12 +94,14 @@ public record PlanOptions(int cudaDevice, boolean profile, boolean cudaGraph, St
         private int cudaDevice;
         private boolean profile;
         private boolean cudaGraph;
+        private int lanes;
         private String mmaJitFlags;
 
         private Builder(PlanOptions from) {
             cudaDevice = from.cudaDevice;
             profile = from.profile;
             cudaGraph = from.cudaGraph;
+            lanes = from.lanes;
             mmaJitFlags = from.mmaJitFlags;
         }
 
@@ -107,13 +120,18 @@ public record PlanOptions(int cudaDevice, boolean profile, boolean cudaGraph, St
             return this;
         }
 
+        public Builder lanes(int lanes) {
+            this.lanes = lanes;
+            return this;
+        }
+
         public Builder mmaJitFlags(String flags) {
             this.mmaJitFlags = flags;
             return this;
         }
 
         public PlanOptions build() {
-            return new PlanOptions(cudaDevice, profile, cudaGraph, mmaJitFlags);
+            return new PlanOptions(cudaDevice, profile, cudaGraph, lanes, mmaJitFlags);
         }
     }
 }

@@ -25,18 +25,20 @@ class PlanOptionsTest {
         assertEquals(0, d.cudaDevice());
         assertFalse(d.profile());
         assertFalse(d.cudaGraph());
+        assertEquals(0, d.lanes(), "synchronous calls");
         assertNull(d.mmaJitFlags());
         assertEquals(d, PlanOptions.builder().build());
-        assertEquals(d, new PlanOptions(0, false, false, null));
+        assertEquals(d, new PlanOptions(0, false, false, 0, null));
     }
 
     @Test
     void builderSetsEachOptionAndToBuilderKeepsThem() {
-        PlanOptions o = PlanOptions.builder().cudaDevice(3).profile(true).cudaGraph(true)
+        PlanOptions o = PlanOptions.builder().cudaDevice(3).profile(true).cudaGraph(true).lanes(4)
                 .mmaJitFlags("CU_JIT_OPTIMIZATION_LEVEL,4,CU_JIT_MAX_REGISTERS,168").build();
         assertEquals(3, o.cudaDevice());
         assertTrue(o.profile());
         assertTrue(o.cudaGraph());
+        assertEquals(4, o.lanes());
         assertEquals("CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 168", o.mmaJitFlags(), "commas become spaces");
         assertEquals(o, o.toBuilder().build());
         assertEquals(1, o.toBuilder().cudaDevice(1).build().cudaDevice());
@@ -49,6 +51,11 @@ class PlanOptionsTest {
                 () -> PlanOptions.builder().cudaDevice(-1).build());
         assertEquals("cudaDevice", device.argument());
         assertEquals("-1", device.value());
+        for (int lanes : new int[] {-1, PlanOptions.MAX_LANES + 1}) {
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> PlanOptions.builder().lanes(lanes).build());
+            assertEquals("lanes", e.argument());
+            assertEquals(String.valueOf(lanes), e.value());
+        }
         for (String flags : List.of("CU_JIT_MAX_REGISTERS", "CU_JIT_MAX_REGS 128", "CU_JIT_MAX_REGISTERS many")) {
             InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                     () -> PlanOptions.builder().mmaJitFlags(flags).build(), flags);

@@ -79,6 +79,10 @@ final class DecodeCommand implements Callable<Integer> {
             + " (TornadoVM captures an execution once and replays it)")
     boolean cudaGraph;
 
+    @Option(names = "--lanes", paramLabel = "N", description = "TornadoVM backends: N host threads run the caches' executions"
+            + " concurrently (PlanOptions.lanes; default 0: every call completes before it returns)")
+    int lanes;
+
     @Option(names = "--check", description = "check sampled steps' outputs against the CPU reference; exit 1 if out of tolerance")
     boolean check;
 
@@ -98,7 +102,8 @@ final class DecodeCommand implements Callable<Integer> {
         requireRange("--layers", layers, 1, 1024);
         requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
         int hkv = kvHeads == null ? heads : kvHeads;
-        AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).build());
+        AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).lanes(lanes)
+                .build());
         double flopsPerToken = 4.0 * batch * heads * dim * (double) context * layers;
         if (device.backendId().equals(Backends.CPU_REFERENCE) && flopsPerToken > CPU_MAX_FLOPS_PER_TOKEN && !force) {
             throw new InvalidArgumentException("--context", context, String.format(
@@ -164,6 +169,8 @@ final class DecodeCommand implements Callable<Integer> {
             result.put("lengths", lengths);
             result.put("page_size", pageSize);
             result.put("steps", steps);
+            result.put("cuda_graph", cudaGraph);
+            result.put("lanes", lanes);
             result.put("step_median_ms", round(step.medianMillis()));
             result.put("step_ci95_low_ms", round(step.lowMillis()));
             result.put("step_ci95_high_ms", round(step.highMillis()));

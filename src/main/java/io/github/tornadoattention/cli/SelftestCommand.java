@@ -55,6 +55,10 @@ final class SelftestCommand implements Callable<Integer> {
             + " CUDA graphs (PlanOptions.cudaGraph)")
     boolean cudaGraph;
 
+    @Option(names = "--lanes", paramLabel = "N", description = "with --inference on the TornadoVM backends: N host threads"
+            + " run the caches' executions (PlanOptions.lanes)")
+    int lanes;
+
     @Option(names = "--json", description = "also print one JSON object on the last line: every case, the totals, the seed")
     boolean json;
 
@@ -230,7 +234,7 @@ final class SelftestCommand implements Callable<Integer> {
         int total = 0;
         for (String id : backendIds()) {
             io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id,
-                    io.github.tornadoattention.PlanOptions.builder().cudaGraph(cudaGraph).build());
+                    io.github.tornadoattention.PlanOptions.builder().cudaGraph(cudaGraph).lanes(lanes).build());
             out.printf("inference selftest of %s on %s, seed %d%n", device.backendId(), device.name(), baseSeed);
             for (int d : new int[] {64, 128}) {
                 for (io.github.tornadoattention.verify.CacheSuite.CaseResult r

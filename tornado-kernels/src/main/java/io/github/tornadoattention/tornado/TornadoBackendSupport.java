@@ -64,13 +64,14 @@ final class TornadoBackendSupport {
     /**
      * The inference device of backend {@code backendId} on the device {@code probe} found
      * ({@link io.github.tornadoattention.tornado.inference.TornadoAttentionDevice}); {@code options.profile()}
-     * runs its task graphs with TornadoVM's profiler, {@code options.cudaGraph()} as CUDA graphs.
+     * runs its task graphs with TornadoVM's profiler, {@code options.cudaGraph()} as CUDA graphs, {@code options.lanes()}
+     * host threads run cache executions concurrently.
      */
     static io.github.tornadoattention.AttentionDevice device(String backendId, java.util.function.Supplier<TornadoDevices.Probe> probe,
                                                              io.github.tornadoattention.PlanOptions options) {
         io.github.tornadoattention.InvalidArgumentException.requireNonNull("options", options);
         requireNoBailout(backendId);
         return io.github.tornadoattention.tornado.inference.TornadoAttentionDevice.of(backendId,
-                probe.get().require(backendId), options.profile(), options.cudaGraph());
+                probe.get().require(backendId), options.profile(), options.cudaGraph(), options.lanes());
     }
 }

@@ -12,11 +12,13 @@ import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.cpu.HostCacheOps;
 import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
 import io.github.tornadoattention.tornado.inference.TornadoAttentionDevice.Memory;
+import io.github.tornadoattention.tornado.inference.TornadoAttentionDevice.PendingCopy;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.TaskGraph;
@@ -46,6 +48,10 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  * transfer costs TornadoVM several microseconds. Each variant's output comes back with the execution, its lse and K
  * and V on request ({@code UNDER_DEMAND}). S bounds a call: appends and packed attention with more tokens per slot
  * run in chunks of S.
+ *
+ * <p>With lanes ({@link TornadoAttentionDevice}), a main-variant dense call without lse runs on the graph's lane: the
+ * caller fills the stage and returns; the execution and the output copy come later ({@link #awaitIdle} before the
+ * graph's arrays are touched again).
  *
  * <p>States: <i>host</i> (no execution plan; the host arrays hold the cache, appends are host copies) and
  * <i>device</i> (built; after the first execution the GPU holds it). {@link #evict} brings a device cache home
@@ -108,6 +114,12 @@ final class CacheGraph {
     private boolean hostCurrent = true;
     /** Whether the current plan has executed (then the GPU holds the cache and host writes need an eviction). */
     private boolean executedSinceBuild;
+    /** The lane this graph's queued calls run on (-1 without lanes). */
+    private final int lane;
+    /** The queued call (its execution), or null. */
+    private Future<?> queued;
+    /** The queued call's output copy into the caller's tensor while not yet applied or replaced, or null. */
+    private PendingCopy copy;
 
     CacheGraph(TornadoAttentionDevice device, KvCache cache) {
         this.device = device;
@@ -117,6 +129,7 @@ final class CacheGraph {
         this.values = memory(cache.values());
         this.stepInfo = memory(cache.stepInfo());
         this.blockTable = spec.paged() ? memory(cache.blockTable()) : null;
+        this.lane = device.assignLane();
     }
 
     private Memory memory(DeviceTensor t) {
@@ -145,6 +158,9 @@ final class CacheGraph {
     // ---- calls
 
     void append(KvCache.Append append) {
+        awaitIdle();
+        device.settle(append.keys().address(), append.keys().byteSize());
+        device.settle(append.values().address(), append.values().byteSize());
         int[] step = step();
         MemorySegment srcK = host(append.keys());
         MemorySegment srcV = host(append.values());
@@ -197,8 +213,16 @@ final class CacheGraph {
 
     /** Dense attention of {@code plan}'s queries over the cache (at most S new tokens per slot). */
     void attendDense(TornadoCachePlan caller, DeviceTensor q, DeviceTensor o, DeviceTensor lse) {
+        awaitIdle();
         CacheAttentionSpec s = caller.spec();
         Variant v = prepare(caller, false);
+        // Queued on the lane: the main variant's usual decode call (a first execution captures, so it runs here).
+        boolean queue = device.hasLanes() && v == main && lse == null && executedSinceBuild;
+        if (queue) {
+            device.settle(q.address(), q.byteSize());
+        } else {
+            device.drain();   // this call writes the caller's tensors now: after the queued calls' copies
+        }
         int[] step = step();
         int sq = s.maxQueryLength();
         TensorStrides strides = s.denseQueryStrides();
@@ -209,6 +233,12 @@ final class CacheGraph {
         }
         copyRows(host(q), strides, v.q, sq, s.heads(), 0, true);
         write(v.step, step);   // the main variant: the held-back append's step too (the same lengths)
+        if (queue) {
+            MemorySegment out = host(o);
+            queued = device.submit(lane, this::execute);
+            copy = device.addPendingCopy(this, o, () -> copyRows(out, strides, v.o.getSegment(), sq, s.heads(), 0, false));
+            return;
+        }
         execute();
         copyRows(host(o), strides, v.o.getSegment(), sq, s.heads(), 0, false);
         if (lse != null) {
@@ -223,6 +253,7 @@ final class CacheGraph {
 
     /** Packed (varlen) attention of the last append's tokens, in chunks of S queries per slot. */
     void attendPacked(TornadoCachePlan caller, DeviceTensor q, DeviceTensor o, DeviceTensor lse) {
+        device.drain();   // it writes the caller's tensors as it goes
         CacheAttentionSpec s = caller.spec();
         Variant v = prepare(caller, true);
         flush();
@@ -297,6 +328,7 @@ final class CacheGraph {
 
     /** Runs a held-back append. */
     void flush() {
+        awaitIdle();
         if (appendPending) {
             execute();
         }
@@ -340,6 +372,7 @@ final class CacheGraph {
                 }
             }
         }
+        device.drain();   // checking may rebuild: no execution of ours may be under way on another thread
         int wantRows = 0;
         Set<VariantKey> want = new LinkedHashSet<>(keysWanted);
         for (TornadoCachePlan p : device.plansFor(spec)) {
@@ -493,6 +526,9 @@ final class CacheGraph {
     }
 
     private void execute() {
+        if (!executedSinceBuild) {
+            device.drain();   // a first execution captures CUDA graphs: nothing else of ours runs meanwhile
+        }
         TornadoExecutionResult result = plan.execute();
         last = result;
         hostCurrent = false;
@@ -505,6 +541,52 @@ final class CacheGraph {
         zero(mainStep);
         for (Variant v : variants) {
             zero(v.step);
+        }
+    }
+
+    // ---- lanes
+
+    /**
+     * Waits for the queued call, if any; returns its failure (not thrown: {@link TornadoAttentionDevice#drain} waits for
+     * every lane first). A failed call's output is never copied.
+     */
+    RuntimeException awaitQueued() {
+        if (queued == null) {
+            return null;
+        }
+        Future<?> f = queued;
+        queued = null;
+        RuntimeException failure = TornadoAttentionDevice.outcome(f);
+        if (failure != null) {
+            copy = null;
+        }
+        return failure;
+    }
+
+    /** Before the graph's arrays are touched: the queued call has run, and its output copy (if pending) is done. */
+    private void awaitIdle() {
+        RuntimeException failure = awaitQueued();
+        if (failure != null) {
+            throw failure;
+        }
+        if (copy != null) {
+            device.drain();   // the copy reads this graph's output array; copies go in call order
+        }
+    }
+
+    /** Whether {@code c} is this graph's pending copy (then it is taken: the caller applies it). */
+    boolean takeCopy(PendingCopy c) {
+        if (copy != c) {
+            return false;
+        }
+        copy = null;
+        return true;
+    }
+
+    /** A later call's output replaces {@code c}. */
+    void forgetCopy(PendingCopy c) {
+        if (copy == c) {
+            copy = null;
         }
     }
 

@@ -18,6 +18,10 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicLong;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
@@ -38,6 +42,15 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * between calls, so copies to and from it are plain memory copies, and every call completes before it
  * returns ({@link #synchronize()} only runs work still pending, see below).
  *
+ * <p><b>Lanes</b> ({@code PlanOptions.lanes}, 0 by default). With lanes, a dense attention call of a cache's main
+ * variant (a decode step's append + attention, no lse asked for) is queued on its cache's lane, a host thread of its
+ * own, and returns: calls on different caches (an engine's layers) then overlap TornadoVM's synchronous
+ * per-execution cost, each plan on its own CUDA stream. Its output is copied into the caller's tensor when the
+ * host next needs it, in the order the calls were made (a later call's output over the same tensor replaces it).
+ * Everything else waits for what is queued first ({@link #drain}): {@link #synchronize()}, any host access to a
+ * tensor, a build, a first execution (TornadoVM captures CUDA graphs then, which other threads must not disturb),
+ * downloads, lse, packed calls; a call that reads a tensor a queued call will write waits for it too.
+ *
  * <p><b>Calls.</b> An append is held back and runs in the same execution as the attention call that follows
  * it (one graph execution per layer and step); any other use of the cache runs it first. Appends before a
  * cache's first attention call are written on the host (the prompt goes up with the graph's first execution).
@@ -54,6 +67,12 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     private final String name;
     private final boolean profile;
     private final boolean cudaGraph;
+    /** One single-thread executor per lane; empty without lanes. */
+    private final ExecutorService[] lanes;
+    private int nextLane;
+    /** Outputs of queued calls still to be copied into the caller's tensors, in call order. */
+    private final List<PendingCopy> pendingCopies = new ArrayList<>();
+    private long calls;
     private final TreeMap<Long, Memory> memory = new TreeMap<>();
     private final Map<KvCache, CacheGraph> graphs = new IdentityHashMap<>();
     private final List<TornadoCachePlan> plans = new ArrayList<>();
@@ -85,11 +104,31 @@ public final class TornadoAttentionDevice extends AttentionDevice {
         }
     }
 
-    private TornadoAttentionDevice(String backendId, TornadoDevice tornadoDevice, boolean profile, boolean cudaGraph) {
+    /**
+     * A queued call's output: {@code apply} copies the graph's output array into the caller's tensor
+     * [{@code address}, {@code address + bytes}) once the call has run.
+     */
+    record PendingCopy(long call, CacheGraph graph, long address, long bytes, Runnable apply) {
+        boolean overlaps(long start, long length) {
+            return start < address + bytes && address < start + length;
+        }
+    }
+
+    private TornadoAttentionDevice(String backendId, TornadoDevice tornadoDevice, boolean profile, boolean cudaGraph,
+                                   int lanes) {
         super(backendId);
         this.tornadoDevice = tornadoDevice;
         this.profile = profile;
         this.cudaGraph = cudaGraph;
+        this.lanes = new ExecutorService[lanes];
+        for (int i = 0; i < lanes; i++) {
+            String thread = backendId + "-lane-" + i;
+            this.lanes[i] = Executors.newSingleThreadExecutor(r -> {
+                Thread t = new Thread(r, thread);
+                t.setDaemon(true);   // devices live as long as the JVM
+                return t;
+            });
+        }
         this.name = tornadoDevice.getPhysicalDevice().getDeviceName() + " (TornadoVM " + tornadoDevice.getTornadoVMBackend() + ")";
     }
 
@@ -97,11 +136,16 @@ public final class TornadoAttentionDevice extends AttentionDevice {
      * The device of backend {@code backendId} on {@code device}, one per backend and options in a JVM
      * ({@code profile}: execution plans run with TornadoVM's profiler, and {@link #timeEach} reports the kernels'
      * device time; {@code cudaGraph}: the caches' execution plans run {@code withCUDAGraph()}: TornadoVM captures an
-     * execution's copies and launches once and replays them, which removes most of its per-execution host cost).
+     * execution's copies and launches once and replays them, which removes most of its per-execution host cost;
+     * {@code lanes}: host threads running cache executions concurrently, see the class comment; not with
+     * {@code profile}, whose kernel times add up per call).
      */
-    public static TornadoAttentionDevice of(String backendId, TornadoDevice device, boolean profile, boolean cudaGraph) {
-        return DEVICES.computeIfAbsent(backendId + (profile ? "+profile" : "") + (cudaGraph ? "+graph" : ""),
-                k -> new TornadoAttentionDevice(backendId, device, profile, cudaGraph));
+    public static TornadoAttentionDevice of(String backendId, TornadoDevice device, boolean profile, boolean cudaGraph,
+                                            int lanes) {
+        int used = profile ? 0 : lanes;
+        return DEVICES.computeIfAbsent(backendId + (profile ? "+profile" : "") + (cudaGraph ? "+graph" : "")
+                        + (used > 0 ? "+lanes" + used : ""),
+                k -> new TornadoAttentionDevice(backendId, device, profile, cudaGraph, used));
     }
 
     /** The TornadoVM array behind {@code tensor} (a tensor of a TornadoVM device), for an engine's own task graphs. */
@@ -110,7 +154,10 @@ public final class TornadoAttentionDevice extends AttentionDevice {
         if (!(tensor.device() instanceof TornadoAttentionDevice device)) {
             throw new InvalidArgumentException("tensor", tensor, "must be a tensor of a TornadoVM device");
         }
-        return device.find("tensor", tensor.address(), tensor.byteSize()).array;
+        synchronized (device) {
+            device.drain();   // the engine reads or writes it outside our calls
+            return device.find("tensor", tensor.address(), tensor.byteSize()).array;
+        }
     }
 
     TornadoDevice tornadoDevice() {
@@ -146,8 +193,97 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     /** Runs what caches hold back (appends, copies); every call has completed when it returns. */
     @Override
     public synchronized void synchronize() {
+        drain();
         for (CacheGraph graph : graphs.values()) {
             graph.flush();
+        }
+    }
+
+    // ---- lanes
+
+    boolean hasLanes() {
+        return lanes.length > 0;
+    }
+
+    /** The lane of a new cache graph: round robin, so an engine's layers spread over the lanes. */
+    int assignLane() {
+        return lanes.length == 0 ? -1 : nextLane++ % lanes.length;
+    }
+
+    /** Queues {@code work} on {@code lane}; its output copy (if any) is added with {@link #addPendingCopy}. */
+    Future<?> submit(int lane, Runnable work) {
+        return lanes[lane].submit(work);
+    }
+
+    /**
+     * Registers the output copy of the call just queued for {@code graph}; a pending copy to exactly the same range is
+     * dropped (this call's output replaces it).
+     */
+    PendingCopy addPendingCopy(CacheGraph graph, DeviceTensor into, Runnable apply) {
+        long address = into.address();
+        long bytes = into.byteSize();
+        pendingCopies.removeIf(c -> {
+            boolean replaced = c.address == address && c.bytes == bytes;
+            if (replaced) {
+                c.graph.forgetCopy(c);
+            }
+            return replaced;
+        });
+        PendingCopy copy = new PendingCopy(++calls, graph, address, bytes, apply);
+        pendingCopies.add(copy);
+        return copy;
+    }
+
+    /** Before the host reads [address, address + bytes) for a queued call: waits if a queued call writes it. */
+    void settle(long address, long bytes) {
+        for (PendingCopy c : pendingCopies) {
+            if (c.overlaps(address, bytes)) {
+                drain();
+                return;
+            }
+        }
+    }
+
+    /**
+     * Waits for every queued call and copies their outputs into the callers' tensors in call order. The first failure
+     * of a queued call is thrown (after the others have finished; a failed call's output is not copied).
+     */
+    void drain() {
+        RuntimeException failure = null;
+        for (CacheGraph graph : graphs.values()) {
+            RuntimeException e = graph.awaitQueued();
+            failure = failure == null ? e : failure;
+        }
+        List<PendingCopy> copies = new ArrayList<>(pendingCopies);
+        pendingCopies.clear();
+        for (PendingCopy c : copies) {
+            if (c.graph.takeCopy(c)) {
+                c.apply.run();
+            }
+        }
+        if (failure != null) {
+            throw failure;
+        }
+    }
+
+    /** The outcome of a queued call: null, or its failure as a runtime exception. */
+    static RuntimeException outcome(Future<?> queued) {
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    queued.get();
+                    return null;
+                } catch (InterruptedException e) {
+                    interrupted = true;   // the call is running on the GPU: finish waiting, keep the flag
+                }
+            }
+        } catch (ExecutionException e) {
+            return e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e.getCause());
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
         }
     }
 
@@ -193,6 +329,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
 
     @Override
     protected synchronized void free(long address, long bytes) {
+        drain();
         Memory m = memory.remove(address);
         if (m != null && m.graph != null) {
             CacheGraph graph = m.graph;
@@ -218,6 +355,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
 
     /** Host memory of [address, address + bytes), after the cache graph holding it (if any) has brought it home. */
     private MemorySegment hostView(long address, long bytes, boolean forWriting) {
+        drain();
         Memory m = find("address", address, bytes);
         if (m.graph != null) {
             if (forWriting) {
@@ -252,7 +390,9 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     protected synchronized void uploadInts(long destination, int[] values, int from, int count) {
         Memory m = find("destination", destination, 4L * count);
         if (m.graph != null) {
-            m.graph.flush();   // held-back work must see the lengths and pages it was issued with
+            m.graph.flush();   // held-back and queued work must see the lengths and pages it was issued with
+        } else {
+            settle(destination, 4L * count);
         }
         MemorySegment.copy(values, from, m.segment(), ValueLayout.JAVA_INT_UNALIGNED, destination - m.address, count);
     }
