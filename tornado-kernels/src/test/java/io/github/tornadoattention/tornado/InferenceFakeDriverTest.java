@@ -13,6 +13,7 @@ import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.verify.KvCacheModel;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -137,6 +138,22 @@ class InferenceFakeDriverTest {
 
     @ParameterizedTest
     @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
+    void withLanesADecodeStepDoesTheSameWorkAndAHostReadWaitsForIt(String id) {
+        Map<String, List<String>> steps = steps(id);
+        for (String step : List.of("lanes-step", "lanes-read")) {
+            List<String> lines = steps.get(step);
+            String where = id + " " + step + ":\n" + String.join("\n", lines);
+            assertEquals(List.of(0L, 0L, 0L), counters(lines), "no compilation, plan or allocation in a step: " + where);
+            assertEquals((id.equals("ptx-tornado") ? 1 : 3) * LAYERS, count(lines, LAUNCH), "one execution per layer: " + where);
+            assertEquals(LAYERS, bytes(lines, FakeCuda.DEVICE_TO_HOST).size(), "each layer's O came back: " + where);
+            assertEquals((id.equals("ptx-tornado") ? 1 : 4) * LAYERS, dataUploads(lines).size(), "the same inputs: " + where);
+        }
+        assertTrue(steps.get("lanes-read").stream().anyMatch(l -> l.contains("[lanes] read o: not poisoned")),
+                "reading o waited for the queued calls and their output copies: " + id);
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
     void closingFreesEveryDeviceBuffer(String id) {
         List<String> all = new ArrayList<>();
         steps(id).values().forEach(all::addAll);
@@ -254,6 +271,54 @@ class InferenceFakeDriverTest {
                 }
             }
             twoPlans(id, device, spec, random, one, prompt);
+            lanes(id, spec, random, one, prompt);
+        }
+
+        /**
+         * With two lanes: decode steps (queued calls, one synchronisation), then a step read back without
+         * synchronising: the read waits for the queued calls and their output copies (o poisoned before).
+         */
+        private static void lanes(String id, CacheAttentionSpec spec, Random random, int[] one, int[] prompt) {
+            AttentionDevice device = Attention.device(id, PlanOptions.builder().lanes(2).build());
+            KvCacheSpec cacheSpec = KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D);
+            List<KvCache> caches = new ArrayList<>();
+            try (CacheAttentionPlan plan = device.plan(spec, cacheSpec);
+                 DeviceTensor q = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, (int) spec.denseQueryElements()));
+                 DeviceTensor k = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                 DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                 DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements())) {
+                for (int l = 0; l < LAYERS; l++) {
+                    KvCache cache = device.kvCache(cacheSpec);
+                    caches.add(cache);
+                    cache.appendPacked(pk, pv, prompt);
+                }
+                step(id, device, caches, plan, q, k, v, o, null, one);
+                step(id, device, caches, plan, q, k, v, o, null, one);
+                mark(id, "lanes-step");
+                step(id, device, caches, plan, q, k, v, o, null, one);
+                mark(id, "lanes-read");
+                KvCacheModel.poison(o);
+                long compilations = device.compilations();
+                long plans = Attention.plansCreated();
+                long allocations = device.allocations();
+                for (KvCache cache : caches) {
+                    cache.append(k, v, Layout.BHSD, 1, one);
+                    plan.forward(q, cache, o, null);
+                }
+                float[] read = KvCacheModel.download(device, o);   // no synchronize(): the read waits
+                boolean poisoned = false;
+                for (float x : read) {
+                    poisoned |= Float.isNaN(x);
+                }
+                System.err.println("[lanes] read o: " + (poisoned ? "still poisoned" : "not poisoned"));
+                System.err.println("[counters] compilations " + (device.compilations() - compilations) + " plans "
+                        + (Attention.plansCreated() - plans) + " allocations " + (device.allocations() - allocations));
+                mark(id, "lanes-close");
+            } finally {
+                caches.forEach(KvCache::close);
+            }
         }
 
         /**
