@@ -11,7 +11,8 @@
 #    ptx-tornado, tornado-mma and tornado-simt; the dense plans (selftest --random, unchanged inputs kept on the
 #    device);
 # 2. per-token decode through the Java API at (8,32,8,128), LAYERS layers, each context: ptx-cuda, ptx-tornado,
-#    tornado-mma (step wall time without the profiler, kernel time with it) beside PyTorch (index write + SDPA);
+#    tornado-mma (step wall time without the profiler, with CUDA graphs, with 4 lanes too; kernel time with the
+#    profiler) beside PyTorch (index write + SDPA);
 # 3. the Llama-shaped layer demo (examples/): our attention task against a GPULlama3-style scalar kernel.
 # Logs and JSON lines go to $OUT (default out/tornado); a table is printed last.
 set -uo pipefail
@@ -56,6 +57,8 @@ if want correctness; then
     echo "[$b] selftest --inference: $(tail -n 1 "$OUT/selftest-inference-$b.log")"
     ta selftest --inference --cuda-graph --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b-graph.log" 2>&1 || fail=1
     echo "[$b] selftest --inference --cuda-graph: $(tail -n 1 "$OUT/selftest-inference-$b-graph.log")"
+    ta selftest --inference --cuda-graph --lanes 4 --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b-lanes.log" 2>&1 || fail=1
+    echo "[$b] selftest --inference --cuda-graph --lanes 4: $(tail -n 1 "$OUT/selftest-inference-$b-lanes.log")"
     for args in "--context 3000 --ragged" "--context 3000 --ragged --page-size 16" "--context 700 --dim 64 --page-size 4"; do
       dims=$SHAPE; [[ "$args" == *"--dim 64"* ]] && dims="--batch 8 --heads 32 --kv-heads 8"
       log="$OUT/check-$b-$(echo "$args" | tr -d ' -').log"
@@ -75,8 +78,8 @@ if want decode; then
       > "$OUT/decode-$n-ptx-cuda.log" 2>&1 || fail=1
     tail -n 1 "$OUT/decode-$n-ptx-cuda.log" >> "$OUT/decode.jsonl"
     for b in ptx-tornado tornado-mma; do
-      for mode in "" "--profile" "--cuda-graph"; do
-        log="$OUT/decode-$n-$b${mode:+-${mode#--}}.log"
+      for mode in "" "--profile" "--cuda-graph" "--cuda-graph --lanes 4"; do
+        log="$OUT/decode-$n-$b$(echo "$mode" | tr -d ' ' | sed 's/--/-/g').log"
         ta decode $SHAPE --context "$n" --layers "$LAYERS" --steps "$STEPS" --warmup "$WARMUP" --backend "$b" $mode --seed "$SEED" --json \
           > "$log" 2>&1 || fail=1
         tail -n 1 "$log" | sed "s/^{/{\"mode\":\"${mode:-plain}\",/" >> "$OUT/decode.jsonl"
@@ -118,7 +121,8 @@ for n in sorted(cuda):
         pick = lambda mode: [r for r in rows if r.get("backend") == b and r["context"] == n and r.get("mode") == mode]
         prof = pick("--profile")
         k = prof[0]["kernel_median_ms"] if prof and prof[0].get("kernel_median_ms") else None
-        for mode, label in (("plain", b), ("--cuda-graph", b + " (CUDA graph)")):
+        for mode, label in (("plain", b), ("--cuda-graph", b + " (CUDA graph)"),
+                            ("--cuda-graph --lanes 4", b + " (CUDA graph, 4 lanes)")):
             r = pick(mode)
             if r and "step_median_ms" in r[0]:
                 line(label, r[0]["step_median_ms"], "%.4g" % k if k else "-", r[0]["compilations_after_warmup"])
