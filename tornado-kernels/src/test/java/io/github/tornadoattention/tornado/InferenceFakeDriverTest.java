@@ -240,47 +240,22 @@ class InferenceFakeDriverTest {
             Arrays.fill(one, 1);
             int[] prompt = new int[SLOTS];
             Arrays.fill(prompt, PROMPT);
-            for (KvCacheSpec cacheSpec : List.of(KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D),
-                    KvCacheSpec.paged(SLOTS, HKV, CAPACITY, D, 16))) {
-                String prefix = cacheSpec.paged() ? "paged-" : "";
-                List<KvCache> caches = new ArrayList<>();
-                try (CacheAttentionPlan plan = device.plan(spec, cacheSpec);
-                     DeviceTensor q = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, (int) spec.denseQueryElements()));
-                     DeviceTensor k = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
-                     DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
-                     DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
-                     DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
-                     DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements());
-                     DeviceTensor lse = device.allocate(DType.FP32, (long) SLOTS * HQ)) {
-                    for (int l = 0; l < LAYERS; l++) {
-                        KvCache cache = device.kvCache(cacheSpec);
-                        caches.add(cache);
-                        cache.appendPacked(pk, pv, prompt);
-                    }
-                    mark(id, prefix + "first-step");
-                    step(id, device, caches, plan, q, k, v, o, null, one);
-                    mark(id, prefix + "warm-up");
-                    step(id, device, caches, plan, q, k, v, o, null, one);
-                    mark(id, prefix + "step");
-                    step(id, device, caches, plan, q, k, v, o, null, one);
-                    mark(id, prefix + "lse-step");
-                    step(id, device, caches, plan, q, k, v, o, lse, one);
-                    mark(id, prefix + "close");
-                } finally {
-                    caches.forEach(KvCache::close);
-                }
-            }
+            KvCacheSpec contiguous = KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D);
+            decodeSteps(id, device, spec, contiguous, "", random, one, prompt);
+            decodeSteps(id, device, spec, KvCacheSpec.paged(SLOTS, HKV, CAPACITY, D, 16), "paged-", random, one, prompt);
             twoPlans(id, device, spec, random, one, prompt);
-            lanes(id, spec, random, one, prompt);
+            // With two lanes: the same steps (queued calls, one synchronisation), then "lanes-read".
+            decodeSteps(id, Attention.device(id, PlanOptions.builder().lanes(2).build()), spec, contiguous, "lanes-", random,
+                    one, prompt);
         }
 
         /**
-         * With two lanes: decode steps (queued calls, one synchronisation), then a step read back without
-         * synchronising: the read waits for the queued calls and their output copies (o poisoned before).
+         * LAYERS caches holding a prompt, then decode steps marked {@code prefix} + first-step, warm-up, step, lse-step;
+         * on a device with lanes also + read: a step read back without synchronising (o poisoned before), which must
+         * wait for the queued calls and their output copies.
          */
-        private static void lanes(String id, CacheAttentionSpec spec, Random random, int[] one, int[] prompt) {
-            AttentionDevice device = Attention.device(id, PlanOptions.builder().lanes(2).build());
-            KvCacheSpec cacheSpec = KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D);
+        private static void decodeSteps(String id, AttentionDevice device, CacheAttentionSpec spec, KvCacheSpec cacheSpec,
+                                        String prefix, Random random, int[] one, int[] prompt) {
             List<KvCache> caches = new ArrayList<>();
             try (CacheAttentionPlan plan = device.plan(spec, cacheSpec);
                  DeviceTensor q = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, (int) spec.denseQueryElements()));
@@ -288,34 +263,34 @@ class InferenceFakeDriverTest {
                  DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
                  DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
                  DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
-                 DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements())) {
+                 DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements());
+                 DeviceTensor lse = device.allocate(DType.FP32, (long) SLOTS * HQ)) {
                 for (int l = 0; l < LAYERS; l++) {
                     KvCache cache = device.kvCache(cacheSpec);
                     caches.add(cache);
                     cache.appendPacked(pk, pv, prompt);
                 }
+                mark(id, prefix + "first-step");
                 step(id, device, caches, plan, q, k, v, o, null, one);
+                mark(id, prefix + "warm-up");
                 step(id, device, caches, plan, q, k, v, o, null, one);
-                mark(id, "lanes-step");
+                mark(id, prefix + "step");
                 step(id, device, caches, plan, q, k, v, o, null, one);
-                mark(id, "lanes-read");
-                KvCacheModel.poison(o);
-                long compilations = device.compilations();
-                long plans = Attention.plansCreated();
-                long allocations = device.allocations();
-                for (KvCache cache : caches) {
-                    cache.append(k, v, Layout.BHSD, 1, one);
-                    plan.forward(q, cache, o, null);
+                mark(id, prefix + "lse-step");
+                step(id, device, caches, plan, q, k, v, o, lse, one);
+                if (prefix.equals("lanes-")) {
+                    mark(id, prefix + "read");
+                    KvCacheModel.poison(o);
+                    counted(device, () -> {
+                        calls(caches, plan, q, k, v, o, null, one);
+                        boolean poisoned = false;
+                        for (float x : KvCacheModel.download(device, o)) {   // no synchronize(): the read waits
+                            poisoned |= Float.isNaN(x);
+                        }
+                        System.err.println("[lanes] read o: " + (poisoned ? "still poisoned" : "not poisoned"));
+                    });
                 }
-                float[] read = KvCacheModel.download(device, o);   // no synchronize(): the read waits
-                boolean poisoned = false;
-                for (float x : read) {
-                    poisoned |= Float.isNaN(x);
-                }
-                System.err.println("[lanes] read o: " + (poisoned ? "still poisoned" : "not poisoned"));
-                System.err.println("[counters] compilations " + (device.compilations() - compilations) + " plans "
-                        + (Attention.plansCreated() - plans) + " allocations " + (device.allocations() - allocations));
-                mark(id, "lanes-close");
+                mark(id, prefix + "close");
             } finally {
                 caches.forEach(KvCache::close);
             }
@@ -359,14 +334,27 @@ class InferenceFakeDriverTest {
         private static void step(String id, AttentionDevice device, List<KvCache> caches, CacheAttentionPlan plan,
                                  DeviceTensor q, DeviceTensor k, DeviceTensor v, DeviceTensor o, DeviceTensor lse,
                                  int[] one) {
-            long compilations = device.compilations();
-            long plans = Attention.plansCreated();
-            long allocations = device.allocations();
+            counted(device, () -> {
+                calls(caches, plan, q, k, v, o, lse, one);
+                device.synchronize();
+            });
+        }
+
+        /** A decode step's calls: per layer, one new token per slot appended, then attention. */
+        private static void calls(List<KvCache> caches, CacheAttentionPlan plan, DeviceTensor q, DeviceTensor k,
+                                  DeviceTensor v, DeviceTensor o, DeviceTensor lse, int[] one) {
             for (KvCache cache : caches) {
                 cache.append(k, v, Layout.BHSD, 1, one);
                 plan.forward(q, cache, o, lse);
             }
-            device.synchronize();
+        }
+
+        /** Runs {@code work}, then prints the compilations, plans and allocations it made. */
+        private static void counted(AttentionDevice device, Runnable work) {
+            long compilations = device.compilations();
+            long plans = Attention.plansCreated();
+            long allocations = device.allocations();
+            work.run();
             System.err.println("[counters] compilations " + (device.compilations() - compilations) + " plans "
                     + (Attention.plansCreated() - plans) + " allocations " + (device.allocations() - allocations));
         }
