@@ -12,7 +12,6 @@ import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.cpu.HostCacheOps;
 import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
 import io.github.tornadoattention.tornado.inference.TornadoAttentionDevice.Memory;
-import io.github.tornadoattention.tornado.inference.TornadoAttentionDevice.PendingCopy;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
@@ -116,10 +115,8 @@ final class CacheGraph {
     private boolean executedSinceBuild;
     /** The lane this graph's queued calls run on (-1 without lanes). */
     private final int lane;
-    /** The queued call (its execution), or null. */
+    /** The queued call (its execution), or null; its output copy waits in the device's pending copies. */
     private Future<?> queued;
-    /** The queued call's output copy into the caller's tensor while not yet applied or replaced, or null. */
-    private PendingCopy copy;
 
     CacheGraph(TornadoAttentionDevice device, KvCache cache) {
         this.device = device;
@@ -236,7 +233,7 @@ final class CacheGraph {
         if (queue) {
             MemorySegment out = host(o);
             queued = device.submit(lane, this::execute);
-            copy = device.addPendingCopy(this, o, () -> copyRows(out, strides, v.o.getSegment(), sq, s.heads(), 0, false));
+            device.addPendingCopy(this, o, () -> copyRows(out, strides, v.o.getSegment(), sq, s.heads(), 0, false));
             return;
         }
         execute();
@@ -558,7 +555,7 @@ final class CacheGraph {
         queued = null;
         RuntimeException failure = TornadoAttentionDevice.outcome(f);
         if (failure != null) {
-            copy = null;
+            device.dropPendingCopies(this);
         }
         return failure;
     }
@@ -569,24 +566,8 @@ final class CacheGraph {
         if (failure != null) {
             throw failure;
         }
-        if (copy != null) {
+        if (device.hasPendingCopy(this)) {
             device.drain();   // the copy reads this graph's output array; copies go in call order
-        }
-    }
-
-    /** Whether {@code c} is this graph's pending copy (then it is taken: the caller applies it). */
-    boolean takeCopy(PendingCopy c) {
-        if (copy != c) {
-            return false;
-        }
-        copy = null;
-        return true;
-    }
-
-    /** A later call's output replaces {@code c}. */
-    void forgetCopy(PendingCopy c) {
-        if (copy == c) {
-            copy = null;
         }
     }
 

@@ -72,7 +72,6 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     private int nextLane;
     /** Outputs of queued calls still to be copied into the caller's tensors, in call order. */
     private final List<PendingCopy> pendingCopies = new ArrayList<>();
-    private long calls;
     private final TreeMap<Long, Memory> memory = new TreeMap<>();
     private final Map<KvCache, CacheGraph> graphs = new IdentityHashMap<>();
     private final List<TornadoCachePlan> plans = new ArrayList<>();
@@ -108,7 +107,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
      * A queued call's output: {@code apply} copies the graph's output array into the caller's tensor
      * [{@code address}, {@code address + bytes}) once the call has run.
      */
-    record PendingCopy(long call, CacheGraph graph, long address, long bytes, Runnable apply) {
+    record PendingCopy(CacheGraph graph, long address, long bytes, Runnable apply) {
         boolean overlaps(long start, long length) {
             return start < address + bytes && address < start + length;
         }
@@ -219,19 +218,26 @@ public final class TornadoAttentionDevice extends AttentionDevice {
      * Registers the output copy of the call just queued for {@code graph}; a pending copy to exactly the same range is
      * dropped (this call's output replaces it).
      */
-    PendingCopy addPendingCopy(CacheGraph graph, DeviceTensor into, Runnable apply) {
+    void addPendingCopy(CacheGraph graph, DeviceTensor into, Runnable apply) {
         long address = into.address();
         long bytes = into.byteSize();
-        pendingCopies.removeIf(c -> {
-            boolean replaced = c.address == address && c.bytes == bytes;
-            if (replaced) {
-                c.graph.forgetCopy(c);
+        pendingCopies.removeIf(c -> c.address == address && c.bytes == bytes);
+        pendingCopies.add(new PendingCopy(graph, address, bytes, apply));
+    }
+
+    /** Whether a queued call of {@code graph} still has its output to copy (it reads the graph's output array). */
+    boolean hasPendingCopy(CacheGraph graph) {
+        for (PendingCopy c : pendingCopies) {
+            if (c.graph == graph) {
+                return true;
             }
-            return replaced;
-        });
-        PendingCopy copy = new PendingCopy(++calls, graph, address, bytes, apply);
-        pendingCopies.add(copy);
-        return copy;
+        }
+        return false;
+    }
+
+    /** A failed call's output is never copied. */
+    void dropPendingCopies(CacheGraph graph) {
+        pendingCopies.removeIf(c -> c.graph == graph);
     }
 
     /** Before the host reads [address, address + bytes) for a queued call: waits if a queued call writes it. */
@@ -257,9 +263,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
         List<PendingCopy> copies = new ArrayList<>(pendingCopies);
         pendingCopies.clear();
         for (PendingCopy c : copies) {
-            if (c.graph.takeCopy(c)) {
-                c.apply.run();
-            }
+            c.apply.run();
         }
         if (failure != null) {
             throw failure;
