@@ -8,9 +8,12 @@ import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy.Splits;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
-import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 
@@ -22,9 +25,6 @@ import java.lang.foreign.MemorySegment;
  * combine, packed = one prefill-over-cache launch.
  */
 final class CudaCachePlan extends CacheAttentionPlan {
-    /** Keys per split come in multiples of this (a multiple of every decode tile's Bc). */
-    static final int SPLIT_GRANULE = 256;
-    static final int MAX_SPLITS = 128;
     private final KernelManifest.Kernel split;
     private final KernelManifest.Kernel combine;
     private final KernelManifest.Kernel prefill;
@@ -38,7 +38,6 @@ final class CudaCachePlan extends CacheAttentionPlan {
     private final DeviceTensor packedParams;
     private final DeviceTensor partialO;
     private final DeviceTensor partialLse;
-    private final int maxSplits;
     private final int rowBlocks;
     private final long splitFunction;
     private final long combineFunction;
@@ -51,34 +50,28 @@ final class CudaCachePlan extends CacheAttentionPlan {
         super(device, spec, cacheSpec);
         this.device = device;
         int d = spec.headDim();
-        if (!LaunchTable.HEAD_DIMS.contains(d)) {
-            throw new InvalidArgumentException("headDim", d, "ptx-cuda cache kernels support head dims " + LaunchTable.HEAD_DIMS);
-        }
-        if (spec.dtype() != io.github.tornadoattention.DType.FP16) {
-            throw new InvalidArgumentException("dtype", spec.dtype(), "ptx-cuda ships fp16 kernels only (bf16 is planned)");
-        }
         if ((long) spec.batch() * spec.heads() > MAX_GRID_YZ) {
             throw new InvalidArgumentException("batch*heads", (long) spec.batch() * spec.heads(),
                     "the kernels launch one block row per (sequence, head): at most " + MAX_GRID_YZ);
         }
-        String paged = cacheSpec.paged() ? "_paged" : "";
-        // Entry names and launch geometry from the kernel manifest (ptx/manifest.tsv), the one launch table.
+        // Entries and launch geometry from the kernel manifest (ptx/manifest.tsv), the one launch table; a
+        // variant it does not serve (dtype, head dim) is refused here, before anything is allocated.
+        KernelVariant variant = variant(spec, cacheSpec);
         KernelManifest manifest = KernelManifest.shipped();
-        split = manifest.entry("flash_cache_decode_split" + paged + "_d" + d);
-        combine = manifest.entry("flash_cache_decode_combine_d" + d);
-        prefill = manifest.entry(prefillEntry(d, spec.causal(), cacheSpec.paged()));
-        splitFunction = device.function(split.entry());
-        combineFunction = device.function(combine.entry());
-        prefillFunction = device.function(prefill.entry());
+        split = manifest.select(variant.kind(Kind.CACHE_DECODE_SPLIT));
+        combine = manifest.select(variant.kind(Kind.CACHE_DECODE_COMBINE));
+        prefill = manifest.select(variant.kind(Kind.CACHE_PREFILL));
+        splitFunction = device.function(split);
+        combineFunction = device.function(combine);
+        prefillFunction = device.function(prefill);
         rowBlocks = (spec.groupSize() * Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES)
                 + split.rowsPerBlock() - 1) / split.rowsPerBlock();
-        maxSplits = Math.max(1, Math.min(MAX_SPLITS, (spec.maxLength() + SPLIT_GRANULE - 1) / SPLIT_GRANULE));
         DeviceTensor dp = null, pp = null, po = null, pl = null;
         try {
             dp = upload(KernelParams.forCache(spec, cacheSpec, false));
             pp = upload(KernelParams.forCache(spec, cacheSpec, true));
             long partialRows = spec.maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES
-                    ? (long) maxSplits * spec.batch() * spec.heads() * spec.maxQueryLength() : 1;
+                    ? (long) DecodeSplitPolicy.maxSplits(spec.maxLength()) * spec.batch() * spec.heads() * spec.maxQueryLength() : 1;
             po = device.allocate(io.github.tornadoattention.DType.FP32, partialRows * d);
             pl = device.allocate(io.github.tornadoattention.DType.FP32, partialRows);
         } catch (RuntimeException e) {
@@ -96,8 +89,10 @@ final class CudaCachePlan extends CacheAttentionPlan {
         device.synchronize();
     }
 
-    static String prefillEntry(int d, boolean causal, boolean paged) {
-        return "flash_cache_fwd" + (paged ? "_paged" : "") + "_d" + d + (d == 128 && causal ? "_causal" : "");
+    /** The CUDA-driver variant of a cache call of this spec (its kind set per pass). */
+    static KernelVariant variant(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        return KernelVariant.of(Kind.CACHE_PREFILL, spec.dtype(), spec.headDim()).causal(spec.causal())
+                .paged(cacheSpec.paged());
     }
 
     private DeviceTensor upload(int[] params) {
@@ -124,14 +119,9 @@ final class CudaCachePlan extends CacheAttentionPlan {
                 combineArgs);
     }
 
-    /** A decode launch's split of the keys: {@code keysPerSplit} keys per block, {@code count} splits (grid x). */
-    record Splits(int keysPerSplit, int count) {
-    }
-
     /**
      * Splits from the lengths now, over the slots with queries (idle slots' rows are zeros whatever the
-     * grid): enough splits for about four one-warp blocks per SM over all the work, in granules of
-     * {@value #SPLIT_GRANULE} keys, at most {@link #maxSplits} per sequence.
+     * grid): {@link DecodeSplitPolicy#forLengths}.
      */
     Splits splits(KvCache cache) {
         long granules = 0;
@@ -139,16 +129,12 @@ final class CudaCachePlan extends CacheAttentionPlan {
         for (int b = 0; b < spec().batch(); b++) {
             if (cache.newTokens(b) > 0) {
                 int length = cache.length(b);
-                granules += (length + SPLIT_GRANULE - 1) / SPLIT_GRANULE;
+                granules += DecodeSplitPolicy.granules(length);
                 maxLength = Math.max(maxLength, length);
             }
         }
-        long blocksPerGranule = (long) spec().kvHeads() * rowBlocks;
-        long target = 4L * device.context().multiprocessors();
-        long perSplit = Math.max(1, Math.round((double) granules * blocksPerGranule / target));
-        long byCap = ((long) maxLength + (long) maxSplits * SPLIT_GRANULE - 1) / ((long) maxSplits * SPLIT_GRANULE);
-        int keysPerSplit = Math.toIntExact(Math.max(perSplit, Math.max(1, byCap)) * SPLIT_GRANULE);
-        return new Splits(keysPerSplit, Math.max(1, (maxLength + keysPerSplit - 1) / keysPerSplit));
+        return DecodeSplitPolicy.forLengths(granules, maxLength, (long) spec().kvHeads() * rowBlocks,
+                device.context().multiprocessors(), spec().maxLength());
     }
 
     @Override

@@ -12,6 +12,10 @@ import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.TensorStrides;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelManifest.Kernel;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -21,11 +25,6 @@ import java.util.concurrent.atomic.AtomicLong;
  * uploads are truly asynchronous and cost no allocation.
  */
 public final class CudaDevice extends AttentionDevice {
-    /** Block sizes of the append and merge kernels, from the kernel manifest. */
-    private static final int APPEND_THREADS = io.github.tornadoattention.ptx.KernelManifest.shipped().entry("kv_cache_append").threads();
-    private static final int MERGE_THREADS = io.github.tornadoattention.ptx.KernelManifest.shipped().entry("attention_merge_states").threads();
-    /** The module of the cache kernels (ptx-overrides/src/flash_cache.cu). */
-    static final String CACHE_MODULE = "flash_cache.ptx";
 
     private final CudaContext cuda;
     private final CudaDriver driver;
@@ -203,9 +202,11 @@ public final class CudaDevice extends AttentionDevice {
                 .integer(16, Math.toIntExact(storage.row()))
                 .integer(17, spec.pageSize())
                 .integer(18, spec.pagesPerSequence());
-        int rowsPerBlock = APPEND_THREADS / (spec.headDim() / 8);
+        Kernel kernel = KernelManifest.shipped().select(KernelVariant.of(Kind.CACHE_APPEND, spec.dtype(), spec.headDim())
+                .paged(spec.paged()));
+        int rowsPerBlock = kernel.threads() / (spec.headDim() / 8);
         int gridX = (append.maxNew() + rowsPerBlock - 1) / rowsPerBlock;
-        launch(function("kv_cache_append"), gridX, spec.kvHeads(), spec.slots(), APPEND_THREADS, appendArgs);
+        launch(function(kernel), gridX, spec.kvHeads(), spec.slots(), kernel.threads(), appendArgs);
     }
 
     @Override
@@ -219,16 +220,17 @@ public final class CudaDevice extends AttentionDevice {
         mergeArgs.pointer(0, oParts.address()).pointer(1, lseParts.address()).pointer(2, o.address())
                 .pointer(3, lse == null ? 0 : lse.address()).integer(4, parts);
         mergeArgs.int64(5, rows).integer(6, headDim);
-        long rowsPerBlock = MERGE_THREADS / (headDim / 8);
-        launch(function("attention_merge_states"), Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, MERGE_THREADS,
+        Kernel kernel = KernelManifest.shipped().select(KernelVariant.of(Kind.MERGE_STATES, o.dtype(), headDim));
+        long rowsPerBlock = kernel.threads() / (headDim / 8);
+        launch(function(kernel), Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, kernel.threads(),
                 mergeArgs);
     }
 
-    /** The function handle of entry {@code entry} of the cache module (the module is loaded once, on first use). */
-    long function(String entry) {
-        return functions.computeIfAbsent(entry, e -> {
+    /** The function handle of {@code kernel} (its module is loaded once, on first use). */
+    long function(Kernel kernel) {
+        return functions.computeIfAbsent(kernel.entry(), e -> {
             cuda.makeCurrent();
-            return cuda.function(CACHE_MODULE, e);
+            return cuda.function(kernel.module(), e);
         });
     }
 

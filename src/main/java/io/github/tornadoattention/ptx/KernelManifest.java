@@ -1,38 +1,70 @@
 package io.github.tornadoattention.ptx;
 
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.ptx.KernelVariant.CacheLayout;
+import io.github.tornadoattention.ptx.KernelVariant.Feature;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.stream.Collectors;
 
 /**
  * The launch table of the hand-tuned kernels: {@code ptx-overrides/ptx/manifest.tsv}, which
- * ptx-overrides/generate.sh writes from the kernels' tile configurations (their traits) and ptxas,
- * and which ships beside the PTX. One row per entry: its module, kind, the array header it expects,
- * which causal flag selects it for its head dim, and its tile (Br query rows per block, threads,
- * dynamic shared memory). Columns are found by name, so new columns do not break an old reader.
+ * ptx-overrides/generate.sh writes from the kernel table, the kernels' tile configurations (their traits) and
+ * ptxas, and which ships beside the PTX. One row per entry: its module, the variant it serves (kind, element
+ * type, head dim, which causal flag selects it, cache layout, run-time features, array header, architecture
+ * family) and its tile (Br query rows per block, threads, dynamic shared memory). Hosts find an entry through
+ * {@link #select(KernelVariant)}, the one lookup; columns are found by name, so new columns do not break an old
+ * reader.
  */
 public final class KernelManifest {
-    public static final String PREFILL = "prefill";
-    public static final String DECODE_SPLIT = "decode-split";
-    public static final String DECODE_COMBINE = "decode-combine";
     private static final String RESOURCE_DIR = "/io/github/tornadoattention/ptx/";
 
     /**
-     * One entry. {@code headerBytes}: 0 for the CUDA-driver ABI, else the bytes before each array's
-     * data (a TornadoVM twin). {@code causal}: "0", "1" or "any", the causal flag that selects the
-     * entry for its head dim, or "-" (no host selects it: a benchmark-only entry).
-     * {@code rowsPerBlock}: query rows (Br) a block covers; decode: packed rows; combine: rows.
+     * One entry. {@code headDim} 0: any head dim (append, merge). {@code causal}: "0", "1" or "any", the causal
+     * flag that selects the entry, or "-" (no host selects it: a benchmark-only entry). {@code layout}: "none",
+     * "contiguous", "paged" or "any" (either cache layout). {@code headerBytes}: 0 for the CUDA-driver ABI, else
+     * the bytes before each array's data (a TornadoVM twin). {@code rowsPerBlock}: query rows (Br) a block covers;
+     * decode: packed rows; combine: rows.
      */
-    public record Kernel(String module, String entry, String kind, int headerBytes, String causal, int headDim,
-                         int rowsPerBlock, int keysPerTile, int threads, int dynamicSharedBytes) {
+    public record Kernel(String module, String entry, Kind kind, DType dtype, int headDim, String causal, String layout,
+                         Set<Feature> features, int headerBytes, String arch, int rowsPerBlock, int keysPerTile,
+                         int threads, int dynamicSharedBytes) {
 
-        boolean selectedFor(int headDim, boolean causal) {
-            return this.headDim == headDim && (this.causal.equals("any") || this.causal.equals(causal ? "1" : "0"));
+        /** True when a host asking for {@code v} may run this entry. */
+        public boolean serves(KernelVariant v) {
+            return kind == v.kind() && dtype == v.dtype() && (headDim == 0 || headDim == v.headDim())
+                    && (causal.equals("any") || causal.equals(v.causal() ? "1" : "0"))
+                    && servesLayout(v.layout())
+                    && features.containsAll(v.features()) && headerBytes == v.headerBytes() && arch.equals(v.arch());
+        }
+
+        boolean servesLayout(CacheLayout l) {
+            return layout.equals(l.column()) || layout.equals("any") && l != CacheLayout.NONE;
+        }
+
+        /** Selected by some host (benchmark-only entries are not). */
+        public boolean selectable() {
+            return !causal.equals("-");
+        }
+
+        /** What the entry serves, as a refusal lists it. */
+        String describe() {
+            return dtype.name().toLowerCase(Locale.ROOT) + " D=" + (headDim == 0 ? "any" : headDim)
+                    + (causal.equals("any") ? "" : causal.equals("1") ? " causal" : " non-causal")
+                    + (layout.equals("none") ? "" : " " + layout + " cache")
+                    + (features.isEmpty() ? "" : " " + features.stream().map(Feature::column).sorted().toList());
         }
     }
 
@@ -41,6 +73,8 @@ public final class KernelManifest {
     }
 
     private final List<Kernel> kernels;
+    /** Lookups done: hosts may select per call (the manifest never changes). */
+    private final Map<KernelVariant, Kernel> selected = new ConcurrentHashMap<>();
 
     private KernelManifest(List<Kernel> kernels) {
         this.kernels = List.copyOf(kernels);
@@ -63,9 +97,10 @@ public final class KernelManifest {
                         + columns.size() + ": " + lines[i]);
             }
             Row row = new Row(columns, cells);
-            kernels.add(new Kernel(row.text("module"), row.text("entry"), row.text("kind"), row.number("header_bytes"),
-                    row.text("causal"), row.number("head_dim"), row.number("br"), row.number("bc"), row.number("threads"),
-                    row.number("smem_dynamic")));
+            kernels.add(new Kernel(row.text("module"), row.text("entry"), Kind.ofColumn(row.text("kind")),
+                    DType.valueOf(row.text("dtype").toUpperCase(Locale.ROOT)), row.number("head_dim"), row.text("causal"),
+                    row.text("layout"), Feature.ofColumn(row.text("features")), row.number("header_bytes"), row.text("arch"),
+                    row.number("br"), row.number("bc"), row.number("threads"), row.number("smem_dynamic")));
         }
         return new KernelManifest(kernels);
     }
@@ -89,41 +124,75 @@ public final class KernelManifest {
     }
 
     /**
-     * The entry of {@code kind} that runs a call with this head dim and causal flag, for a host whose
-     * arrays have {@code headerBytes} before their data (0: the CUDA driver).
+     * The one entry that serves {@code variant}. A variant no entry serves is refused naming the first field
+     * that rules it out (dtype, headDim, layout, features, causal) and listing what the manifest serves for its
+     * kind and ABI.
      */
-    public Kernel select(String kind, int headDim, boolean causal, long headerBytes) {
-        List<Kernel> found = kernels.stream()
-                .filter(k -> k.kind().equals(kind) && k.headerBytes() == headerBytes && k.selectedFor(headDim, causal))
-                .toList();
-        if (found.size() != 1) {
-            throw new IllegalArgumentException(String.format(Locale.ROOT,
-                    "the kernel manifest has %d %s entries for head dim %d, causal %b, %d header bytes%s", found.size(), kind,
-                    headDim, causal, headerBytes, found.isEmpty() ? "" : ": " + found.stream().map(Kernel::entry).toList()));
+    public Kernel select(KernelVariant variant) {
+        Kernel cached = selected.get(variant);
+        return cached != null ? cached : selected.computeIfAbsent(variant, this::find);
+    }
+
+    private Kernel find(KernelVariant variant) {
+        List<Kernel> found = kernels.stream().filter(k -> k.serves(variant)).toList();
+        if (found.size() > 1) {
+            throw new IllegalStateException("the kernel manifest has " + found.size() + " entries for " + variant + ": "
+                    + found.stream().map(Kernel::entry).toList());
+        }
+        if (found.isEmpty()) {
+            throw refusal(variant);
         }
         return found.get(0);
     }
 
-    /** The entry named {@code entry} (hosts that pick their entry by name, like the KV-cache host). */
-    public Kernel entry(String entry) {
-        return kernels.stream().filter(k -> k.entry().equals(entry)).findFirst()
-                .orElseThrow(() -> new IllegalArgumentException("the kernel manifest has no entry " + entry));
+    /** True when some entry serves {@code variant}. */
+    public boolean serves(KernelVariant variant) {
+        return kernels.stream().anyMatch(k -> k.serves(variant));
     }
 
-    /** The head dims whose calls of either causal flag have a CUDA-driver entry of {@code kind}, ascending. */
-    public List<Integer> headDims(String kind) {
-        return kernels.stream().filter(k -> k.kind().equals(kind) && k.headerBytes() == 0).map(Kernel::headDim)
-                .distinct().sorted()
-                .filter(d -> selects(kind, d, false) && selects(kind, d, true)).toList();
+    private InvalidArgumentException refusal(KernelVariant v) {
+        List<Kernel> abi = kernels.stream().filter(k -> k.selectable() && k.kind() == v.kind()
+                && k.headerBytes() == v.headerBytes() && k.arch().equals(v.arch())).toList();
+        String served = "served " + v.kind().column() + " variants"
+                + (v.headerBytes() == 0 ? " (CUDA driver, " : " (TornadoVM " + v.headerBytes() + "-byte header, ") + v.arch()
+                + "): " + (abi.isEmpty() ? "none" : String.join(", ", abi.stream().map(Kernel::describe).distinct().toList()));
+        List<Kernel> typed = abi.stream().filter(k -> k.dtype() == v.dtype()).toList();
+        List<Kernel> sized = typed.stream().filter(k -> k.headDim() == 0 || k.headDim() == v.headDim()).toList();
+        List<Kernel> laid = sized.stream().filter(k -> k.servesLayout(v.layout())).toList();
+        if (typed.isEmpty()) {
+            return new InvalidArgumentException("dtype", v.dtype(), served);
+        } else if (sized.isEmpty()) {
+            return new InvalidArgumentException("headDim", v.headDim(), served);
+        } else if (laid.isEmpty()) {
+            return new InvalidArgumentException("layout", v.layout().column(), served);
+        } else if (laid.stream().noneMatch(k -> k.features().containsAll(v.features()))) {
+            return new InvalidArgumentException("features", v.features(), served);
+        }
+        return new InvalidArgumentException("causal", v.causal(), served);
     }
 
-    private boolean selects(String kind, int headDim, boolean causal) {
-        return kernels.stream().anyMatch(k -> k.kind().equals(kind) && k.headerBytes() == 0 && k.selectedFor(headDim, causal));
+    /**
+     * The head dims for which {@code variant}'s kind, dtype, layout and ABI have an entry for either causal flag,
+     * ascending (the variant's own head dim and causal flag are ignored).
+     */
+    public List<Integer> headDims(KernelVariant variant) {
+        return kernels.stream().filter(k -> k.selectable() && k.headDim() > 0).map(Kernel::headDim).distinct().sorted()
+                .filter(d -> serves(new KernelVariant(variant.kind(), variant.dtype(), d, false, variant.layout(),
+                        variant.features(), variant.headerBytes(), variant.arch()))
+                        && serves(new KernelVariant(variant.kind(), variant.dtype(), d, true, variant.layout(),
+                        variant.features(), variant.headerBytes(), variant.arch())))
+                .toList();
+    }
+
+    /** The element types some selectable entry of {@code kind} has. */
+    public Set<DType> dtypes(Kind kind) {
+        return kernels.stream().filter(k -> k.selectable() && k.kind() == kind).map(Kernel::dtype)
+                .collect(Collectors.toCollection(() -> EnumSet.noneOf(DType.class)));
     }
 
     /** The array header sizes of the selectable twins of {@code kind} (hosts whose arrays carry a header). */
-    public List<Integer> headerBytes(String kind) {
-        return kernels.stream().filter(k -> k.kind().equals(kind) && k.headerBytes() > 0 && !k.causal().equals("-"))
+    public List<Integer> headerBytes(Kind kind) {
+        return kernels.stream().filter(k -> k.kind() == kind && k.headerBytes() > 0 && k.selectable())
                 .map(Kernel::headerBytes).distinct().sorted().toList();
     }
 

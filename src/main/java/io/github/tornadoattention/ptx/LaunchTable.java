@@ -1,8 +1,10 @@
 package io.github.tornadoattention.ptx;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.ptx.KernelManifest.Kernel;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.util.List;
 
 /**
@@ -13,13 +15,10 @@ import java.util.List;
  * and their combine step.
  */
 public final class LaunchTable {
-    /** The head dims the prefill and decode kernels cover. */
-    public static final List<Integer> HEAD_DIMS = KernelManifest.shipped().headDims(KernelManifest.PREFILL);
+    /** The head dims the dense prefill kernels cover (fp16, CUDA driver). */
+    public static final List<Integer> HEAD_DIMS = KernelManifest.shipped().headDims(KernelVariant.of(Kind.PREFILL, DType.FP16, 0));
     /** Up to this many queries run the split-KV decode kernels (their row blocks pack G * Sq rows). */
     public static final int DECODE_MAX_QUERIES = 16;
-    /** Keys per split below which splitting costs more (combine pass, partial writes) than it gains. */
-    private static final int MIN_KEYS_PER_SPLIT = 256;
-    private static final int MAX_SPLITS = 128;
     /** Grid y (prefill: B*Hq) and z (decode: B*Hkv) are limited to 65535 blocks. */
     private static final int MAX_GRID_YZ = 65535;
 
@@ -80,21 +79,16 @@ public final class LaunchTable {
         return shape.queryLength() <= DECODE_MAX_QUERIES;
     }
 
-    /**
-     * Decode splits: about four one-warp blocks per SM, never fewer than {@value #MIN_KEYS_PER_SPLIT}
-     * keys per split, at most {@value #MAX_SPLITS}.
-     */
+    /** Decode splits of this shape ({@link DecodeSplitPolicy#gridSplits}: the grid is fixed by the shape). */
     public static int decodeSplits(AttentionShape shape, int multiprocessors) {
-        int blocks = shape.batch() * shape.kvHeads() * packedRowBlocks(shape, kernel(KernelManifest.DECODE_SPLIT, shape));
-        long wanted = Math.round(4.0 * multiprocessors / blocks);
-        int byLength = (shape.kvLength() + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT;
-        return (int) Math.max(1, Math.min(wanted, Math.min(byLength, MAX_SPLITS)));
+        long blocks = (long) shape.batch() * shape.kvHeads() * packedRowBlocks(shape, kernel(Kind.DECODE_SPLIT, shape));
+        return DecodeSplitPolicy.gridSplits(shape.kvLength(), blocks, multiprocessors);
     }
 
     /** The launches for {@code shape}, in order: prefill, or for decode shapes the split pass then the combine pass. */
     public static List<Launch> launches(AttentionShape shape, int splits) {
         if (isDecode(shape)) {
-            Kernel combine = kernel(KernelManifest.DECODE_COMBINE, shape);
+            Kernel combine = kernel(Kind.DECODE_COMBINE, shape);
             long rows = DecodeWorkspace.of(shape, splits).rows();
             return List.of(decodeSplitLaunch(shape, splits),
                     new Launch(combine, Math.toIntExact(Math.ceilDiv(rows, combine.rowsPerBlock())), 1, 1));
@@ -104,7 +98,7 @@ public final class LaunchTable {
 
     /** The prefill kernel's launch; it is correct for any Sq (decode shapes included), if slower there. */
     public static Launch prefillLaunch(AttentionShape shape) {
-        Kernel k = kernel(KernelManifest.PREFILL, shape);
+        Kernel k = kernel(Kind.PREFILL, shape);
         return new Launch(k, Math.ceilDiv(shape.queryLength(), k.rowsPerBlock()),
                 shape.batch() * shape.queryHeads(), 1);
     }
@@ -114,7 +108,7 @@ public final class LaunchTable {
      * batch x KV head), so K and V are read once per KV head.
      */
     public static Launch decodeSplitLaunch(AttentionShape shape, int splits) {
-        Kernel k = kernel(KernelManifest.DECODE_SPLIT, shape);
+        Kernel k = kernel(Kind.DECODE_SPLIT, shape);
         return new Launch(k, splits, packedRowBlocks(shape, k), shape.batch() * shape.kvHeads());
     }
 
@@ -122,8 +116,9 @@ public final class LaunchTable {
         return DecodeWorkspace.of(shape, splits);
     }
 
-    private static Kernel kernel(String kind, AttentionShape shape) {
-        return KernelManifest.shipped().select(kind, shape.headDim(), shape.causal(), 0);
+    /** The CUDA-driver entry of {@code kind} for a dense fp16 call of this shape. */
+    private static Kernel kernel(Kind kind, AttentionShape shape) {
+        return KernelManifest.shipped().select(KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal()));
     }
 
     private static int packedRowBlocks(AttentionShape shape, Kernel split) {

@@ -1,35 +1,56 @@
 package io.github.tornadoattention.cuda;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import org.junit.jupiter.api.Test;
 
 /** What the ptx-cuda cache host launches, checked without a GPU against the kernel manifest and the params ABI. */
 class CacheLaunchTest {
 
     @Test
-    void everyEntryTheHostCanPickIsShipped() {
+    void everyVariantTheHostCanAskForIsServedByOneShippedEntry() {
         KernelManifest manifest = KernelManifest.shipped();
         for (int d : new int[] {64, 128}) {
             for (boolean paged : new boolean[] {false, true}) {
-                String p = paged ? "_paged" : "";
-                assertEquals("cache-decode-split", manifest.entry("flash_cache_decode_split" + p + "_d" + d).kind());
                 for (boolean causal : new boolean[] {false, true}) {
-                    KernelManifest.Kernel k = manifest.entry(CudaCachePlan.prefillEntry(d, causal, paged));
-                    assertEquals("cache-prefill", k.kind());
-                    assertEquals(d, k.headDim());
+                    CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(8).kvHeads(2).headDim(d)
+                            .maxQueryLength(4).maxTotalQueries(64).maxLength(1024).causal(causal).build();
+                    KvCacheSpec cache = paged ? KvCacheSpec.paged(2, 2, 1024, d, 16) : KvCacheSpec.contiguous(2, 2, 1024, d);
+                    KernelVariant v = CudaCachePlan.variant(spec, cache);
+                    for (Kind kind : new Kind[] {Kind.CACHE_DECODE_SPLIT, Kind.CACHE_DECODE_COMBINE, Kind.CACHE_PREFILL}) {
+                        KernelManifest.Kernel k = manifest.select(v.kind(kind));
+                        assertEquals(kind, k.kind());
+                        assertEquals(d, k.headDim(), k.entry());
+                        assertEquals("flash_cache.ptx", k.module(), k.entry());
+                        assertEquals(0, k.headerBytes(), k.entry());
+                    }
+                    // The combine kernel gives each row D/8 threads of its block.
+                    KernelManifest.Kernel combine = manifest.select(v.kind(Kind.CACHE_DECODE_COMBINE));
+                    assertEquals(combine.threads() / (d / 8), combine.rowsPerBlock());
                 }
             }
-            // The combine kernel gives each row D/8 threads of its block.
-            KernelManifest.Kernel combine = manifest.entry("flash_cache_decode_combine_d" + d);
-            assertEquals(combine.threads() / (d / 8), combine.rowsPerBlock());
+            assertTrue(manifest.select(KernelVariant.of(Kind.CACHE_APPEND, DType.FP16, d).paged(true)).threads() > 0);
         }
-        assertTrue(manifest.entry("kv_cache_append").threads() > 0);
+    }
+
+    @Test
+    void aHeadDimOrDtypeTheManifestLacksIsRefusedWithWhatIsServed() {
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(8).kvHeads(2).headDim(96)
+                .maxQueryLength(1).maxTotalQueries(8).maxLength(256).build();
+        KernelVariant v = CudaCachePlan.variant(spec, KvCacheSpec.contiguous(2, 2, 256, 96)).kind(Kind.CACHE_DECODE_SPLIT);
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> KernelManifest.shipped().select(v));
+        assertEquals("headDim", e.argument());
+        assertTrue(e.getMessage().contains("fp16 D=64 contiguous cache") && e.getMessage().contains("fp16 D=128"), e.getMessage());
     }
 
     @Test

@@ -1,11 +1,15 @@
 package io.github.tornadoattention.ptx;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.ptx.KernelManifest.Kernel;
+import io.github.tornadoattention.ptx.KernelVariant.CacheLayout;
+import io.github.tornadoattention.ptx.KernelVariant.Feature;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -22,8 +26,8 @@ class KernelManifestTest {
     void everyHeadDimAndCausalFlagSelectsExactlyOneEntryOfEachKind() {
         for (int d : LaunchTable.HEAD_DIMS) {
             for (boolean causal : List.of(false, true)) {
-                for (String kind : List.of(KernelManifest.PREFILL, KernelManifest.DECODE_SPLIT, KernelManifest.DECODE_COMBINE)) {
-                    Kernel k = SHIPPED.select(kind, d, causal, 0);
+                for (Kind kind : List.of(Kind.PREFILL, Kind.DECODE_SPLIT, Kind.DECODE_COMBINE)) {
+                    Kernel k = SHIPPED.select(KernelVariant.of(kind, DType.FP16, d).causal(causal));
                     assertEquals(d, k.headDim(), k.entry());
                     assertTrue(k.threads() > 0 && k.threads() % 32 == 0 && k.rowsPerBlock() > 0, k.toString());
                     // The library's hosts launch with static shared memory only.
@@ -42,7 +46,7 @@ class KernelManifestTest {
             try {
                 ptx = KernelManifest.ptx(module.getKey());
             } catch (IllegalStateException benchmarkOnly) { // the harness's modules are not in the jar
-                assertTrue(module.getValue().stream().allMatch(k -> k.causal().equals("-")), module.getKey());
+                assertTrue(module.getValue().stream().noneMatch(Kernel::selectable), module.getKey());
                 continue;
             }
             Set<String> entries = new TreeSet<>();
@@ -58,12 +62,17 @@ class KernelManifestTest {
     }
 
     @Test
-    void everyShippedPrefillAndDecodeEntryIsLaunchedBySomeHost() {
-        List<String> kinds = List.of(KernelManifest.PREFILL, KernelManifest.DECODE_SPLIT, KernelManifest.DECODE_COMBINE);
+    void everyShippedEntryIsSelectableAndServesOneVariantAlone() {
         for (Kernel k : SHIPPED.kernels()) {
-            if (kinds.contains(k.kind()) && isShipped(k.module())) {
-                assertFalse(k.causal().equals("-"), k.entry() + " ships but no launch selects it");
+            if (!isShipped(k.module())) {
+                continue;
             }
+            assertTrue(k.selectable(), k.entry() + " ships but no host selects it");
+            // The variant this entry serves (either causal flag where it serves both) selects exactly it.
+            KernelVariant v = new KernelVariant(k.kind(), k.dtype(), k.headDim() == 0 ? 64 : k.headDim(), k.causal().equals("1"),
+                    k.layout().equals("any") ? CacheLayout.PAGED : CacheLayout.valueOf(k.layout().toUpperCase(java.util.Locale.ROOT)),
+                    k.features(), k.headerBytes(), k.arch());
+            assertEquals(k.entry(), SHIPPED.select(v).entry(), v.toString());
         }
     }
 
@@ -76,34 +85,73 @@ class KernelManifestTest {
         }
     }
 
-    private static final String HEADER = "module\tentry\tkind\tabi\theader_bytes\tcausal\thead_dim\tbr\tbc\twarps\tthreads"
-            + "\tstages\tq_in_smem\topt\tsmem_dynamic\tsmem_static\tregs_sm_89\tregs_sm_90\n";
+    private static final String HEADER = "module\tentry\tkind\tdtype\thead_dim\tcausal\tlayout\tfeatures\tabi\theader_bytes"
+            + "\tarch\tbr\tbc\twarps\tthreads\tstages\tq_in_smem\topt\tsmem_dynamic\tsmem_static\tregs_sm_89\tregs_sm_90\n";
+
+    private static String row(String entry, String kind, String dtype, int d, String causal, String layout, String features,
+                              int header, int br) {
+        return String.join("\t", "a.ptx", entry, kind, dtype, String.valueOf(d), causal, layout, features,
+                header == 0 ? "cuda" : "tornado", String.valueOf(header), "sm80", String.valueOf(br), "64", "4", "128", "2", "0",
+                "-", "0", "32768", "200", "200") + "\n";
+    }
+
+    private static final KernelManifest TOY = KernelManifest.parse(HEADER
+            + row("full", "prefill", "fp16", 64, "0", "none", "-", 0, 128)
+            + row("causal", "prefill", "fp16", 64, "1", "none", "-", 0, 64)
+            + row("causal_t", "prefill", "fp16", 64, "1", "none", "-", 16, 64)
+            + row("bench", "prefill", "fp16", 64, "-", "none", "-", 0, 128)
+            + row("paged_any", "cache-prefill", "fp16", 128, "any", "paged", "window+softcap", 0, 128)
+            + row("append", "cache-append", "fp16", 0, "any", "any", "-", 0, 0));
 
     @Test
-    void selectionIsByKindHeadDimCausalFlagAndHeader() {
-        KernelManifest m = KernelManifest.parse(HEADER
-                + "a.ptx\tfull\tprefill\tcuda\t0\t0\t64\t128\t64\t4\t128\t2\t0\t-\t0\t32768\t200\t200\n"
-                + "a.ptx\tcausal\tprefill\tcuda\t0\t1\t64\t64\t64\t4\t128\t2\t0\t-\t0\t32768\t200\t200\n"
-                + "a.ptx\tcausal_t\tprefill\ttornado\t16\t1\t64\t64\t64\t4\t128\t2\t0\t-\t0\t32768\t200\t200\n"
-                + "a.ptx\tbench\tprefill\tcuda\t0\t-\t64\t128\t32\t4\t128\t2\t0\tp_smem\t40000\t0\t200\t200\n");
-        assertEquals("full", m.select("prefill", 64, false, 0).entry());
-        assertEquals("causal", m.select("prefill", 64, true, 0).entry());
-        assertEquals("causal_t", m.select("prefill", 64, true, 16).entry());
-        assertEquals(64, m.select("prefill", 64, true, 0).rowsPerBlock());
-        assertEquals(List.of(64), m.headDims("prefill"));
-        assertEquals(List.of(16), m.headerBytes("prefill"));
-        IllegalArgumentException none = assertThrows(IllegalArgumentException.class, () -> m.select("prefill", 64, false, 16));
-        assertTrue(none.getMessage().contains("0 prefill entries for head dim 64, causal false, 16 header bytes"),
-                none.getMessage());
+    void selectionIsByTheWholeVariant() {
+        KernelVariant prefill = KernelVariant.of(Kind.PREFILL, DType.FP16, 64);
+        assertEquals("full", TOY.select(prefill).entry());
+        assertEquals("causal", TOY.select(prefill.causal(true)).entry());
+        assertEquals("causal_t", TOY.select(prefill.causal(true).headerBytes(16)).entry());
+        assertEquals(64, TOY.select(prefill.causal(true)).rowsPerBlock());
+        KernelVariant cache = KernelVariant.of(Kind.CACHE_PREFILL, DType.FP16, 128).paged(true);
+        assertEquals("paged_any", TOY.select(cache.causal(true).features(Set.of(Feature.WINDOW))).entry());
+        // head dim 0 and layout "any": the append serves every head dim and both cache layouts, never a dense call.
+        KernelVariant append = KernelVariant.of(Kind.CACHE_APPEND, DType.FP16, 96);
+        assertEquals("append", TOY.select(append.paged(false)).entry());
+        assertEquals("append", TOY.select(append.paged(true)).entry());
+        assertEquals("layout", assertThrows(InvalidArgumentException.class, () -> TOY.select(append)).argument());
+        assertEquals(List.of(64), TOY.headDims(prefill));
+        assertEquals(List.of(16), TOY.headerBytes(Kind.PREFILL));
+    }
+
+    @Test
+    void aVariantNoEntryServesIsRefusedNamingTheArgumentAndListingWhatIsServed() {
+        KernelVariant prefill = KernelVariant.of(Kind.PREFILL, DType.FP16, 64);
+        InvalidArgumentException dtype = assertThrows(InvalidArgumentException.class,
+                () -> TOY.select(KernelVariant.of(Kind.PREFILL, DType.BF16, 64)));
+        assertEquals("dtype", dtype.argument());
+        assertTrue(dtype.getMessage().contains("served prefill variants (CUDA driver, sm80): fp16 D=64 non-causal, fp16 D=64 causal"),
+                dtype.getMessage());
+        assertEquals("headDim", assertThrows(InvalidArgumentException.class,
+                () -> TOY.select(KernelVariant.of(Kind.PREFILL, DType.FP16, 96))).argument());
+        InvalidArgumentException header = assertThrows(InvalidArgumentException.class, () -> TOY.select(prefill.headerBytes(16)));
+        assertEquals("causal", header.argument());
+        assertTrue(header.getMessage().contains("(TornadoVM 16-byte header, sm80): fp16 D=64 causal"), header.getMessage());
+        KernelVariant cache = KernelVariant.of(Kind.CACHE_PREFILL, DType.FP16, 128).paged(true);
+        assertEquals("features", assertThrows(InvalidArgumentException.class,
+                () -> TOY.select(cache.features(Set.of(Feature.SINKS)))).argument());
+        assertEquals("layout", assertThrows(InvalidArgumentException.class, () -> TOY.select(cache.paged(false))).argument());
+        // The shipped table refuses the DESIGN's head dims it does not serve yet, by name.
+        InvalidArgumentException d96 = assertThrows(InvalidArgumentException.class,
+                () -> SHIPPED.select(KernelVariant.of(Kind.PREFILL, DType.FP16, 96)));
+        assertEquals("headDim", d96.argument());
+        assertTrue(d96.getMessage().contains("D=64") && d96.getMessage().contains("D=128"), d96.getMessage());
     }
 
     @Test
     void columnsAreFoundByNameAndRaggedRowsRejected() {
         KernelManifest m = KernelManifest.parse("""
-                threads\tentry\tnew_column\tmodule\tkind\theader_bytes\tcausal\thead_dim\tbr\tbc\tsmem_dynamic
-                32\tx\tsomething\tb.ptx\tdecode-split\t0\tany\t128\t16\t32\t0
+                threads\tentry\tnew_column\tmodule\tkind\tdtype\theader_bytes\tcausal\thead_dim\tlayout\tfeatures\tarch\tbr\tbc\tsmem_dynamic
+                32\tx\tsomething\tb.ptx\tdecode-split\tfp16\t0\tany\t128\tnone\t-\tsm80\t16\t32\t0
                 """);
-        Kernel k = m.select("decode-split", 128, true, 0);
+        Kernel k = m.select(KernelVariant.of(Kind.DECODE_SPLIT, DType.FP16, 128).causal(true));
         assertEquals(List.of("x", "b.ptx", "32", "16"),
                 List.of(k.entry(), k.module(), String.valueOf(k.threads()), String.valueOf(k.rowsPerBlock())));
         assertThrows(IllegalStateException.class, () -> KernelManifest.parse(HEADER + "a.ptx\tshort\n"));

@@ -1,0 +1,86 @@
+package io.github.tornadoattention.ptx;
+
+/**
+ * How split-KV decode (flash-decoding) divides each sequence's keys among blocks: the one policy of every
+ * host (ptx-cuda's dense and cache plans, the TornadoVM cache graphs, the engine tasks, the library task) and of
+ * the GPU harness ({@code ptx-overrides/harness/split_policy.py} mirrors it; a test compares the two).
+ *
+ * <p>Decode is bound by memory bandwidth: it needs enough blocks in flight to keep every SM reading, and each
+ * split costs a partial (O, lse) write and a share of the combine. So: about {@value #BLOCKS_PER_SM} one-warp
+ * blocks per SM over the whole grid, keys per split in multiples of {@value #GRANULE} (a multiple of every
+ * decode tile's key block, and long enough that the combine stays cheap), at most {@value #MAX_SPLITS} splits.
+ *
+ * <p>Three situations, one rule:
+ * <ul>
+ * <li>{@link #gridSplits}: the grid is fixed when the plan is made (a dense decode shape, or a TornadoVM graph
+ *     or CUDA graph whose kernels derive the keys per split from the run-time lengths:
+ *     {@link #derivedKeysPerSplit});</li>
+ * <li>{@link #fixedForCapacity}: the grid and the keys per split are both fixed (a launch captured with its
+ *     arguments, as the library task's): the capacity's split in granules, up to {@value #MAX_SPLITS};</li>
+ * <li>{@link #forLengths}: the host picks both per call from the lengths of the sequences with queries
+ *     (ptx-cuda's cache plan).</li>
+ * </ul>
+ */
+public final class DecodeSplitPolicy {
+    /** Keys per split come in multiples of this. */
+    public static final int GRANULE = 256;
+    public static final int MAX_SPLITS = 128;
+    /** One-warp decode blocks per SM the grid aims for. */
+    public static final int BLOCKS_PER_SM = 4;
+
+    private DecodeSplitPolicy() {
+    }
+
+    /** A split of the keys: {@code keysPerSplit} keys per block (a multiple of {@value #GRANULE}), {@code count} splits. */
+    public record Splits(int keysPerSplit, int count) {
+    }
+
+    /**
+     * Splits of a grid fixed at plan time over up to {@code keys} keys per sequence, where one split of the
+     * whole grid has {@code blocksPerSplit} blocks (sequences x KV heads x row blocks).
+     */
+    public static int gridSplits(long keys, long blocksPerSplit, int multiprocessors) {
+        long wanted = Math.round((double) BLOCKS_PER_SM * multiprocessors / Math.max(1, blocksPerSplit));
+        long byLength = Math.ceilDiv(Math.max(0, keys), GRANULE);
+        return (int) Math.max(1, Math.min(wanted, Math.min(byLength, MAX_SPLITS)));
+    }
+
+    /** The most splits a sequence of up to {@code capacity} keys is ever given. */
+    public static int maxSplits(long capacity) {
+        return (int) Math.max(1, Math.min(MAX_SPLITS, Math.ceilDiv(Math.max(0, capacity), GRANULE)));
+    }
+
+    /** Grid and keys per split both fixed for {@code capacity} keys (launches captured with their arguments). */
+    public static Splits fixedForCapacity(int capacity) {
+        long granules = Math.max(1, Math.ceilDiv(capacity, GRANULE));
+        int keysPerSplit = Math.toIntExact(Math.ceilDiv(granules, maxSplits(capacity)) * GRANULE);
+        return new Splits(keysPerSplit, Math.max(1, Math.ceilDiv(capacity, keysPerSplit)));
+    }
+
+    /** Granules of a sequence of {@code length} keys (sum them over the sequences with queries for {@link #forLengths}). */
+    public static long granules(int length) {
+        return Math.ceilDiv(Math.max(0, length), GRANULE);
+    }
+
+    /**
+     * Splits picked per call: {@code granules} summed over the sequences with queries, the longest of them
+     * {@code maxLength}, {@code blocksPerGranule} blocks per granule of keys (KV heads x row blocks), at most
+     * {@link #maxSplits}({@code capacity}) splits per sequence.
+     */
+    public static Splits forLengths(long granules, int maxLength, long blocksPerGranule, int multiprocessors, int capacity) {
+        long target = (long) BLOCKS_PER_SM * multiprocessors;
+        long perSplit = Math.max(1, Math.round((double) granules * blocksPerGranule / target));
+        long byCap = Math.ceilDiv((long) maxLength, (long) maxSplits(capacity) * GRANULE);
+        int keysPerSplit = Math.toIntExact(Math.max(perSplit, Math.max(1, byCap)) * GRANULE);
+        return new Splits(keysPerSplit, Math.max(1, Math.ceilDiv(maxLength, keysPerSplit)));
+    }
+
+    /**
+     * The keys per split a kernel with a fixed grid of {@code splits} derives on the device from the longest
+     * length of the step (the fused decode twins with params[P_KEYS_PER_SPLIT] = 0): the longest length shared
+     * out, rounded up to the kernel's key tile {@code keyTile} (0 when no sequence with a query has a key).
+     */
+    public static int derivedKeysPerSplit(int maxLength, int splits, int keyTile) {
+        return Math.ceilDiv(Math.ceilDiv(maxLength, splits), keyTile) * keyTile;
+    }
+}
