@@ -57,7 +57,7 @@ public abstract class AttentionPlan implements AutoCloseable {
     /**
      * Stream-ordered attention on device tensors of the plan's {@link #device()}: enqueues the kernels
      * on the device's stream and returns without copying or synchronising; {@code o} (and {@code lse},
-     * fp32 [batch, queryHeads, queryLength], when not null) hold the result after
+     * fp32 [batch, heads, queryLength], when not null) hold the result after
      * {@link AttentionDevice#synchronize()}. Tensors are fp16 of the shape's sizes.
      *
      * @throws UnsupportedOperationException if this backend has no device tensors yet
@@ -71,18 +71,18 @@ public abstract class AttentionPlan implements AutoCloseable {
                     + " cpu-reference)");
         }
         InvalidArgumentException.requireNonNull("q", q).require("q", device, DType.FP16, shape.queryElements(),
-                "batch*queryHeads*queryLength*headDim");
+                "batch*heads*queryLength*headDim");
         InvalidArgumentException.requireNonNull("k", k).require("k", device, DType.FP16, shape.kvElements(),
                 "batch*kvHeads*kvLength*headDim");
         InvalidArgumentException.requireNonNull("v", v).require("v", device, DType.FP16, shape.kvElements(),
                 "batch*kvHeads*kvLength*headDim");
         InvalidArgumentException.requireNonNull("o", o).require("o", device, DType.FP16, shape.outputElements(),
-                "batch*queryHeads*queryLength*headDim");
+                "batch*heads*queryLength*headDim");
         if (o == q || o == k || o == v) {
             throw new InvalidArgumentException("o", "the same tensor as an input", "must be a separate tensor");
         }
         if (lse != null) {
-            lse.require("lse", device, DType.FP32, shape.logSumExpElements(), "batch*queryHeads*queryLength");
+            lse.require("lse", device, DType.FP32, shape.logSumExpElements(), "batch*heads*queryLength");
         }
         computeOnDevice(q, k, v, o, lse);
     }

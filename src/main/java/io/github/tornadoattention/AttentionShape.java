@@ -3,17 +3,17 @@ package io.github.tornadoattention;
 /**
  * One attention call's shape: the single place where shapes are validated.
  *
- * <p>Q is [batch, queryHeads, queryLength, headDim], K and V are [batch, kvHeads, kvLength, headDim],
+ * <p>Q is [batch, heads, queryLength, headDim], K and V are [batch, kvHeads, kvLength, headDim],
  * O is shaped like Q, all fp16 in {@link #layout()}; the optional logsumexp is fp32
- * [batch, queryHeads, queryLength]. Query head {@code h} reads key/value head
- * {@code h / (queryHeads / kvHeads)} (MHA, GQA, MQA). With {@code causal}, query {@code i} sees key
+ * [batch, heads, queryLength]. Query head {@code h} reads key/value head
+ * {@code h / (heads / kvHeads)} (MHA, GQA, MQA). With {@code causal}, query {@code i} sees key
  * {@code j} iff {@code j <= i + (kvLength - queryLength)} (bottom-right aligned); a row that sees no
  * key gives O = 0 and logsumexp = -infinity.
  *
  * <p>Build one with {@link #builder()}; the canonical constructor validates every field and throws
  * {@link InvalidArgumentException} naming the first bad one.
  */
-public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLength, int kvLength,
+public record AttentionShape(int batch, int heads, int kvHeads, int queryLength, int kvLength,
                              int headDim, boolean causal, float scale, Layout layout) {
 
     /** Kernels index tensors with 32-bit element offsets. */
@@ -21,21 +21,21 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
 
     public AttentionShape {
         requirePositive("batch", batch);
-        requirePositive("queryHeads", queryHeads);
+        requirePositive("heads", heads);
         requirePositive("kvHeads", kvHeads);
         requirePositive("queryLength", queryLength);
         requirePositive("kvLength", kvLength);
         requirePositive("headDim", headDim);
-        if (queryHeads % kvHeads != 0) {
+        if (heads % kvHeads != 0) {
             throw new InvalidArgumentException("kvHeads", kvHeads,
-                    "must divide queryHeads (" + queryHeads + ") evenly: MHA, GQA or MQA");
+                    "must divide heads (" + heads + ") evenly: MHA, GQA or MQA");
         }
         if (!(scale > 0f && scale <= maxScale(headDim))) { // NaN fails too
             throw new InvalidArgumentException("scale", scale, "must be > 0 and at most " + maxScale(headDim)
                     + " at headDim " + headDim + " (so every score of fp16 inputs, and the logsumexp, stays finite in fp32)");
         }
         InvalidArgumentException.requireNonNull("layout", layout);
-        requireAddressable("q", (long) batch * queryHeads * queryLength * headDim);
+        requireAddressable("q", (long) batch * heads * queryLength * headDim);
         requireAddressable("k", (long) batch * kvHeads * kvLength * headDim);
     }
 
@@ -70,12 +70,12 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
     }
 
     public Builder toBuilder() {
-        return new Builder().batch(batch).heads(queryHeads).kvHeads(kvHeads).queryLength(queryLength)
+        return new Builder().batch(batch).heads(heads).kvHeads(kvHeads).queryLength(queryLength)
                 .kvLength(kvLength).headDim(headDim).causal(causal).scale(scale).layout(layout);
     }
 
     public long queryElements() {
-        return (long) batch * queryHeads * queryLength * headDim;
+        return (long) batch * heads * queryLength * headDim;
     }
 
     public long kvElements() {
@@ -88,11 +88,11 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
     }
 
     public int logSumExpElements() {
-        return batch * queryHeads * queryLength;
+        return batch * heads * queryLength;
     }
 
     public TensorStrides queryStrides() {
-        return layout.strides(queryHeads, queryLength, headDim);
+        return layout.strides(heads, queryLength, headDim);
     }
 
     public TensorStrides kvStrides() {
@@ -101,7 +101,7 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
 
     /** Query heads that share one key/value head. */
     public int groupSize() {
-        return queryHeads / kvHeads;
+        return heads / kvHeads;
     }
 
     /** The key/value head read by query head {@code queryHead}. */
@@ -126,7 +126,7 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
      * usual convention), otherwise counted over the (query, key) pairs that are actually visible.
      */
     public double flops() {
-        double perPair = 4.0 * batch * queryHeads * headDim;
+        double perPair = 4.0 * batch * heads * headDim;
         if (!causal) {
             return perPair * queryLength * kvLength;
         }
@@ -142,16 +142,16 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
 
     /** Checks tensors against this shape before a backend writes anything. {@code lse} may be null. */
     public void checkTensors(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
-        checkTensor("q", q, queryElements(), "batch*queryHeads*queryLength*headDim");
+        checkTensor("q", q, queryElements(), "batch*heads*queryLength*headDim");
         checkTensor("k", k, kvElements(), "batch*kvHeads*kvLength*headDim");
         checkTensor("v", v, kvElements(), "batch*kvHeads*kvLength*headDim");
-        checkTensor("o", o, outputElements(), "batch*queryHeads*queryLength*headDim");
+        checkTensor("o", o, outputElements(), "batch*heads*queryLength*headDim");
         if (o == q || o == k || o == v) {
             throw new InvalidArgumentException("o", "the same tensor as an input", "must be a separate tensor");
         }
         if (lse != null && lse.length != logSumExpElements()) {
             throw new InvalidArgumentException("lse.length", lse.length,
-                    "must equal batch*queryHeads*queryLength = " + logSumExpElements() + " (or pass null)");
+                    "must equal batch*heads*queryLength = " + logSumExpElements() + " (or pass null)");
         }
     }
 
@@ -169,7 +169,7 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
     /** A compact description such as {@code B=2 Hq=8 Hkv=8 Sq=512 Skv=512 D=64 causal bhsd}. */
     @Override
     public String toString() {
-        return "B=" + batch + " Hq=" + queryHeads + " Hkv=" + kvHeads + " Sq=" + queryLength + " Skv=" + kvLength
+        return "B=" + batch + " Hq=" + heads + " Hkv=" + kvHeads + " Sq=" + queryLength + " Skv=" + kvLength
                 + " D=" + headDim + (causal ? " causal" : " non-causal") + " " + layout.name().toLowerCase()
                 + (scale == defaultScale(headDim) ? "" : " scale=" + scale);
     }
@@ -177,7 +177,7 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
     /** Builds a shape; key/value heads and length default to the query's, scale to 1/sqrt(headDim). */
     public static final class Builder {
         private int batch = 1;
-        private int queryHeads = 1;
+        private int heads = 1;
         private Integer kvHeads;
         private int queryLength = 1;
         private Integer kvLength;
@@ -192,8 +192,8 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
         }
 
         /** Query heads. */
-        public Builder heads(int queryHeads) {
-            this.queryHeads = queryHeads;
+        public Builder heads(int heads) {
+            this.heads = heads;
             return this;
         }
 
@@ -235,7 +235,7 @@ public record AttentionShape(int batch, int queryHeads, int kvHeads, int queryLe
         }
 
         public AttentionShape build() {
-            return new AttentionShape(batch, queryHeads, kvHeads == null ? queryHeads : kvHeads, queryLength,
+            return new AttentionShape(batch, heads, kvHeads == null ? heads : kvHeads, queryLength,
                     kvLength == null ? queryLength : kvLength, headDim, causal,
                     scale == null ? (headDim > 0 ? defaultScale(headDim) : 1f) : scale, layout);
         }

@@ -37,7 +37,7 @@ class AttentionShapeTest {
     void everySizeMustBePositive(int bad) {
         String v = String.valueOf(bad);
         assertRejected("batch", v, () -> valid().batch(bad).build());
-        assertRejected("queryHeads", v, () -> valid().heads(bad).build());
+        assertRejected("heads", v, () -> valid().heads(bad).build());
         assertRejected("kvHeads", v, () -> valid().kvHeads(bad).build());
         assertRejected("queryLength", v, () -> valid().queryLength(bad).build());
         assertRejected("kvLength", v, () -> valid().kvLength(bad).build());

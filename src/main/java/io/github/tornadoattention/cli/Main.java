@@ -29,7 +29,7 @@ public final class Main implements Runnable {
 
     /** API argument names as the user typed them on the command line. */
     private static final Map<String, String> OPTION_OF_ARGUMENT = Map.of(
-            "batch", "--batch", "queryHeads", "--heads", "kvHeads", "--kv-heads", "queryLength", "--seq",
+            "batch", "--batch", "heads", "--heads", "kvHeads", "--kv-heads", "queryLength", "--seq",
             "kvLength", "--kv-seq", "headDim", "--dim", "scale", "--scale", "layout", "--layout",
             "backend", "--backend");
 

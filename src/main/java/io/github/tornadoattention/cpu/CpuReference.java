@@ -15,7 +15,7 @@ public final class CpuReference {
     private CpuReference() {
     }
 
-    /** O in the shape's layout (index as the O tensor) and logsumexp [batch, queryHeads, queryLength]. */
+    /** O in the shape's layout (index as the O tensor) and logsumexp [batch, heads, queryLength]. */
     public record Result(double[] output, double[] logSumExp) {
     }
 
@@ -26,8 +26,8 @@ public final class CpuReference {
     public static Result compute(AttentionShape shape, float[] q, float[] k, float[] v) {
         double[] out = new double[Math.toIntExact(shape.outputElements())];
         double[] lse = new double[shape.logSumExpElements()];
-        IntStream.range(0, shape.batch() * shape.queryHeads()).parallel()
-                .forEach(bh -> computeHead(shape, bh / shape.queryHeads(), bh % shape.queryHeads(), q, k, v, out, lse));
+        IntStream.range(0, shape.batch() * shape.heads()).parallel()
+                .forEach(bh -> computeHead(shape, bh / shape.heads(), bh % shape.heads(), q, k, v, out, lse));
         return new Result(out, lse);
     }
 
@@ -38,7 +38,7 @@ public final class CpuReference {
         int kvHead = s.kvHeadOf(h);
         double[] scores = new double[s.kvLength()];
         for (int i = 0; i < s.queryLength(); i++) {
-            lse[(b * s.queryHeads() + h) * s.queryLength() + i] = softmaxRow(s.scale(), q, qs.rowStart(b, h, i), k, v,
+            lse[(b * s.heads() + h) * s.queryLength() + i] = softmaxRow(s.scale(), q, qs.rowStart(b, h, i), k, v,
                     j -> kvs.rowStart(b, kvHead, j), s.lastVisibleKey(i), scores, out, s.headDim());
         }
     }

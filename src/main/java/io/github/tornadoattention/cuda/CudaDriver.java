@@ -14,7 +14,9 @@ import java.lang.invoke.MethodHandle;
 import java.nio.charset.StandardCharsets;
 
 /**
- * The few CUDA driver API calls the ptx-cuda host needs, bound with java.lang.foreign (no JNI).
+ * The CUDA driver API calls the project makes, bound with java.lang.foreign (no JNI): the ptx-cuda host's
+ * (through {@link CudaContext}) and the TornadoVM library task's, which works in a context TornadoVM made
+ * (push it, work, pop it).
  * Handles ({@code CUcontext}, {@code CUmodule}, ...) and device pointers are plain {@code long}s.
  * Every call checks its CUresult and throws {@link CudaException} with the result's name.
  */
@@ -58,6 +60,20 @@ public final class CudaDriver {
     private final MethodHandle cuMemHostAlloc;
     private final MethodHandle cuMemFreeHost;
     private final MethodHandle cuPointerGetAttribute;
+    private final MethodHandle cuCtxPushCurrent;
+    private final MethodHandle cuCtxPopCurrent;
+    private final MethodHandle cuCtxGetDevice;
+    private final MethodHandle cuModuleUnload;
+    private final MethodHandle cuMemcpyHtoD;
+
+    /**
+     * Binds the driver library (the ptx-cuda host shares one through {@link CudaContext}).
+     *
+     * @throws IllegalArgumentException if {@value #LIBRARY} cannot be loaded (no NVIDIA driver)
+     */
+    public static CudaDriver load() {
+        return new CudaDriver();
+    }
 
     /**
      * Binds the driver library.
@@ -66,6 +82,11 @@ public final class CudaDriver {
      */
     CudaDriver() {
         lib = SymbolLookup.libraryLookup(LIBRARY, Arena.global());
+        cuCtxPushCurrent = bind("cuCtxPushCurrent_v2", JAVA_LONG);
+        cuCtxPopCurrent = bind("cuCtxPopCurrent_v2", ADDRESS);
+        cuCtxGetDevice = bind("cuCtxGetDevice", ADDRESS);
+        cuModuleUnload = bind("cuModuleUnload", JAVA_LONG);
+        cuMemcpyHtoD = bind("cuMemcpyHtoD_v2", JAVA_LONG, ADDRESS, JAVA_LONG);
         cuGetErrorName = bind("cuGetErrorName", JAVA_INT, ADDRESS);
         cuInit = bind("cuInit", JAVA_INT);
         cuDeviceGetCount = bind("cuDeviceGetCount", ADDRESS);
@@ -189,6 +210,44 @@ public final class CudaDriver {
     /** Contexts are current per thread; every entry point sets it, since plans may move between threads. */
     public void setCurrent(long context) {
         call("cuCtxSetCurrent", () -> (int) cuCtxSetCurrent.invokeExact(context));
+    }
+
+    /** Makes {@code context} current on this thread above the one that was (undo with {@link #popContext}). */
+    public void pushContext(long context) {
+        call("cuCtxPushCurrent", () -> (int) cuCtxPushCurrent.invokeExact(context));
+    }
+
+    public void popContext() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_LONG);
+            call("cuCtxPopCurrent", () -> (int) cuCtxPopCurrent.invokeExact(out));
+        }
+    }
+
+    /** The device of the current context. */
+    public int currentDevice() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            call("cuCtxGetDevice", () -> (int) cuCtxGetDevice.invokeExact(out));
+            return out.get(JAVA_INT, 0);
+        }
+    }
+
+    /** Compute capability of {@code device}, e.g. 89 for sm_89. */
+    public int computeCapability(int device) {
+        return 10 * deviceAttribute(device, ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) + deviceAttribute(device, ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    }
+
+    public void unloadModule(long module) {
+        call("cuModuleUnload", () -> (int) cuModuleUnload.invokeExact(module));
+    }
+
+    /** Synchronous copy of {@code values} to the device (never inside a CUDA graph capture). */
+    public void copyToDevice(long destination, int[] values) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment source = arena.allocateFrom(JAVA_INT, values);
+            call("cuMemcpyHtoD", () -> (int) cuMemcpyHtoD.invokeExact(destination, source, 4L * values.length));
+        }
     }
 
     /** JIT-compiles PTX text into a module; a failure carries the JIT's error log. */

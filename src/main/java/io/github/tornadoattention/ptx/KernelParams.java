@@ -52,7 +52,7 @@ public final class KernelParams {
     public static int[] of(AttentionShape shape, int splits) {
         int[] p = new int[LENGTH];
         p[P_B] = shape.batch();
-        p[P_HQ] = shape.queryHeads();
+        p[P_HQ] = shape.heads();
         p[P_HKV] = shape.kvHeads();
         p[P_SQ] = shape.queryLength();
         p[P_SKV] = shape.kvLength();

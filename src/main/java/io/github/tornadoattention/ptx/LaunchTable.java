@@ -58,7 +58,7 @@ public final class LaunchTable {
      */
     public record DecodeWorkspace(long partialOFloats, long partialLseFloats, long rows, int splits) {
         static DecodeWorkspace of(AttentionShape shape, int splits) {
-            long rows = (long) shape.batch() * shape.queryHeads() * shape.queryLength();
+            long rows = (long) shape.batch() * shape.heads() * shape.queryLength();
             return new DecodeWorkspace(splits * rows * shape.headDim(), splits * rows, rows, splits);
         }
     }
@@ -68,8 +68,8 @@ public final class LaunchTable {
         if (!HEAD_DIMS.contains(shape.headDim())) {
             throw new InvalidArgumentException("headDim", shape.headDim(), backendId + " supports head dims " + HEAD_DIMS);
         }
-        if ((long) shape.batch() * shape.queryHeads() > MAX_GRID_YZ) {
-            throw new InvalidArgumentException("batch*queryHeads", (long) shape.batch() * shape.queryHeads(),
+        if ((long) shape.batch() * shape.heads() > MAX_GRID_YZ) {
+            throw new InvalidArgumentException("batch*heads", (long) shape.batch() * shape.heads(),
                     backendId + " launches one block row per (batch, head): at most " + MAX_GRID_YZ);
         }
     }
@@ -100,7 +100,7 @@ public final class LaunchTable {
     public static Launch prefillLaunch(AttentionShape shape) {
         Kernel k = kernel(Kind.PREFILL, shape);
         return new Launch(k, Math.ceilDiv(shape.queryLength(), k.rowsPerBlock()),
-                shape.batch() * shape.queryHeads(), 1);
+                shape.batch() * shape.heads(), 1);
     }
 
     /**

@@ -68,7 +68,7 @@ public final class NanCheck {
         double maxLse = 0;
         long bad = 0;
         for (int b = 0; b < shape.batch(); b++) {
-            for (int h = 0; h < shape.queryHeads(); h++) {
+            for (int h = 0; h < shape.heads(); h++) {
                 for (int i = 0; i < shape.queryLength(); i++) {
                     boolean nanRow = sees(shape, b, h, i);
                     long start = shape.queryStrides().rowStart(b, h, i);
@@ -88,7 +88,7 @@ public final class NanCheck {
                     if (lse == null) {
                         continue;
                     }
-                    int at = (b * shape.queryHeads() + h) * shape.queryLength() + i;
+                    int at = (b * shape.heads() + h) * shape.queryLength() + i;
                     if (nanRow || Double.isNaN(expectedLse[at])) {
                         bad += Float.isFinite(lse[at]) ? 1 : 0;
                     } else if (expectedLse[at] == Double.NEGATIVE_INFINITY) {

@@ -19,9 +19,9 @@ public final class OnlineSoftmaxReference {
     /** Same contract as {@code CpuReference.compute}: O indexed like the O tensor, lse [B, Hq, Sq]. */
     public static double[][] compute(AttentionShape s, float[] q, float[] k, float[] v) {
         double[] out = new double[q.length];
-        double[] lse = new double[s.batch() * s.queryHeads() * s.queryLength()];
-        IntStream.range(0, s.batch() * s.queryHeads()).parallel()
-                .forEach(bh -> computeHead(s, bh / s.queryHeads(), bh % s.queryHeads(), q, k, v, out, lse));
+        double[] lse = new double[s.batch() * s.heads() * s.queryLength()];
+        IntStream.range(0, s.batch() * s.heads()).parallel()
+                .forEach(bh -> computeHead(s, bh / s.heads(), bh % s.heads(), q, k, v, out, lse));
         return new double[][] {out, lse};
     }
 
@@ -30,7 +30,7 @@ public final class OnlineSoftmaxReference {
         int sq = s.queryLength();
         int skv = s.kvLength();
         int d = s.headDim();
-        int g = h * s.kvHeads() / s.queryHeads();
+        int g = h * s.kvHeads() / s.heads();
         double[] rowMax = new double[sq];
         double[] rowSum = new double[sq];
         double[][] acc = new double[sq][d];
@@ -45,7 +45,7 @@ public final class OnlineSoftmaxReference {
                     }
                     double score = 0;
                     for (int c = 0; c < d; c++) {
-                        score += q[index(s.layout(), b, h, i, c, s.queryHeads(), sq, d)]
+                        score += q[index(s.layout(), b, h, i, c, s.heads(), sq, d)]
                                 * (double) k[index(s.layout(), b, g, j, c, s.kvHeads(), skv, d)];
                     }
                     score *= s.scale();
@@ -63,9 +63,9 @@ public final class OnlineSoftmaxReference {
         for (int i = 0; i < sq; i++) {
             boolean seesNothing = rowSum[i] == 0;
             for (int c = 0; c < d; c++) {
-                out[index(s.layout(), b, h, i, c, s.queryHeads(), sq, d)] = seesNothing ? 0 : acc[i][c] / rowSum[i];
+                out[index(s.layout(), b, h, i, c, s.heads(), sq, d)] = seesNothing ? 0 : acc[i][c] / rowSum[i];
             }
-            lse[(b * s.queryHeads() + h) * sq + i] = seesNothing ? Double.NEGATIVE_INFINITY : rowMax[i] + Math.log(rowSum[i]);
+            lse[(b * s.heads() + h) * sq + i] = seesNothing ? Double.NEGATIVE_INFINITY : rowMax[i] + Math.log(rowSum[i]);
         }
     }
 

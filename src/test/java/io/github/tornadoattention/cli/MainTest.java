@@ -172,7 +172,7 @@ class MainTest {
     @CsvSource(delimiter = '|', quoteCharacter = '"', value = {
         "run --heads 8 --seq 16 --dim 64                          | --batch",
         "run --batch 0 --heads 8 --seq 16 --dim 64                | --batch = 0: must be >= 1",
-        "run --batch 1 --heads 8 --kv-heads 3 --seq 16 --dim 64   | --kv-heads = 3: must divide queryHeads (8)",
+        "run --batch 1 --heads 8 --kv-heads 3 --seq 16 --dim 64   | --kv-heads = 3: must divide heads (8)",
         "run --batch 1 --heads 8 --seq -4 --dim 64                | --seq = -4: must be >= 1",
         "run --batch 1 --heads 8 --seq 4 --kv-seq 0 --dim 64      | --kv-seq = 0: must be >= 1",
         "run --batch 1 --heads 8 --seq 4 --dim 0                  | --dim = 0: must be >= 1",

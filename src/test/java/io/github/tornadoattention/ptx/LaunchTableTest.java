@@ -24,7 +24,7 @@ class LaunchTableTest {
         assertTrue(d.allowed().contains("[64, 128]"), d.allowed());
         InvalidArgumentException grid = assertThrows(InvalidArgumentException.class,
                 () -> LaunchTable.checkSupported("ptx-cuda", shape().batch(65536).heads(1).kvHeads(1).queryLength(1).build()));
-        assertEquals("batch*queryHeads", grid.argument());
+        assertEquals("batch*heads", grid.argument());
         LaunchTable.checkSupported("ptx-cuda", shape().build());
     }
 

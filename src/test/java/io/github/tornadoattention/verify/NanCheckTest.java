@@ -28,7 +28,7 @@ class NanCheckTest {
             CpuReference.Result ref = CpuReference.compute(SHAPE, in.q(), in.k(), in.v());
             int nanRows = 0;
             for (int b = 0; b < SHAPE.batch(); b++) {
-                for (int h = 0; h < SHAPE.queryHeads(); h++) {
+                for (int h = 0; h < SHAPE.heads(); h++) {
                     for (int i = 0; i < SHAPE.queryLength(); i++) {
                         boolean sees = NanCheck.sees(SHAPE, b, h, i);
                         nanRows += sees ? 1 : 0;
@@ -37,7 +37,7 @@ class NanCheckTest {
                             assertEquals(sees, Double.isNaN(ref.output()[Math.toIntExact(start + d)]),
                                     "O[" + b + "," + h + "," + i + "," + d + "]");
                         }
-                        assertEquals(sees, Double.isNaN(ref.logSumExp()[(b * SHAPE.queryHeads() + h) * SHAPE.queryLength() + i]));
+                        assertEquals(sees, Double.isNaN(ref.logSumExp()[(b * SHAPE.heads() + h) * SHAPE.queryLength() + i]));
                     }
                 }
             }
@@ -71,7 +71,7 @@ class NanCheckTest {
     }
 
     private static void nanRows(HalfTensor o, float[] lse, float value) {
-        for (int h = 0; h < SHAPE.queryHeads(); h++) {
+        for (int h = 0; h < SHAPE.heads(); h++) {
             for (int i = 0; i < SHAPE.queryLength(); i++) {
                 if (NanCheck.sees(SHAPE, NanCheck.BATCH, h, i)) {
                     long start = SHAPE.queryStrides().rowStart(NanCheck.BATCH, h, i);
@@ -85,10 +85,10 @@ class NanCheckTest {
     }
 
     private static void nanRowsLse(float[] lse, float value) {
-        for (int h = 0; h < SHAPE.queryHeads(); h++) {
+        for (int h = 0; h < SHAPE.heads(); h++) {
             for (int i = 0; i < SHAPE.queryLength(); i++) {
                 if (NanCheck.sees(SHAPE, NanCheck.BATCH, h, i)) {
-                    lse[(NanCheck.BATCH * SHAPE.queryHeads() + h) * SHAPE.queryLength() + i] = value;
+                    lse[(NanCheck.BATCH * SHAPE.heads() + h) * SHAPE.queryLength() + i] = value;
                 }
             }
         }

@@ -52,7 +52,7 @@ final class MmaPlan extends TornadoAttentionPlan {
 
         // One CTA of 4 warps per (query tile, batch x head), at most MAX_CTAS of them (the kernel loops over
         // the rest); each CTA owns scratchFloatsPerCta() floats of scratch. A 1D grid.
-        int gridSize = config.gridSize(s.batch(), s.queryHeads(), s.queryLength());
+        int gridSize = config.gridSize(s.batch(), s.heads(), s.queryLength());
         FloatArray scratch = new FloatArray(gridSize * config.scratchFloatsPerCta());
         build(device, q, k, v, List.of(scratch), (graph, name, scheduler) -> {   // scratch: device-only workspace
             WorkerGrid1D worker = new WorkerGrid1D(gridSize * config.threads());
@@ -61,7 +61,7 @@ final class MmaPlan extends TornadoAttentionPlan {
             KernelContext kc = new KernelContext();
             // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
             graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
-            graph.task("flash", kernel, kc, q, k, v, o, lseArray, scratch, s.batch(), s.queryHeads(),
+            graph.task("flash", kernel, kc, q, k, v, o, lseArray, scratch, s.batch(), s.heads(),
                     s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
         }, config.jitFlags(options));
     }

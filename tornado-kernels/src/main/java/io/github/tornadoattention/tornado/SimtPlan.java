@@ -28,7 +28,7 @@ final class SimtPlan extends TornadoAttentionPlan {
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
 
         // One workgroup of config.threads() threads per (query tile, batch x head), a 1D grid.
-        int workgroups = config.workgroups(s.batch(), s.queryHeads(), s.queryLength());
+        int workgroups = config.workgroups(s.batch(), s.heads(), s.queryLength());
         build(device, q, k, v, List.of(), (graph, name, scheduler) -> {
             WorkerGrid1D worker = new WorkerGrid1D(workgroups * config.threads());
             worker.setLocalWork(config.threads(), 1, 1);
@@ -37,10 +37,10 @@ final class SimtPlan extends TornadoAttentionPlan {
             // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
             graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
             if (config == SimtTileConfig.UP_TO_64) {
-                graph.task("flash", SimtKernels::attentionUpTo64, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
+                graph.task("flash", SimtKernels::attentionUpTo64, kc, q, k, v, o, lseArray, s.batch(), s.heads(),
                         s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
             } else {
-                graph.task("flash", SimtKernels::attentionUpTo128, kc, q, k, v, o, lseArray, s.batch(), s.queryHeads(),
+                graph.task("flash", SimtKernels::attentionUpTo128, kc, q, k, v, o, lseArray, s.batch(), s.heads(),
                         s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
             }
         }, null);

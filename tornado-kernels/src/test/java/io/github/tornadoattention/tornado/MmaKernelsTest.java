@@ -184,12 +184,12 @@ class MmaKernelsTest {
             List<String> wrong = new ArrayList<>();
             int nanRows = 0;
             for (int b = 0; b < shape.batch(); b++) {
-                for (int h = 0; h < shape.queryHeads(); h++) {
+                for (int h = 0; h < shape.heads(); h++) {
                     for (int i = 0; i < shape.queryLength(); i++) {
                         boolean sees = b == 1 && shape.kvHeadOf(h) == 1 && key <= shape.lastVisibleKey(i);
                         nanRows += sees ? 1 : 0;
                         long start = shape.queryStrides().rowStart(b, h, i);
-                        int at = (b * shape.queryHeads() + h) * shape.queryLength() + i;
+                        int at = (b * shape.heads() + h) * shape.queryLength() + i;
                         boolean ok = sees ? Float.isNaN(lse[at])
                                 : Math.abs(lse[at] - expected.logSumExp()[at]) <= 1e-3;
                         for (int c = 0; c < d; c++) {
@@ -204,7 +204,7 @@ class MmaKernelsTest {
                     }
                 }
             }
-            assertTrue(nanRows > 0 && nanRows < shape.batch() * shape.queryHeads() * shape.queryLength());
+            assertTrue(nanRows > 0 && nanRows < shape.batch() * shape.heads() * shape.queryLength());
             assertTrue(wrong.isEmpty(), "wrong rows: " + wrong);
         }
     }
@@ -212,7 +212,7 @@ class MmaKernelsTest {
     /** {@link NanCheck}'s shape with head dim {@code d}, Skv {@code kvLength} and the mask {@code causal}. */
     private static AttentionShape nanShape(int d, int kvLength, boolean causal) {
         AttentionShape s = NanCheck.testCase().shape();
-        return shape(s.batch(), s.queryHeads(), s.kvHeads(), s.queryLength(), kvLength, d, causal, s.layout());
+        return shape(s.batch(), s.heads(), s.kvHeads(), s.queryLength(), kvLength, d, causal, s.layout());
     }
 
     /**
@@ -228,11 +228,11 @@ class MmaKernelsTest {
         LongArray v = EmulatedInputs.longs(in.v());
         LongArray o = EmulatedInputs.longs(out);
         FloatArray lse = FloatArray.fromArray(lseValues);
-        int grid = config.gridSize(s.batch(), s.queryHeads(), s.queryLength());
+        int grid = config.gridSize(s.batch(), s.heads(), s.queryLength());
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
         MmaPlan.Kernel kernel = kernel(s.headDim(), false);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
-                s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), s.causal() ? 1 : 0,
+                s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), s.causal() ? 1 : 0,
                 s.layout() == Layout.BSHD ? 1 : 0, s.scale(), grid));
         MemorySegment.copy(o.getSegment(), 0, out.data(), 0, out.data().byteSize());
         out.markModified();
@@ -267,13 +267,13 @@ class MmaKernelsTest {
         LongArray o = new LongArray(Math.toIntExact(s.outputElements() / 4));
         EmulatedInputs.poison(o.getSegment());
         FloatArray lse = EmulatedInputs.poisonedLse(s);
-        int grid = Math.min(maxGrid, config.gridSize(s.batch(), s.queryHeads(), s.queryLength()));
+        int grid = Math.min(maxGrid, config.gridSize(s.batch(), s.heads(), s.queryLength()));
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         MmaPlan.Kernel kernel = kernel(s.headDim(), synchronous);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
-                s.queryHeads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid));
+                s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid));
         assertEquals(synchronous ? MmaSynchronousKernels.sharedMemoryBytes(config) : config.sharedMemoryBytes(),
                 KernelEmulator.localBytesOfLastLaunch(), "MmaTileConfig and the kernel's local arrays disagree");
         return EmulatedInputs.compare("tornado-mma", s, in, o.getSegment(), lse);

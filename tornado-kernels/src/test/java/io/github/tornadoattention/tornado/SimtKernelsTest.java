@@ -98,12 +98,12 @@ class SimtKernelsTest {
         HalfFloatArray v = EmulatedInputs.halves(in.v());
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
-        KernelEmulator.launch(config.workgroups(s.batch(), s.queryHeads(), s.queryLength()), config.threads(), kc -> {
+        KernelEmulator.launch(config.workgroups(s.batch(), s.heads(), s.queryLength()), config.threads(), kc -> {
             if (config == SimtTileConfig.UP_TO_64) {
-                SimtKernels.attentionUpTo64(kc, q, k, v, o, lse, s.batch(), s.queryHeads(), s.kvHeads(),
+                SimtKernels.attentionUpTo64(kc, q, k, v, o, lse, s.batch(), s.heads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
             } else {
-                SimtKernels.attentionUpTo128(kc, q, k, v, o, lse, s.batch(), s.queryHeads(), s.kvHeads(),
+                SimtKernels.attentionUpTo128(kc, q, k, v, o, lse, s.batch(), s.heads(), s.kvHeads(),
                         s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
             }
         });

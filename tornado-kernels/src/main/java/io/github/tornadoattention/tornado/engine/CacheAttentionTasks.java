@@ -6,9 +6,11 @@ import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.TensorStrides;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
-import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
 import java.lang.foreign.MemorySegment;
@@ -81,10 +83,6 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 public final class CacheAttentionTasks {
     /** Backends whose kernels this class can add. */
     public static final List<String> BACKENDS = List.of(Backends.PTX_TORNADO, Backends.TORNADO_MMA, Backends.TORNADO_SIMT);
-    /** Aim for this many decode blocks per SM over the whole grid at full capacity. */
-    private static final int BLOCKS_PER_SM = 4;
-    /** Keys per split come in multiples of the decode tiles' key block; no more splits than that allows. */
-    private static final int SPLIT_GRANULE = 256;
 
     private final String backendId;
     private final CacheAttentionSpec spec;
@@ -93,16 +91,15 @@ public final class CacheAttentionTasks {
     /** The Java cache kernels: every backend's append; tornado-mma's and tornado-simt's attention. */
     private final JavaCacheTasks javaTasks;
     private final boolean prebuilt;
-    private final long headerBytes = TornadoNativeArray.ARRAY_HEADER;
 
     private CacheAttentionTasks(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
         this.backendId = backendId;
         this.spec = spec;
         this.cacheSpec = cacheSpec;
         int rowBlocks = Math.max(1, Math.ceilDiv(spec.groupSize() * denseQueries(), 16));
-        long blocksPerSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
-        int bySm = (int) Math.max(1, Math.round((double) BLOCKS_PER_SM * computeUnits / blocksPerSplit));
-        this.splits = Math.max(1, Math.min(bySm, Math.ceilDiv(cacheSpec.capacity(), SPLIT_GRANULE)));
+        // A fixed grid (graphs are built once); the kernels derive the keys per split from each step's lengths.
+        this.splits = DecodeSplitPolicy.gridSplits(cacheSpec.capacity(), (long) spec.batch() * spec.kvHeads() * rowBlocks,
+                computeUnits);
         this.javaTasks = JavaCacheTasks.withSplits(spec, cacheSpec, splits);
         this.prebuilt = backendId.equals(Backends.PTX_TORNADO);
     }
@@ -141,13 +138,15 @@ public final class CacheAttentionTasks {
             throw new InvalidArgumentException("spec.dtype", spec.dtype(), "the TornadoVM cache kernels are fp16 (bf16 is planned)");
         }
         if (backendId.equals(Backends.PTX_TORNADO)) {
-            if (!LaunchTable.HEAD_DIMS.contains(spec.headDim())) {
-                throw new InvalidArgumentException("spec.headDim", spec.headDim(), "ptx-tornado's cache kernels support " + LaunchTable.HEAD_DIMS);
-            }
             List<Integer> headers = PrebuiltLaunches.headerBytes();
             if (!headers.contains((int) TornadoNativeArray.ARRAY_HEADER)) {
                 throw new InvalidArgumentException("tornado.panama.objectHeader", TornadoNativeArray.ARRAY_HEADER,
                         "the prebuilt kernels read arrays behind a header of " + headers + " bytes");
+            }
+            // Every twin a graph of this spec may add (a head dim no entry serves is refused here, by name).
+            for (Kind kind : new Kind[] {Kind.CACHE_DECODE_FUSED, Kind.CACHE_APPEND_DECODE_FUSED,
+                    Kind.CACHE_STAGED_DECODE_FUSED, Kind.CACHE_PREFILL}) {
+                KernelManifest.shipped().select(twin(kind, spec, cacheSpec));
             }
         } else {
             JavaCacheTasks.checkSupported(spec, cacheSpec);
@@ -304,7 +303,7 @@ public final class CacheAttentionTasks {
         requireLength("appendParams", appendParams, 16, "16 ints (appendParams)");
         InvalidArgumentException.requireNonNull("newK", newK);
         InvalidArgumentException.requireNonNull("newV", newV);
-        addFusedDecode(graph, graphName, scheduler, taskPrefix, "flash_cache_append_decode_fused", q, kCache, vCache, step,
+        addFusedDecode(graph, graphName, scheduler, taskPrefix, Kind.CACHE_APPEND_DECODE_FUSED, q, kCache, vCache, step,
                 blockTable, o, lse, newK, Access.READ_ONLY, newV, Access.READ_ONLY, appendParams, Access.READ_ONLY);
     }
 
@@ -355,7 +354,7 @@ public final class CacheAttentionTasks {
         words[CacheKernels.A_STAGE + 2] = layout.newVOffset();
         IntArray appendParams = IntArray.fromArray(words);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, appendParams);
-        FusedDecode f = fusedDecode(graph, "flash_cache_staged_decode_fused", lse, lseRows);
+        FusedDecode f = fusedDecode(graph, Kind.CACHE_STAGED_DECODE_FUSED, lse, lseRows);
         PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", f.kernel, splits, f.rowBlocks,
                 spec.batch() * spec.kvHeads(), stage, Access.READ_ONLY, kCache, Access.READ_WRITE, vCache,
                 Access.READ_WRITE, o, Access.WRITE_ONLY, f.lse, Access.WRITE_ONLY, f.params, Access.READ_ONLY, blockTable,
@@ -379,19 +378,19 @@ public final class CacheAttentionTasks {
                     lse != null);
             return;
         }
-        addFusedDecode(graph, graphName, scheduler, taskPrefix, "flash_cache_decode_fused", q, kCache, vCache, step,
+        addFusedDecode(graph, graphName, scheduler, taskPrefix, Kind.CACHE_DECODE_FUSED, q, kCache, vCache, step,
                 blockTable, o, lse);
     }
 
     /**
-     * The fused split-KV decode twin {@code entry} (decode, or append + decode) as one prebuilt task; {@code extra}:
+     * The fused split-KV decode twin of {@code kind} (decode, or append + decode) as one prebuilt task; {@code extra}:
      * the arguments after the tickets (array, access pairs). The cache is read-write when the kernel appends.
      */
-    private void addFusedDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix, String entry,
+    private void addFusedDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix, Kind kind,
                                 HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
                                 IntArray blockTable, HalfFloatArray o, FloatArray lse, Object... extra) {
         long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
-        FusedDecode f = fusedDecode(graph, entry, lse, lseRows);
+        FusedDecode f = fusedDecode(graph, kind, lse, lseRows);
         Access cache = extra.length > 0 ? Access.READ_WRITE : Access.READ_ONLY;
         List<Object> arguments = new java.util.ArrayList<>(List.of(q, Access.READ_ONLY, kCache, cache, vCache, cache,
                 o, Access.WRITE_ONLY, f.lse, Access.WRITE_ONLY, f.params, Access.READ_ONLY, step, Access.READ_ONLY,
@@ -406,13 +405,12 @@ public final class CacheAttentionTasks {
                                IntArray tickets, FloatArray lse) {
     }
 
-    /** Picks the twin {@code entry} for this spec and declares its params, workspace, tickets (and own lse) in the graph. */
-    private FusedDecode fusedDecode(TaskGraph graph, String entry, FloatArray lse, long lseRows) {
+    /** Picks the twin of {@code kind} for this spec and declares its params, workspace, tickets (and own lse) in the graph. */
+    private FusedDecode fusedDecode(TaskGraph graph, Kind kind, FloatArray lse, long lseRows) {
         CacheAttentionSpec dense = spec.toBuilder().maxQueryLength(denseQueries()).build();
         IntArray params = IntArray.fromArray(KernelParams.forCache(dense, cacheSpec, false));
         params.set(KernelParams.P_KEYS_PER_SPLIT, 0);   // derived from the lengths by the kernel
-        KernelManifest.Kernel kernel = KernelManifest.shipped().entry(entry
-                + (cacheSpec.paged() ? "_paged" : "") + "_d" + spec.headDim() + headerSuffix());
+        KernelManifest.Kernel kernel = KernelManifest.shipped().select(twin(kind, spec, cacheSpec));
         int rowBlocks = Math.ceilDiv(spec.groupSize() * denseQueries(), kernel.rowsPerBlock());
         FloatArray workspace = new FloatArray(Math.toIntExact((long) splits * lseRows * (spec.headDim() + 1)));
         IntArray tickets = new IntArray(rowBlocks * spec.batch() * spec.kvHeads());
@@ -448,9 +446,7 @@ public final class CacheAttentionTasks {
         IntArray params = IntArray.fromArray(KernelParams.forCache(spec, cacheSpec, true));
         params.set(KernelParams.P_WRITE_LSE, lse != null ? 1 : 0);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
-        int d = spec.headDim();
-        KernelManifest.Kernel kernel = KernelManifest.shipped().entry("flash_cache_fwd" + (cacheSpec.paged() ? "_paged" : "")
-                + "_d" + d + (d == 128 && spec.causal() ? "_causal" : "") + headerSuffix());
+        KernelManifest.Kernel kernel = KernelManifest.shipped().select(twin(Kind.CACHE_PREFILL, spec, cacheSpec));
         int longestPrompt = Math.min(spec.maxQueryLength(), spec.maxTotalQueries());
         PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "prefill", kernel,
                 Math.max(1, Math.ceilDiv(longestPrompt, kernel.rowsPerBlock())), spec.batch() * spec.heads(), 1,
@@ -483,8 +479,10 @@ public final class CacheAttentionTasks {
         return new TensorStrides(spec.kvHeads() * maxNew * d, maxNew * d, d);
     }
 
-    private String headerSuffix() {
-        return headerBytes == 16 ? "_tornado" : "_tornado_h" + headerBytes;
+    /** The TornadoVM twin of {@code kind} for a spec over a cache, reading arrays behind TornadoVM's array header. */
+    private static KernelVariant twin(Kind kind, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        return KernelVariant.of(kind, spec.dtype(), spec.headDim()).causal(spec.causal()).paged(cacheSpec.paged())
+                .headerBytes(Math.toIntExact(TornadoNativeArray.ARRAY_HEADER));
     }
 
     /** Checks a dense call's arrays; returns the lse rows, slots*heads*maxQueryLength. */

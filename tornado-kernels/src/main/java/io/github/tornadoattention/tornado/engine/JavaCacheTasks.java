@@ -6,6 +6,7 @@ import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.TensorStrides;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.TaskGraph;
@@ -23,12 +24,11 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  * "Prefill", "CopyRanges".
  *
  * <p>Decode: {@link #splits()} splits of every slot's keys, fixed here from the capacity and the device's compute units
- * (about {@value #WORKGROUPS_PER_UNIT} workgroups per unit); the keys per split follow each slot's run-time length.
+ * by {@link DecodeSplitPolicy#gridSplits}; the keys per split follow each slot's run-time length.
  */
 final class JavaCacheTasks {
     /** Decode workgroups aimed at per compute unit (an SM holds up to 5 of 43 KB of local memory). */
     static final int WORKGROUPS_PER_UNIT = 4;
-    static final int MAX_SPLITS = 64;
     /** Workgroups of the copy kernel per compute unit (grid-stride loops over the ranges). */
     static final int COPY_GROUPS_PER_UNIT = 2;
 
@@ -63,9 +63,7 @@ final class JavaCacheTasks {
         this.sq = Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
         this.rowBlocks = (spec.groupSize() * sq + CacheKernels.ROWS - 1) / CacheKernels.ROWS;
         long perSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
-        long wanted = splits > 0 ? splits : ((long) WORKGROUPS_PER_UNIT * computeUnits + perSplit - 1) / perSplit;
-        long tiles = (cacheSpec.capacity() + CacheKernels.BC - 1) / CacheKernels.BC;
-        this.splits = (int) Math.max(1, Math.min(Math.min(wanted, tiles), MAX_SPLITS));
+        this.splits = splits > 0 ? splits : DecodeSplitPolicy.gridSplits(cacheSpec.capacity(), perSplit, computeUnits);
         if (decodeWorkspaceFloats() > Integer.MAX_VALUE || decodeGroups() > Integer.MAX_VALUE / CacheKernels.THREADS) {
             throw new InvalidArgumentException("batch*heads*maxQueryLength*headDim", denseLseElements() * spec.headDim(),
                     "too large for the decode workspace's 32-bit indices with " + this.splits + " splits");

@@ -5,10 +5,11 @@ import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
-import io.github.tornadoattention.ptx.LaunchTable;
-import java.util.List;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 
@@ -22,7 +23,7 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  *
  * @param shape        the arguments that fix the launches (the cache key of the provider's state)
  * @param params       the params block (uploaded once per shape)
- * @param keysPerSplit keys per split, a multiple of {@value #SPLIT_GRANULE}
+ * @param keysPerSplit keys per split, a multiple of {@link DecodeSplitPolicy#GRANULE}
  * @param splits       split count (grid x of the split pass)
  */
 public record DecodeCall(Shape shape, int[] params, String splitEntry, String combineEntry, int keysPerSplit,
@@ -31,9 +32,6 @@ public record DecodeCall(Shape shape, int[] params, String splitEntry, String co
     /** Argument positions of {@link AttentionLibraryTasks#decode}. */
     public static final int ARG_Q = 0, ARG_K = 1, ARG_V = 2, ARG_O = 3, ARG_LENS = 4, ARG_BATCH = 5, ARG_HEADS = 6,
             ARG_KV_HEADS = 7, ARG_QUERIES = 8, ARG_CAPACITY = 9, ARG_HEAD_DIM = 10, ARG_CAUSAL = 11, ARG_SCALE = 12;
-    /** As CudaCachePlan: keys per split in multiples of this, at most {@value #MAX_SPLITS} splits. */
-    public static final int SPLIT_GRANULE = 256;
-    public static final int MAX_SPLITS = 128;
     /** CUDA grid y and z limit. */
     static final int MAX_GRID_YZ = 65535;
     /** The kernels read 16-byte chunks: every tensor base must be 16-byte aligned. */
@@ -60,10 +58,6 @@ public record DecodeCall(Shape shape, int[] params, String splitEntry, String co
                 integer(args, ARG_KV_HEADS, "kvHeads"), integer(args, ARG_QUERIES, "queries"),
                 integer(args, ARG_CAPACITY, "capacity"), integer(args, ARG_HEAD_DIM, "headDim"),
                 type(args, ARG_CAUSAL, "causal", Boolean.class), type(args, ARG_SCALE, "scale", Float.class));
-        List<Integer> dims = LaunchTable.HEAD_DIMS;
-        if (!dims.contains(s.headDim())) {
-            throw new InvalidArgumentException("headDim", s.headDim(), "the cache kernels support head dims " + dims);
-        }
         if (s.queries() < 1 || s.queries() > CacheAttentionSpec.MAX_DENSE_QUERIES) {
             throw new InvalidArgumentException("queries", s.queries(),
                     "must be in [1, " + CacheAttentionSpec.MAX_DENSE_QUERIES + "] (longer prompts: the packed prefill)");
@@ -85,14 +79,17 @@ public record DecodeCall(Shape shape, int[] params, String splitEntry, String co
         requireSize(args, ARG_O, "o", HalfFloatArray.class, qElements);
         requireSize(args, ARG_LENS, "lens", IntArray.class, 2L * s.batch());
 
+        // The CUDA-driver cache entries of this variant (a head dim or dtype no entry serves is refused here).
         KernelManifest manifest = KernelManifest.shipped();
-        KernelManifest.Kernel split = manifest.entry("flash_cache_decode_split_d" + s.headDim());
-        KernelManifest.Kernel combine = manifest.entry("flash_cache_decode_combine_d" + s.headDim());
+        KernelVariant variant = KernelVariant.of(Kind.CACHE_DECODE_SPLIT, DType.FP16, s.headDim()).causal(s.causal())
+                .paged(false);
+        KernelManifest.Kernel split = manifest.select(variant);
+        KernelManifest.Kernel combine = manifest.select(variant.kind(Kind.CACHE_DECODE_COMBINE));
         int[] params = KernelParams.forCache(spec, cache, false);
-        int maxSplits = Math.max(1, Math.min(MAX_SPLITS, (s.capacity() + SPLIT_GRANULE - 1) / SPLIT_GRANULE));
-        int granules = (s.capacity() + SPLIT_GRANULE - 1) / SPLIT_GRANULE;
-        int keysPerSplit = ((granules + maxSplits - 1) / maxSplits) * SPLIT_GRANULE;
-        int splits = (s.capacity() + keysPerSplit - 1) / keysPerSplit;
+        // Captured launches: the keys per split are an argument, fixed for the capacity.
+        DecodeSplitPolicy.Splits fixed = DecodeSplitPolicy.fixedForCapacity(s.capacity());
+        int keysPerSplit = fixed.keysPerSplit();
+        int splits = fixed.count();
         int rowBlocks = (spec.groupSize() * s.queries() + split.rowsPerBlock() - 1) / split.rowsPerBlock();
         long rows = (long) s.batch() * s.heads() * s.queries();
         long combineBlocks = (rows + combine.rowsPerBlock() - 1) / combine.rowsPerBlock();

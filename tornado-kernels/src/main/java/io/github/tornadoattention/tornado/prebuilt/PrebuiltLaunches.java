@@ -1,7 +1,10 @@
 package io.github.tornadoattention.tornado.prebuilt;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import io.github.tornadoattention.ptx.LaunchTable;
 import io.github.tornadoattention.ptx.LaunchTable.Launch;
 import java.util.List;
@@ -17,21 +20,18 @@ import java.util.List;
  * inputs, measured on an H200).
  */
 public final class PrebuiltLaunches {
-    /** Split pass + combine in one launch (ptx-overrides/src/flash_decode_fused.cuh). */
-    public static final String DECODE_FUSED = "decode-fused";
-
     private PrebuiltLaunches() {
     }
 
     /** The array header sizes the twins are compiled for. */
     public static List<Integer> headerBytes() {
-        return KernelManifest.shipped().headerBytes(KernelManifest.PREFILL);
+        return KernelManifest.shipped().headerBytes(Kind.PREFILL);
     }
 
     /** The prefill launch of {@code shape} with the twin reading arrays behind {@code headerBytes}. */
     public static Launch prefill(AttentionShape shape, long headerBytes) {
         return LaunchTable.prefillLaunch(shape).withKernel(
-                KernelManifest.shipped().select(KernelManifest.PREFILL, shape.headDim(), shape.causal(), headerBytes));
+                KernelManifest.shipped().select(twin(Kind.PREFILL, shape, headerBytes)));
     }
 
     /**
@@ -41,7 +41,12 @@ public final class PrebuiltLaunches {
      */
     public static Launch fusedDecode(AttentionShape shape, int splits, long headerBytes) {
         return LaunchTable.decodeSplitLaunch(shape, splits).withKernel(
-                KernelManifest.shipped().select(DECODE_FUSED, shape.headDim(), shape.causal(), headerBytes));
+                KernelManifest.shipped().select(twin(Kind.DECODE_FUSED, shape, headerBytes)));
+    }
+
+    /** The dense fp16 variant of {@code kind} for {@code shape} in the twin reading arrays behind {@code headerBytes}. */
+    private static KernelVariant twin(Kind kind, AttentionShape shape, long headerBytes) {
+        return KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal()).headerBytes(Math.toIntExact(headerBytes));
     }
 
     /** Ints of the fused decode kernel's ticket array: one per row block (grid y times grid z). */

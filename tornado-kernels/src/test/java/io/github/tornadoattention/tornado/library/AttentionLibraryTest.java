@@ -87,7 +87,7 @@ class AttentionLibraryTest {
         DecodeCall c = DecodeCall.of(args(1, 2, 1, 1, 100_000, 64));
         assertEquals(1024, c.keysPerSplit());
         assertEquals(98, c.splits());
-        assertTrue(c.splits() <= DecodeCall.MAX_SPLITS);
+        assertTrue(c.splits() <= io.github.tornadoattention.ptx.DecodeSplitPolicy.MAX_SPLITS);
         assertEquals("flash_cache_decode_split_d64", c.splitEntry());
     }
 
