@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The decode library task (tornado/library, LIBRARY-TASKS.md) on a GPU through TornadoVM's CUDA backend:
+# The decode library task (tornado/library; docs/tornadovm.md, "As a TornadoVM library task") on a GPU through TornadoVM's CUDA backend:
 # runs io.github.tornadoattention.tornado.library.LibraryGpuCheck (tornado-kernels test sources) and
 # exits 0 only when every check passed. Builds nothing. Run from the repository root on a machine with
 # an NVIDIA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13), with these prepared elsewhere:
