@@ -146,7 +146,11 @@ public final class CacheAttentionTasks {
             // Every twin a graph of this spec may add (a head dim no entry serves is refused here, by name).
             for (Kind kind : new Kind[] {Kind.CACHE_DECODE_FUSED, Kind.CACHE_APPEND_DECODE_FUSED,
                     Kind.CACHE_STAGED_DECODE_FUSED, Kind.CACHE_PREFILL}) {
-                KernelManifest.shipped().select(twin(kind, spec, cacheSpec));
+                try {
+                    KernelManifest.shipped().select(twin(kind, spec, cacheSpec));
+                } catch (InvalidArgumentException e) {
+                    throw new InvalidArgumentException("spec." + e.argument(), e.value(), "ptx-tornado: " + e.allowed());
+                }
             }
         } else {
             JavaCacheTasks.checkSupported(spec, cacheSpec);

@@ -10,6 +10,7 @@ import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.cpu.CpuReference;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
 import io.github.tornadoattention.tornado.EmulatorAccess;
 import java.io.IOException;
 import java.lang.reflect.Field;
@@ -421,10 +422,13 @@ class CacheKernelsTest {
                 .maxQueryLength(1).maxLength(32768).build();
         KvCacheSpec cache = KvCacheSpec.paged(8, 8, 32768, 128, 16);
         JavaCacheTasks h100 = new JavaCacheTasks(spec, cache, 132);
-        assertEquals(9, h100.splits());   // ceil(4 * 132 / (8 * 8 * 1))
-        assertEquals(9L * 64, h100.decodeGroups());
+        // The one decode split policy: about four blocks per SM over the 8 * 8 row blocks of a split, round(528 / 64).
+        assertEquals(8, h100.splits());
+        assertEquals(DecodeSplitPolicy.gridSplits(32768, 8 * 8, 132), h100.splits());
+        assertEquals(8L * 64, h100.decodeGroups());
+        // No split shorter than a granule of keys: a 40-key cache is one split.
         KvCacheSpec small = KvCacheSpec.contiguous(8, 8, 40, 128);
-        assertEquals(2, new JavaCacheTasks(spec.toBuilder().maxLength(40).build(), small, 132).splits());
+        assertEquals(1, new JavaCacheTasks(spec.toBuilder().maxLength(40).build(), small, 132).splits());
         CacheAttentionSpec spec96 = spec.toBuilder().headDim(96).build();
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> new JavaCacheTasks(spec96, KvCacheSpec.contiguous(8, 8, 64, 96), 132));
