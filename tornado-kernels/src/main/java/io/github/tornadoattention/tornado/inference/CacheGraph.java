@@ -37,7 +37,7 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  * and V on request ({@code UNDER_DEMAND}).
  *
  * <p>This class builds and runs the graph and nothing else: it is given the cache's arrays and the variants as values
- * and knows nothing of the device that decides when to build, fill the staging and execute ({@link DeviceState}).
+ * and knows nothing of the device state that decides when to build, fill the staging and execute.
  */
 final class CacheGraph {
     private static final AtomicInteger GRAPHS = new AtomicInteger();

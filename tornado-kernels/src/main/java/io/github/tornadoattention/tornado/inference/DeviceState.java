@@ -1,6 +1,5 @@
 package io.github.tornadoattention.tornado.inference;
 
-import static java.lang.foreign.ValueLayout.JAVA_FLOAT_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 
 import io.github.tornadoattention.CacheAttentionPlan;
@@ -384,47 +383,18 @@ final class DeviceState {
         int maxNew = StagingRows.maxNew(step, r.slots);
         int rows = g.rows();
         int hq = s.heads();
-        long rowBytes = 2L * s.headDim();
         MemorySegment qHost = host(q);
         MemorySegment oHost = host(o);
         MemorySegment lseHost = lse == null ? null : host(lse);
         for (int j0 = 0; j0 < maxNew; j0 += rows) {
-            int[] chunk = new int[3 * r.slots + 1];
-            int[] counts = new int[r.slots];
-            for (int b = 0; b < r.slots; b++) {
-                int n = step[r.slots + b];
-                int c = Math.max(0, Math.min(rows, n - j0));
-                counts[b] = c;
-                // Causal: query j0 + jj sees keys up to L - n + j0 + jj, i.e. a step of length L - n + j0 + c.
-                chunk[b] = s.causal() ? step[b] - n + j0 + c : step[b];
-                chunk[r.slots + b] = c;
-                for (int h = 0; h < hq; h++) {
-                    for (int jj = 0; jj < c; jj++) {
-                        long packedRow = ((long) step[2 * r.slots + b] + j0 + jj) * hq + h;
-                        MemorySegment.copy(qHost, packedRow * rowBytes, v.q(), (((long) b * hq + h) * rows + jj) * rowBytes,
-                                rowBytes);
-                    }
-                }
-            }
+            int[] chunk = StagingRows.stagePackedQueries(qHost, v.q(), step, r.slots, hq, rows, s.headDim(), s.causal(), j0);
             StagingRows.write(v.step(), chunk);
             execute(r);
             if (lseHost != null) {
                 g.downloadLse(v);
             }
-            for (int b = 0; b < r.slots; b++) {
-                for (int h = 0; h < hq; h++) {
-                    for (int jj = 0; jj < counts[b]; jj++) {
-                        int t = step[2 * r.slots + b] + j0 + jj;
-                        long stagedRow = ((long) b * hq + h) * rows + jj;
-                        MemorySegment.copy(v.o().getSegment(), stagedRow * rowBytes, oHost, ((long) t * hq + h) * rowBytes,
-                                rowBytes);
-                        if (lseHost != null) {
-                            lseHost.setAtIndex(JAVA_FLOAT_UNALIGNED, (long) h * s.maxTotalQueries() + t,
-                                    v.lse().getSegment().getAtIndex(JAVA_FLOAT_UNALIGNED, stagedRow));
-                        }
-                    }
-                }
-            }
+            StagingRows.unstagePackedOutputs(v.o().getSegment(), lseHost == null ? null : v.lse().getSegment(), oHost,
+                    lseHost, chunk, step, r.slots, hq, rows, s.headDim(), s.maxTotalQueries(), j0);
         }
     }
 

@@ -12,7 +12,8 @@ import java.util.concurrent.Future;
 /**
  * A device's lanes: host threads that run queued executions (one single-thread executor per lane, so that executions
  * of different caches overlap TornadoVM's synchronous {@code execute()}), the call queued per owner (a cache) and the
- * output copies those calls still owe their callers, in call order. Part of {@link DeviceState}, used under its lock.
+ * output copies those calls still owe their callers, in call order. Part of a device's state, used under its lock;
+ * it calls nothing but the work and copies it was given.
  */
 final class Lanes {
     /** A queued call's output: {@code apply} copies it into the caller's [{@code address}, {@code address + bytes}). */

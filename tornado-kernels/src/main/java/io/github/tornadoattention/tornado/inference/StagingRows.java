@@ -1,5 +1,6 @@
 package io.github.tornadoattention.tornado.inference;
 
+import static java.lang.foreign.ValueLayout.JAVA_FLOAT_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 
 import io.github.tornadoattention.KvCache;
@@ -74,6 +75,55 @@ final class StagingRows {
             }
         }
         return chunk;
+    }
+
+    /**
+     * Stages chunk {@code [j0, j0 + rows)} of each slot's packed queries (q [total, heads, D], slot b's from its packed
+     * offset) as dense rows; returns the chunk's step words: per slot the length its queries see (causal: the keys up
+     * to its last query of the chunk) and its count of queries in the chunk.
+     */
+    static int[] stagePackedQueries(MemorySegment q, MemorySegment staged, int[] step, int slots, int heads, int rows,
+                                    int headDim, boolean causal, int j0) {
+        long rowBytes = 2L * headDim;
+        int[] chunk = new int[3 * slots + 1];
+        for (int b = 0; b < slots; b++) {
+            int n = step[slots + b];
+            int c = Math.max(0, Math.min(rows, n - j0));
+            // Causal: query j0 + jj sees keys up to L - n + j0 + jj, i.e. a step of length L - n + j0 + c.
+            chunk[b] = causal ? step[b] - n + j0 + c : step[b];
+            chunk[slots + b] = c;
+            for (int h = 0; h < heads; h++) {
+                for (int jj = 0; jj < c; jj++) {
+                    long packedRow = ((long) step[2 * slots + b] + j0 + jj) * heads + h;
+                    MemorySegment.copy(q, packedRow * rowBytes, staged, (((long) b * heads + h) * rows + jj) * rowBytes,
+                            rowBytes);
+                }
+            }
+        }
+        return chunk;
+    }
+
+    /**
+     * Copies the outputs of a chunk staged by {@link #stagePackedQueries} ({@code chunk}: its step words) into the
+     * packed o [total, heads, D] and, when not null, lse [heads, maxTotal].
+     */
+    static void unstagePackedOutputs(MemorySegment stagedO, MemorySegment stagedLse, MemorySegment o, MemorySegment lse,
+                                     int[] chunk, int[] step, int slots, int heads, int rows, int headDim, int maxTotal,
+                                     int j0) {
+        long rowBytes = 2L * headDim;
+        for (int b = 0; b < slots; b++) {
+            for (int h = 0; h < heads; h++) {
+                for (int jj = 0; jj < chunk[slots + b]; jj++) {
+                    int t = step[2 * slots + b] + j0 + jj;
+                    long stagedRow = ((long) b * heads + h) * rows + jj;
+                    MemorySegment.copy(stagedO, stagedRow * rowBytes, o, ((long) t * heads + h) * rowBytes, rowBytes);
+                    if (lse != null) {
+                        lse.setAtIndex(JAVA_FLOAT_UNALIGNED, (long) h * maxTotal + t,
+                                stagedLse.getAtIndex(JAVA_FLOAT_UNALIGNED, stagedRow));
+                    }
+                }
+            }
+        }
     }
 
     /** Copies the step's new rows from the host cache (appended there) into the staging rows. */
