@@ -23,6 +23,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.atomic.AtomicLong;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
@@ -117,7 +118,8 @@ final class DeviceState {
     /** Bumped when a plan is made or closed: a cache's graph rechecks what it serves only then. */
     private long plansVersion;
     private final Map<MergeStatesGraph.Capacity, MergeStatesGraph> merges = new HashMap<>();
-    private long compilations;
+    /** Graphs built, read without the lock (a counter an engine may poll while a call runs). */
+    private final AtomicLong compilations = new AtomicLong();
     private long kernelNanos;
 
     DeviceState(GraphTarget target, Lanes lanes) {
@@ -125,8 +127,8 @@ final class DeviceState {
         this.lanes = lanes;
     }
 
-    synchronized long compilations() {
-        return compilations;
+    long compilations() {
+        return compilations.get();
     }
 
     /** Runs what caches hold back (appends, queued calls, output copies); every call has completed when it returns. */
@@ -442,7 +444,7 @@ final class DeviceState {
                 r.graph = CacheGraph.build(target, r.spec, (HalfFloatArray) r.keys.array, (HalfFloatArray) r.values.array,
                         r.blockTable != null ? (IntArray) r.blockTable.array : null, r.keysWanted, r.mainKey, r.rows);
             } finally {
-                compilations++;
+                compilations.incrementAndGet();
             }
             r.executedSinceBuild = false;
         }
@@ -554,7 +556,7 @@ final class DeviceState {
             try {
                 graph = MergeStatesGraph.build(target, capacity);
             } finally {
-                compilations++;
+                compilations.incrementAndGet();
             }
             merges.put(capacity, graph);
         }
