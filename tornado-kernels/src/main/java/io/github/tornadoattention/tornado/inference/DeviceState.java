@@ -36,7 +36,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * merge graphs. It decides when a graph is built, filled, executed, downloaded or closed; building and running one is
  * {@link CacheGraph}'s and {@link MergeStatesGraph}'s, which it hands values and never hears back from.
  *
- * <p>Every method runs under this object's lock; a queued execution runs on its cache's lane without it (the caller
+ * <p>Every method runs under this object's lock (the build counter is an atomic); a queued execution runs on its cache's lane without it (the caller
  * may hold the lock while it waits for that execution), touching only the cache's own graph and flags, which nobody
  * reads before waiting for it ({@link #awaitIdle}).
  *
@@ -46,7 +46,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  */
 final class DeviceState {
     /** One TornadoVM array behind device tensors; {@code cache} is set while a cache's graph keeps it on the GPU. */
-    static final class Memory {
+    private static final class Memory {
         final TornadoNativeArray array;
         final DType dtype;
         final long address;
@@ -191,8 +191,13 @@ final class DeviceState {
         }
     }
 
+    /** Refuses a range that lies in no array of this device (a wrapped tensor must, to be reachable at all). */
+    synchronized void checkWrappable(long address, long bytes) {
+        find("address", address, bytes);
+    }
+
     /** The array holding [address, address + bytes). */
-    synchronized Memory find(String argument, long address, long bytes) {
+    private Memory find(String argument, long address, long bytes) {
         Map.Entry<Long, Memory> e = memory.floorEntry(address);
         if (e == null || address + bytes > e.getValue().address + e.getValue().bytes) {
             throw new InvalidArgumentException(argument, "0x" + Long.toHexString(address) + " (" + bytes + " bytes)",

@@ -23,7 +23,8 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  * call's inputs into its staging arrays and the outputs out. Shapes are run-time data (a params array, never scalar
  * arguments, which TornadoVM compiles in as constants), so every call of a size class runs the same compiled kernel.
  *
- * <p>Per call TornadoVM sends the parts' O and lse and the params, and brings O back (lse only when asked for).
+ * <p>Per call TornadoVM sends the parts' O and lse and the params, and brings O back (lse only when asked for). The
+ * plans stay with the device (devices live as long as the JVM), each with staging arrays of its class's size.
  */
 final class MergeStatesGraph {
     private static final AtomicInteger GRAPHS = new AtomicInteger();
@@ -133,11 +134,6 @@ final class MergeStatesGraph {
             MemorySegment.copy(lse.getSegment(), 0, lseOut, 0, 4L * rows);
         }
         return profile && result.getProfilerResult() != null ? result.getProfilerResult().getDeviceKernelTime() : 0;
-    }
-
-    /** Frees the plan's device memory. */
-    void close() {
-        GraphTarget.closeQuietly(plan);
     }
 
     /**

@@ -127,7 +127,7 @@ public final class TornadoAttentionDevice extends AttentionDevice {
 
     @Override
     protected void checkWrappable(long address, long bytes) {
-        state.find("address", address, bytes);
+        state.checkWrappable(address, bytes);
     }
 
     @Override
