@@ -41,8 +41,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * combine); the host sends the step's small
  * arrays (ptx-tornado: one, the staged twin's), never the cache (the cache went up once, with the first execution); O
  * comes back once per layer, lse only when a call asks for it; a paged
- * cache behaves the same; closing frees every device buffer. The kernels' results need a GPU (launches are no-ops
- * here): TornadoDeviceTest and {@code selftest --inference} check them there.
+ * cache behaves the same; closing frees every device buffer. mergeStates is one launch of the merge kernel per call,
+ * compiled once per size class. The kernels' results need a GPU (launches are no-ops here): TornadoDeviceTest and
+ * {@code selftest --inference} check them there (the merge kernel also on the emulator, MergeStatesKernelTest).
  */
 class InferenceFakeDriverTest {
     static final int SLOTS = 2;
@@ -154,6 +155,32 @@ class InferenceFakeDriverTest {
 
     @ParameterizedTest
     @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
+    void mergeStatesIsOneLaunchAndCompilesOncePerSizeClass(String id) {
+        Map<String, List<String>> steps = FakeCuda.steps(log, "merge:" + id);
+        List<String> first = steps.get("first");
+        assertEquals(List.of(1L, 0L, 0L), counters(first), "the first merge builds its graph: " + String.join("\n", first));
+        assertEquals(1, count(first, MODULE), "and compiles its kernel once: " + String.join("\n", first));
+        for (String step : List.of("step", "lse-step", "same-class")) {
+            List<String> lines = steps.get(step);
+            String where = id + " merge " + step + ":\n" + String.join("\n", lines);
+            assertEquals(List.of(0L, 0L, 0L), counters(lines), "no compilation, plan or allocation: " + where);
+            assertEquals(0, count(lines, MODULE), "no module loaded: " + where);
+            assertEquals(0, count(lines, FakeCuda.ALLOC), "no device allocation: " + where);
+            assertEquals(1, count(lines, LAUNCH), "one launch: " + where);
+            assertTrue(lines.stream().filter(l -> LAUNCH.matcher(l).find())
+                    .allMatch(l -> l.toLowerCase().contains("mergestates")), "the merge kernel runs: " + where);
+            assertEquals(3, dataUploads(lines).size(), "the parts' O and lse and the shape go up: " + where);
+            assertEquals(step.equals("lse-step") ? 2 : 1, bytes(lines, FakeCuda.DEVICE_TO_HOST).size(),
+                    "O comes back, lse when asked for: " + where);
+        }
+        List<String> larger = steps.get("larger-class");
+        assertEquals(List.of(1L, 0L, 0L), counters(larger), "a larger size class builds its own graph once: "
+                + String.join("\n", larger));
+        assertEquals(1, count(larger, LAUNCH), String.join("\n", larger));
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
     void closingFreesEveryDeviceBuffer(String id) {
         List<String> all = new ArrayList<>();
         steps(id).values().forEach(all::addAll);
@@ -247,6 +274,42 @@ class InferenceFakeDriverTest {
             // With two lanes: the same steps (queued calls, one synchronisation), then "lanes-read".
             decodeSteps(id, Attention.device(id, PlanOptions.builder().lanes(2).build()), spec, contiguous, "lanes-", random,
                     one, prompt);
+            merges(id, device, random);
+        }
+
+        /**
+         * mergeStates, marked under "merge:" + id (its graphs are the device's, kept for its life, so the closing
+         * check of the caches' buffers does not see them): first, warm-up, step, lse-step, another shape of the same
+         * size class, a larger class.
+         */
+        private static void merges(String id, AttentionDevice device, Random random) {
+            String at = "merge:" + id;
+            int parts = 3;
+            int rows = 37;
+            try (DeviceTensor op = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, parts * rows * D));
+                 DeviceTensor lp = device.allocate(DType.FP32, (long) parts * rows);
+                 DeviceTensor o = device.allocate(DType.FP16, (long) rows * D);
+                 DeviceTensor lse = device.allocate(DType.FP32, rows);
+                 DeviceTensor op2 = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, 2 * 40 * D));
+                 DeviceTensor lp2 = device.allocate(DType.FP32, 2 * 40);
+                 DeviceTensor o2 = device.allocate(DType.FP16, 40L * D);
+                 DeviceTensor op3 = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, parts * 200 * D));
+                 DeviceTensor lp3 = device.allocate(DType.FP32, (long) parts * 200);
+                 DeviceTensor o3 = device.allocate(DType.FP16, 200L * D)) {
+                mark(at, "first");
+                counted(device, () -> device.mergeStates(op, lp, parts, D, o, null));
+                mark(at, "warm-up");
+                counted(device, () -> device.mergeStates(op, lp, parts, D, o, null));
+                mark(at, "step");
+                counted(device, () -> device.mergeStates(op, lp, parts, D, o, null));
+                mark(at, "lse-step");
+                counted(device, () -> device.mergeStates(op, lp, parts, D, o, lse));
+                mark(at, "same-class");
+                counted(device, () -> device.mergeStates(op2, lp2, 2, D, o2, null));
+                mark(at, "larger-class");
+                counted(device, () -> device.mergeStates(op3, lp3, parts, D, o3, null));
+                mark(at, "end");
+            }
         }
 
         /**

@@ -13,31 +13,27 @@ import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
  * that cache's graph from the start.
  */
 final class TornadoCachePlan extends CacheAttentionPlan {
-    private final TornadoAttentionDevice device;
+    private final DeviceState state;
 
-    TornadoCachePlan(TornadoAttentionDevice device, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+    TornadoCachePlan(TornadoAttentionDevice device, DeviceState state, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         super(device, spec, cacheSpec);
-        this.device = device;
+        this.state = state;
         // The kernels' limits (head dim, dtype), checked now rather than at the first call.
         CacheAttentionTasks.check(device.backendId(), spec, cacheSpec);
     }
 
     @Override
     protected void runDense(DeviceTensor q, KvCache cache, DeviceTensor o, DeviceTensor lse) {
-        synchronized (device) {
-            device.graph(cache).attendDense(this, q, o, lse);
-        }
+        state.attendDense(cache, spec(), q, o, lse);
     }
 
     @Override
     protected void runPacked(DeviceTensor q, KvCache cache, DeviceTensor o, DeviceTensor lse) {
-        synchronized (device) {
-            device.graph(cache).attendPacked(this, q, o, lse);
-        }
+        state.attendPacked(cache, spec(), q, o, lse);
     }
 
     @Override
     protected void release() {
-        device.forget(this);
+        state.forgetPlan(this);
     }
 }
