@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Before/after on a GPU host: the correctness suite + random shapes on every GPU backend of this tree, then kernel
 # times of BEFORE (an unpacked older build: bin/, src/target, tornado-kernels/target) and of this tree, interleaved
-# shape by shape in one run, with PyTorch SDPA (FLASH) on the same shapes for scale. Needs the packed runtime
-# (.gpu/gpu-bundle.tar.xz) and this tree's jars; prints a table last. From the repository root:
+# shape by shape in one run, with PyTorch SDPA (FLASH) on the same shapes for scale; then a decode token through the
+# Java API (B=8, Hq=32, Hkv=8, D=128, DECODE_LAYERS layers) at each of DECODE_CONTEXTS, before and after, with
+# PyTorch (index write + SDPA) doing the same. Needs the packed runtime (.gpu/gpu-bundle.tar.xz) and this tree's
+# jars; prints the tables last. From the repository root:
 #
 #   BEFORE=/path/to/old/tree bench/ab-compare.sh     # BACKENDS=..., SHAPES="B,Hq,S,D[,c];...", RANDOM_SHAPES=50
+#                                                    # DECODE_CONTEXTS="32768" (empty: none), DECODE_BACKENDS=...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/ab}; mkdir -p "$OUT"
@@ -12,6 +15,9 @@ BACKENDS=${BACKENDS:-ptx-cuda,ptx-tornado,tornado-mma,tornado-simt}
 SHAPES=${SHAPES:-16,8,512,64;16,8,512,64,c;4,16,2048,128;4,16,2048,128,c}
 RANDOM_SHAPES=${RANDOM_SHAPES:-50}
 SEED=${SEED:-$(date +%s)}
+DECODE_CONTEXTS=${DECODE_CONTEXTS-32768}
+DECODE_BACKENDS=${DECODE_BACKENDS:-ptx-cuda ptx-tornado}
+DECODE_LAYERS=${DECODE_LAYERS:-8}
 : "${BEFORE:?set BEFORE to the tree of the older build}"
 if [ -z "${TORNADOVM_HOME:-}" ]; then
   [ -d /opt/gpu-bundle ] || tar -xJf "${BUNDLE:-.gpu/gpu-bundle.tar.xz}" -C /opt || exit 2
@@ -66,4 +72,41 @@ for (spec, backend, build), ms in sorted(by.items()):
     before = by.get((spec, backend, "before"))
     ratio = "%.3f" % (ms / before) if ms and before else "-"
     print("| %s | %s | %s | %s | %s | %.4f |" % (spec, backend, before, ms, ratio, flash[spec]))
+PY
+
+[ -n "$DECODE_CONTEXTS" ] || exit 0
+echo "== decode token, before and after (contexts: $DECODE_CONTEXTS)"
+: > "$OUT/decode.jsonl"
+shape="--batch 8 --heads 32 --kv-heads 8 --dim 128 --layers $DECODE_LAYERS --steps 100 --warmup 300 --seed $SEED --json"
+for n in $DECODE_CONTEXTS; do
+  for b in $DECODE_BACKENDS; do
+    # ptx-cuda runs without TornadoVM (as its users do); the TornadoVM hosts with CUDA graphs and 4 lanes.
+    if [ "$b" = ptx-cuda ]; then env=(TORNADOVM_HOME=); mode=""; else env=(); mode="--cuda-graph --lanes 4"; fi
+    for round in 1 2; do   # interleaved twice: before, after, before, after
+      for build in before after; do
+        dir=$PWD; [ "$build" = before ] && dir=$BEFORE
+        (cd "$dir" && env "${env[@]}" timeout 300 bin/tornado-attention decode $shape --context "$n" --backend "$b" $mode 2>&1) \
+          | tail -n 1 | sed "s/^{/{\"build\":\"$build\",\"round\":$round,/" >> "$OUT/decode.jsonl"
+      done
+    done
+  done
+  python3 bench/decode_baseline.py --batch 8 --heads 32 --kv-heads 8 --dim 128 --context "$n" --layers "$DECODE_LAYERS" \
+    --steps 100 --warmup 300 --backends FLASH >> "$OUT/decode.jsonl" 2> "$OUT/torch-decode-$n.err"
+done
+python3 - "$OUT/decode.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+step = lambda r: r.get("median_ms", r.get("step_median_ms"))   # the older build's key: step_median_ms
+print("\n| context | backend | step ms before (2 runs) | after (2 runs) | after/before | PyTorch step ms | after/PyTorch |")
+print("|---|---|---|---|---|---|---|")
+torch = {r["context"]: step(r) for r in rows if str(r.get("backend", "")).startswith("torch")}
+for n in sorted({r["context"] for r in rows if "build" in r}):
+    for b in dict.fromkeys(r["backend"] for r in rows if "build" in r and r["context"] == n):
+        t = {k: [step(r) for r in rows if r.get("build") == k and r["backend"] == b and r["context"] == n and step(r)]
+             for k in ("before", "after")}
+        if not t["before"] or not t["after"]:
+            print("| %d | %s | %s | %s | - | - | - |" % (n, b, t["before"], t["after"])); continue
+        mb, ma = statistics.median(t["before"]), statistics.median(t["after"])
+        tt = torch.get(n)
+        print("| %d | %s | %s | %s | %.3f | %s | %s |" % (n, b, t["before"], t["after"], ma / mb, tt, "%.3f" % (ma / tt) if tt else "-"))
 PY
