@@ -3,6 +3,7 @@ package io.github.tornadoattention.cli;
 import io.github.tornadoattention.BackendUnavailableException;
 import io.github.tornadoattention.InvalidArgumentException;
 import java.io.PrintWriter;
+import java.util.List;
 import java.util.Map;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -10,7 +11,7 @@ import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
 /**
- * The command line: {@code run}, {@code backends}, {@code selftest}. Exit codes: 0 success, 1 a
+ * The command line: {@code run}, {@code backends}, {@code selftest}, {@code decode}, {@code prefill}. Exit codes: 0 success, 1 a
  * check or the suite failed (or an unexpected error), 2 bad options, a bad shape or work over the
  * {@link Limits} without {@code --force} (one line, no stack trace), 3 the chosen backend cannot run here.
  */
@@ -35,7 +36,13 @@ public final class Main implements Runnable {
 
     @Override
     public void run() {
-        throw new CommandLine.ParameterException(spec.commandLine(), "Missing a command: run, backends or selftest");
+        throw new CommandLine.ParameterException(spec.commandLine(), "Missing a command: " + commandNames());
+    }
+
+    /** The commands of the command table (help aside), for the line that says one is missing. */
+    private String commandNames() {
+        List<String> names = spec.subcommands().keySet().stream().filter(name -> !name.equals("help")).toList();
+        return String.join(", ", names.subList(0, names.size() - 1)) + " or " + names.getLast();
     }
 
     public static void main(String[] args) {

@@ -209,6 +209,22 @@ class MainTest {
         assertFalse(r.err().contains("\tat "), "stack trace printed");
     }
 
+    /** Without a command the error names every command of the table, so a new one is never left out. */
+    @Test
+    void noCommandListsEveryCommand() {
+        Result r = run();
+        assertEquals(Main.EXIT_BAD_INPUT, r.exit(), r.err());
+        assertEquals(1, r.err().strip().split("\\R").length, r.err());
+        assertTrue(r.err().startsWith("error: Missing a command: "), r.err());
+        java.util.Set<String> commands = new picocli.CommandLine(new Main()).getSubcommands().keySet();
+        assertTrue(commands.containsAll(List.of("run", "backends", "selftest", "decode", "prefill")), commands.toString());
+        for (String command : commands) {
+            if (!command.equals("help")) {
+                assertTrue(r.err().contains(command), command + " missing from " + r.err());
+            }
+        }
+    }
+
     @Test
     void selftestRunsTheChosenCasesAndCounts() {
         Result r = run("selftest", "--backend", "cpu-reference", "--random", "2", "--seed", "7", "--cases", "22-25");
