@@ -101,6 +101,9 @@ final class DecodeCommand implements Callable<Integer> {
         Limits.calls("--warmup", warmup, 0);
         requireRange("--layers", layers, 1, 1024);
         requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
+        if (heads < 1) { // before it becomes the default of --kv-heads
+            throw new InvalidArgumentException("--heads", heads, "must be >= 1");
+        }
         int hkv = kvHeads == null ? heads : kvHeads;
         AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).lanes(lanes)
                 .build());

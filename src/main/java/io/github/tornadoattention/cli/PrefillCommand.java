@@ -83,6 +83,9 @@ final class PrefillCommand implements Callable<Integer> {
             }
         }
         int batch = prompts.length;
+        if (heads < 1) { // before it becomes the default of --kv-heads
+            throw new InvalidArgumentException("--heads", heads, "must be >= 1");
+        }
         int hkv = kvHeads == null ? heads : kvHeads;
         int longest = Math.max(1, Arrays.stream(prompts).max().orElse(1));
         int total = Arrays.stream(prompts).sum();

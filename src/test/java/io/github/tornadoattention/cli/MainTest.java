@@ -172,7 +172,7 @@ class MainTest {
     @CsvSource(delimiter = '|', quoteCharacter = '"', value = {
         "run --heads 8 --seq 16 --dim 64                          | --batch",
         "run --batch 0 --heads 8 --seq 16 --dim 64                | --batch = 0: must be >= 1",
-        "run --batch 1 --heads 8 --kv-heads 3 --seq 16 --dim 64   | --kv-heads = 3: must divide queryHeads (8)",
+        "run --batch 1 --heads 8 --kv-heads 3 --seq 16 --dim 64   | --kv-heads = 3: must divide --heads (8)",
         "run --batch 1 --heads 8 --seq -4 --dim 64                | --seq = -4: must be >= 1",
         "run --batch 1 --heads 8 --seq 4 --kv-seq 0 --dim 64      | --kv-seq = 0: must be >= 1",
         "run --batch 1 --heads 8 --seq 4 --dim 0                  | --dim = 0: must be >= 1",
@@ -197,6 +197,15 @@ class MainTest {
         "selftest --backend cpu-reference --cases 0               | --cases = 0: must be N or FROM-TO within 1..23",
         "selftest --backend cpu-reference --cases 3-99            | --cases = 3-99: must be N or FROM-TO within 1..23",
         "frobnicate                                               | frobnicate",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --page-size 3 | --page-size = 3: must be 0 (contiguous) or a power of two",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --page-size -1 | --page-size = -1: ",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --lanes 17   | --lanes = 17: must be 0..16",
+        "decode --batch 0 --heads 4 --dim 64 --context 16 --backend cpu-reference              | --batch = 0: must be >= 1",
+        "decode --batch 2 --heads 0 --dim 64 --context 16 --backend cpu-reference              | --heads = 0: must be >= 1",
+        "decode --batch 2 --heads 4 --kv-heads 3 --dim 64 --context 16 --backend cpu-reference | --kv-heads = 3: must divide --heads (4)",
+        "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --page-size 3       | --page-size = 3: must be 0 (contiguous) or a power of two",
+        "selftest --inference --backend cpu-reference --lanes -1                              | --lanes = -1: must be 0..16",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --cuda-device -1  | --cuda-device = -1: must be >= 0",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
         Result r = run(commandLine.trim().split("\\s+"));
