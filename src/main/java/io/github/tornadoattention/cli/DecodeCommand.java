@@ -195,8 +195,9 @@ final class DecodeCommand implements Callable<Integer> {
                         worst = e;
                     }
                 }
-                out.printf("check       %s: %s (layer 0, 2 sampled steps, against the CPU reference)%n",
-                        worst.passes() ? "PASS" : "FAIL", worst);
+                out.printf("check       %s: %s (layer 0, 2 sampled steps, against the %s)%n",
+                        worst.passes() ? "PASS" : "FAIL", worst, loop.oracleName());
+                result.put("checked_against", loop.oracleName());
                 result.put("max_abs_error", worst.maxAbsError());
                 result.put("rel_error", worst.relativeError());
                 passed &= worst.passes();

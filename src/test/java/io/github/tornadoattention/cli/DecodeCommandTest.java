@@ -33,6 +33,9 @@ class DecodeCommandTest {
         assertEquals(0, ((Number) json.get("plans_created")).intValue());
         assertEquals(0, ((Number) json.get("allocations_after_warmup")).intValue());
         assertEquals(Boolean.TRUE, json.get("passed"));
+        // cpu-reference is the CPU reference: its check uses the independent online-softmax reference, as run does.
+        assertEquals("online-softmax reference", json.get("checked_against"));
+        assertTrue(r.out().contains("against the online-softmax reference"), r.out());
         assertEquals(11, ((Number) json.get("seed")).intValue());
         assertTrue(((Number) json.get("max_abs_error")).doubleValue() < 1e-2);
         assertTrue(((Number) json.get("step_median_ms")).doubleValue() > 0);
