@@ -174,9 +174,9 @@ final class DecodeCommand implements Callable<Integer> {
             result.put("steps", steps);
             result.put("cuda_graph", cudaGraph);
             result.put("lanes", lanes);
-            result.put("step_median_ms", round(step.medianMillis()));
-            result.put("step_ci95_low_ms", round(step.lowMillis()));
-            result.put("step_ci95_high_ms", round(step.highMillis()));
+            result.put("median_ms", round(step.medianMillis()));
+            result.put("ci95_low_ms", round(step.lowMillis()));
+            result.put("ci95_high_ms", round(step.highMillis()));
             result.put("kernel_median_ms", kernel == null ? null : round(kernel.medianMillis()));
             result.put("kv_bytes_per_token", bytes);
             result.put("kernel_kv_tb_per_s", kernel == null ? null : round(bytes / kernel.medianMillis() / 1e9));
@@ -186,7 +186,13 @@ final class DecodeCommand implements Callable<Integer> {
             result.put("compilations_after_warmup", compilationsInSteps);
             result.put("compilations_total", device.compilations());
             result.put("seed", inputSeed);
-            boolean passed = plansInSteps == 0 && allocationsInSteps == 0 && compilationsInSteps == 0;
+            // An engine's steady state: after warm-up a step plans, allocates and compiles nothing.
+            boolean steadyState = plansInSteps == 0 && allocationsInSteps == 0 && compilationsInSteps == 0;
+            result.put("steady_state", steadyState);
+            if (!steadyState) {
+                out.printf("FAIL        steps after warm-up created plans, allocated or compiled (see above)%n");
+            }
+            boolean passed = steadyState;
             if (check) {
                 ErrorStats worst = null;
                 for (int i = 0; i < 2; i++) {
@@ -198,13 +204,11 @@ final class DecodeCommand implements Callable<Integer> {
                 out.printf("check       %s: %s (layer 0, 2 sampled steps, against the %s)%n",
                         worst.passes() ? "PASS" : "FAIL", worst, loop.oracleName());
                 result.put("checked_against", loop.oracleName());
-                result.put("max_abs_error", worst.maxAbsError());
-                result.put("rel_error", worst.relativeError());
+                result.put("max_abs_error", round(worst.maxAbsError()));
+                result.put("rel_error", round(worst.relativeError()));
+                result.put("check_passed", worst.passes());
                 passed &= worst.passes();
-            } else {
-                result.put("max_abs_error", null);
             }
-            result.put("passed", passed);
             if (json) {
                 out.println(JSON.std.asString(result));
             }

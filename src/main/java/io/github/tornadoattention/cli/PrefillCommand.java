@@ -142,7 +142,7 @@ final class PrefillCommand implements Callable<Integer> {
                     + " synchronize]%n", callStats.medianMillis(), callStats.lowMillis(), callStats.highMillis(),
                     Numbers.throughput(flops, callStats.medianMillis()));
             if (kernelStats != null) {
-                out.printf("device      median %.4g ms  [CUDA events around the append and the attention]%n",
+                out.printf("kernels     median %.4g ms  [device time: CUDA events around the append and the attention]%n",
                         kernelStats.medianMillis());
             }
             Map<String, Object> result = new LinkedHashMap<>();
@@ -152,9 +152,11 @@ final class PrefillCommand implements Callable<Integer> {
             result.put("kv_heads", hkv);
             result.put("dim", dim);
             result.put("page_size", pageSize);
-            result.put("call_median_ms", Numbers.json(callStats.medianMillis()));
-            result.put("device_median_ms", kernelStats == null ? null : Numbers.json(kernelStats.medianMillis()));
+            result.put("median_ms", Numbers.json(callStats.medianMillis()));
+            result.put("ci95_low_ms", Numbers.json(callStats.lowMillis()));
+            result.put("ci95_high_ms", Numbers.json(callStats.highMillis()));
             result.put("tflops", Numbers.json(callStats.teraflops(flops)));
+            result.put("kernel_median_ms", kernelStats == null ? null : Numbers.json(kernelStats.medianMillis()));
             result.put("seed", inputSeed);
             boolean passed = true;
             if (check) {
@@ -165,11 +167,13 @@ final class PrefillCommand implements Callable<Integer> {
                 try (HalfTensor h = HalfTensor.of(actual)) {
                     ErrorStats e = ErrorStats.compare(h, Arrays.copyOf(expected.output(), actual.length), null, null);
                     out.printf("check       %s: %s (against the CPU reference)%n", e.passes() ? "PASS" : "FAIL", e);
+                    result.put("checked_against", "CPU reference");
                     result.put("max_abs_error", Numbers.json(e.maxAbsError()));
+                    result.put("rel_error", Numbers.json(e.relativeError()));
+                    result.put("check_passed", e.passes());
                     passed = e.passes();
                 }
             }
-            result.put("passed", passed);
             k.close();
             v.close();
             if (json) {

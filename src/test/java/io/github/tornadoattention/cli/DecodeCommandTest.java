@@ -32,13 +32,14 @@ class DecodeCommandTest {
         Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
         assertEquals(0, ((Number) json.get("plans_created")).intValue());
         assertEquals(0, ((Number) json.get("allocations_after_warmup")).intValue());
-        assertEquals(Boolean.TRUE, json.get("passed"));
+        assertEquals(Boolean.TRUE, json.get("steady_state"));
+        assertEquals(Boolean.TRUE, json.get("check_passed"));
         // cpu-reference is the CPU reference: its check uses the independent online-softmax reference, as run does.
         assertEquals("online-softmax reference", json.get("checked_against"));
         assertTrue(r.out().contains("against the online-softmax reference"), r.out());
         assertEquals(11, ((Number) json.get("seed")).intValue());
         assertTrue(((Number) json.get("max_abs_error")).doubleValue() < 1e-2);
-        assertTrue(((Number) json.get("step_median_ms")).doubleValue() > 0);
+        assertTrue(((Number) json.get("median_ms")).doubleValue() > 0);
     }
 
     @Test
@@ -63,7 +64,7 @@ class DecodeCommandTest {
         assertEquals(0, r.exit(), r.err());
         String[] lines = r.out().strip().split("\n");
         Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
-        assertEquals(Boolean.TRUE, json.get("passed"));
+        assertEquals(Boolean.TRUE, json.get("check_passed"));
         assertTrue(((Number) json.get("max_abs_error")).doubleValue() < 1e-2);
     }
 }

@@ -137,7 +137,7 @@ class MainTest {
         for (Map<String, Object> c : cases) {
             assertEquals("cpu-reference", c.get("ran_on"));
             assertEquals("online-softmax reference", c.get("checked_against"));
-            assertEquals(Boolean.TRUE, c.get("passed"));
+            assertEquals(Boolean.TRUE, c.get("check_passed"));
             assertTrue(((Number) c.get("max_abs_error")).doubleValue() < 1e-2);
         }
         @SuppressWarnings("unchecked")
@@ -216,6 +216,43 @@ class MainTest {
         assertTrue(errLines[0].startsWith("error: "), r.err());
         assertTrue(errLines[0].contains(expected.trim()), r.err());
         assertFalse(r.err().contains("\tat "), "stack trace printed");
+    }
+
+    /**
+     * One JSON vocabulary: the primary timing of every command is median_ms (with ci95_low_ms and
+     * ci95_high_ms), a second timing gets a qualifier (kernel_median_ms); check_passed and
+     * checked_against appear exactly when --check ran.
+     */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "run --batch 1 --heads 2 --seq 16 --dim 16 --warmup 0 --iters 2",
+        "decode --batch 2 --heads 2 --dim 16 --context 20 --steps 2 --warmup 1",
+        "prefill --heads 2 --dim 16 --lengths 3,9 --iters 2",
+    })
+    void jsonKeysMeanTheSameInEveryCommand(String commandLine) throws Exception {
+        for (boolean check : new boolean[] {false, true}) {
+            List<String> args = new ArrayList<>(List.of(commandLine.trim().split("\\s+")));
+            args.addAll(List.of("--backend", "cpu-reference", "--seed", "3", "--json"));
+            if (check) {
+                args.add("--check");
+            }
+            Result r = run(args.toArray(String[]::new));
+            assertEquals(0, r.exit(), r.out() + r.err());
+            String[] lines = r.outLines();
+            Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+            for (String key : new String[] {"median_ms", "ci95_low_ms", "ci95_high_ms"}) {
+                assertTrue(((Number) json.get(key)).doubleValue() > 0, key + " in " + json);
+            }
+            for (String old : new String[] {"step_median_ms", "call_median_ms", "passed", "device_median_ms"}) {
+                assertFalse(json.containsKey(old), old + " in " + json);
+            }
+            assertEquals(check, json.containsKey("check_passed"), json.toString());
+            assertEquals(check, json.containsKey("checked_against"), json.toString());
+            assertEquals(check, json.containsKey("max_abs_error"), json.toString());
+            if (check) {
+                assertEquals(Boolean.TRUE, json.get("check_passed"), json.toString());
+            }
+        }
     }
 
     /** Without a command the error names every command of the table, so a new one is never left out. */
