@@ -31,9 +31,6 @@ import picocli.CommandLine.Spec;
 @Command(name = "decode", mixinStandardHelpOptions = true,
         description = "Time decode steps (append + attention per layer, device-resident caches) through the Java API.")
 final class DecodeCommand implements Callable<Integer> {
-    /** Above this many multiply-adds per token the CPU device would take minutes: refuse unless --force. */
-    static final double CPU_MAX_FLOPS_PER_TOKEN = 2e9;
-
     @Spec
     CommandSpec spec;
 
@@ -89,7 +86,7 @@ final class DecodeCommand implements Callable<Integer> {
     @Option(names = "--seed", paramLabel = "N", description = "seed of the random inputs (default: fresh each run)")
     Long seed;
 
-    @Option(names = "--force", description = "run even when the CPU device would take very long")
+    @Option(names = "--force", description = "run even when the estimated memory or CPU time is over the limits")
     boolean force;
 
     @Option(names = "--json", description = "also print one JSON object on the last line")
@@ -99,6 +96,7 @@ final class DecodeCommand implements Callable<Integer> {
     public Integer call() throws IOException {
         Limits.calls("--steps", steps, 1);
         Limits.calls("--warmup", warmup, 0);
+        requireRange("--batch", batch, 1, Integer.MAX_VALUE);
         requireRange("--layers", layers, 1, 1024);
         requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
         if (heads < 1) { // before it becomes the default of --kv-heads
@@ -107,16 +105,16 @@ final class DecodeCommand implements Callable<Integer> {
         int hkv = kvHeads == null ? heads : kvHeads;
         AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).lanes(lanes)
                 .build());
-        double flopsPerToken = 4.0 * batch * heads * dim * (double) context * layers;
-        if (device.backendId().equals(Backends.CPU_REFERENCE) && flopsPerToken > CPU_MAX_FLOPS_PER_TOKEN && !force) {
-            throw new InvalidArgumentException("--context", context, String.format(
-                    "the CPU device would do %.2g FLOPs per token (limit %.0g): about %.0f s per step; lower"
-                            + " --context/--batch/--layers or pass --force", flopsPerToken, CPU_MAX_FLOPS_PER_TOKEN,
-                    flopsPerToken / 1e9));
-        }
         long inputSeed = seed != null ? seed : System.nanoTime();
         int[] lengths = lengths(batch, context, ragged, inputSeed);
-        int capacity = context + warmup + steps + Math.min(steps, 16) + 2 + 1; // warm-up, timed, device-timed, checked steps
+        int kernelSamples = Math.min(steps, 16);
+        int checkedSteps = check ? 2 : 0;
+        int capacity = context + warmup + steps + kernelSamples + checkedSteps + 1;
+        // Every step appends a token to every sequence: the caches hold context + all steps, and on the
+        // CPU device each step attends over all of it.
+        boolean onCpu = device.backendId().equals(Backends.CPU_REFERENCE);
+        Limits.Work.decode(lengths, heads, hkv, dim, layers, capacity, pageSize,
+                (long) warmup + steps + kernelSamples + checkedSteps, checkedSteps, onCpu).check(typedOptions(), force);
         PrintWriter out = spec.commandLine().getOut();
         long plansBefore = Attention.plansCreated();
         try (DecodeLoop loop = new DecodeLoop(device, batch, heads, hkv, dim, layers, capacity, pageSize, lengths, inputSeed)) {
@@ -135,7 +133,6 @@ final class DecodeCommand implements Callable<Integer> {
             long plansInSteps = Attention.plansCreated() - plansAfterWarmup;
             long allocationsInSteps = device.allocations() - allocationsAfterWarmup;
             long compilationsInSteps = device.compilations() - compilationsAfterWarmup;
-            int kernelSamples = Math.min(steps, 16);
             double[] kernelMillis = new double[kernelSamples];
             for (int i = 0; i < kernelSamples; i++) {
                 kernelMillis[i] = loop.timedStep();
@@ -214,6 +211,23 @@ final class DecodeCommand implements Callable<Integer> {
             }
             return passed ? 0 : Main.EXIT_FAILED;
         }
+    }
+
+    /** The options that size the work, as the user typed them (for the line that refuses too much work). */
+    private String typedOptions() {
+        StringBuilder s = new StringBuilder("--batch " + batch + " --heads " + heads);
+        if (kvHeads != null) {
+            s.append(" --kv-heads ").append(kvHeads);
+        }
+        s.append(" --dim ").append(dim).append(" --context ").append(context);
+        if (ragged) {
+            s.append(" --ragged");
+        }
+        if (pageSize != 0) {
+            s.append(" --page-size ").append(pageSize);
+        }
+        s.append(" --layers ").append(layers).append(" --steps ").append(steps).append(" --warmup ").append(warmup);
+        return check ? s.append(" --check").toString() : s.toString();
     }
 
     /** N for every sequence, or (ragged) N/16 .. N evenly spread and shuffled by the seed. */

@@ -71,9 +71,12 @@ final class PrefillCommand implements Callable<Integer> {
     @Option(names = "--json", description = "also print one JSON object on the last line")
     boolean json;
 
+    @Option(names = "--force", description = "run even when the estimated memory or CPU time is over the limits")
+    boolean force;
+
     @Override
     public Integer call() throws IOException {
-        if (iters < 1 || iters > 10_000) {
+        if (iters < 1 || iters > 10_000) { // each timed call keeps a sample
             throw new InvalidArgumentException("--iters", iters, "must be in 1..10000");
         }
         int[] prompts = lengths.stream().mapToInt(Integer::intValue).toArray();
@@ -90,9 +93,9 @@ final class PrefillCommand implements Callable<Integer> {
         int longest = Math.max(1, Arrays.stream(prompts).max().orElse(1));
         int total = Arrays.stream(prompts).sum();
         AttentionDevice device = Attention.device(backend);
-        if (device.backendId().equals(Backends.CPU_REFERENCE) && 2.0 * heads * dim * (double) longest * total > 2e10) {
-            throw new InvalidArgumentException("--lengths", lengths, "the CPU device would take minutes; use shorter prompts");
-        }
+        boolean onCpu = device.backendId().equals(Backends.CPU_REFERENCE);
+        long calls = 3 + 2L * iters + (check ? 1 : 0); // warm-up, wall-timed, device-timed, checked
+        Limits.Work.prefill(prompts, heads, hkv, dim, pageSize, calls, check, onCpu).check(typedOptions(), force);
         long inputSeed = seed != null ? seed : System.nanoTime();
         Random random = new Random(inputSeed);
         KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, hkv, longest, dim)
@@ -181,5 +184,20 @@ final class PrefillCommand implements Callable<Integer> {
             }
             return passed ? 0 : Main.EXIT_FAILED;
         }
+    }
+
+    /** The options that size the work, as the user typed them (for the line that refuses too much work). */
+    private String typedOptions() {
+        StringBuilder s = new StringBuilder("--heads " + heads);
+        if (kvHeads != null) {
+            s.append(" --kv-heads ").append(kvHeads);
+        }
+        s.append(" --dim ").append(dim).append(" --lengths ")
+                .append(String.join(",", lengths.stream().map(String::valueOf).toList()));
+        if (pageSize != 0) {
+            s.append(" --page-size ").append(pageSize);
+        }
+        s.append(" --iters ").append(iters);
+        return check ? s.append(" --check").toString() : s.toString();
     }
 }
