@@ -96,7 +96,9 @@ final class DecodeCommand implements Callable<Integer> {
     public Integer call() throws IOException {
         Limits.calls("--steps", steps, 1);
         Limits.calls("--warmup", warmup, 0);
-        requireRange("--batch", batch, 1, Integer.MAX_VALUE);
+        if (batch < 1) { // before it sizes the lengths
+            throw new InvalidArgumentException("--batch", batch, "must be >= 1");
+        }
         requireRange("--layers", layers, 1, 1024);
         requireRange("--context", context, 1, Integer.MAX_VALUE - 2_000_000);
         if (heads < 1) { // before it becomes the default of --kv-heads
