@@ -74,9 +74,9 @@ def main():
             lo, hi = bootstrap(wall)
             ctx = length - a.steps // 2
             out = {"backend": "torch-sdpa-" + name, "batch": b, "heads": hq, "kv_heads": hkv, "dim": d, "context": n,
-                   "layers": a.layers, "steps": a.steps, "step_median_ms": round(statistics.median(wall), 4),
-                   "step_ci95_low_ms": round(lo, 4), "step_ci95_high_ms": round(hi, 4),
-                   "device_median_ms": round(statistics.median(device), 4),
+                   "layers": a.layers, "steps": a.steps, "median_ms": round(statistics.median(wall), 4),
+                   "ci95_low_ms": round(lo, 4), "ci95_high_ms": round(hi, 4),
+                   "kernel_median_ms": round(statistics.median(device), 4),
                    "kv_tb_per_s_wall": round(kv_bytes_per_token * ctx / statistics.median(wall) / 1e9, 4),
                    "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
         except RuntimeError as e:

@@ -114,9 +114,9 @@ print("|---|---|---|---|---|---|---|")
 for n in sorted(cuda):
     c, t = cuda[n], torch.get(n, {})
     def line(name, step, kernel, comp):
-        rt = "%.3f" % (step / t["step_median_ms"]) if t.get("step_median_ms") else "-"
-        print("| %d | %s | %.4g | %s | %.3f | %s | %s |" % (n, name, step, kernel, step / c["step_median_ms"], rt, comp))
-    line("ptx-cuda", c["step_median_ms"], "%.4g" % c["kernel_median_ms"], c["compilations_after_warmup"])
+        rt = "%.3f" % (step / t["median_ms"]) if t.get("median_ms") else "-"
+        print("| %d | %s | %.4g | %s | %.3f | %s | %s |" % (n, name, step, kernel, step / c["median_ms"], rt, comp))
+    line("ptx-cuda", c["median_ms"], "%.4g" % c["kernel_median_ms"], c["compilations_after_warmup"])
     for b in ("ptx-tornado", "tornado-mma"):
         pick = lambda mode: [r for r in rows if r.get("backend") == b and r["context"] == n and r.get("mode") == mode]
         prof = pick("--profile")
@@ -124,10 +124,10 @@ for n in sorted(cuda):
         for mode, label in (("plain", b), ("--cuda-graph", b + " (CUDA graph)"),
                             ("--cuda-graph --lanes 4", b + " (CUDA graph, 4 lanes)")):
             r = pick(mode)
-            if r and "step_median_ms" in r[0]:
-                line(label, r[0]["step_median_ms"], "%.4g" % k if k else "-", r[0]["compilations_after_warmup"])
+            if r and "median_ms" in r[0]:
+                line(label, r[0]["median_ms"], "%.4g" % k if k else "-", r[0]["compilations_after_warmup"])
     if t:
-        print("| %d | PyTorch SDPA-FLASH | %.4g | %s | %.3f | 1 | - |" % (n, t["step_median_ms"], t.get("device_median_ms"),
-              t["step_median_ms"] / c["step_median_ms"]))
+        print("| %d | PyTorch SDPA-FLASH | %.4g | %s | %.3f | 1 | - |" % (n, t["median_ms"], t.get("kernel_median_ms"),
+              t["median_ms"] / c["median_ms"]))
 PY
 exit $fail

@@ -49,7 +49,13 @@ public abstract class AttentionDevice {
 
     /**
      * Wraps {@code length} elements of device memory the engine owns, at {@code address} (a
-     * CUdeviceptr on ptx-cuda), without copying. Closing the tensor leaves the memory alone.
+     * CUdeviceptr on ptx-cuda), without copying. Closing the tensor leaves the memory alone. The device
+     * checks the address first: ptx-cuda accepts memory of its CUDA device, the TornadoVM devices and
+     * cpu-reference accept memory inside one of their own allocations; an address a device cannot check
+     * is refused (never a crash).
+     *
+     * @throws InvalidArgumentException if the memory is not this device's
+     * @throws UnsupportedOperationException if this device cannot check addresses
      */
     public final DeviceTensor wrap(long address, DType dtype, long length) {
         InvalidArgumentException.requireNonNull("dtype", dtype);
@@ -169,8 +175,14 @@ public abstract class AttentionDevice {
 
     protected abstract void free(long address, long bytes);
 
-    /** Refuses to wrap memory that is not this device's, where the backend can tell. */
+    /**
+     * Throws unless [address, address + bytes) is memory of this device that its kernels and copies
+     * may use. A device that cannot tell keeps this default and refuses every {@link #wrap}: an
+     * unchecked address would crash the JVM on the first copy.
+     */
     protected void checkWrappable(long address, long bytes) {
+        throw new UnsupportedOperationException(backendId + " (" + name() + ") cannot check that address 0x"
+                + Long.toHexString(address) + " is its memory, so it wraps none: allocate tensors with allocate()");
     }
 
     protected abstract void copyToDevice(long destination, MemorySegment source, long bytes);

@@ -535,9 +535,22 @@ public final class KvCache implements AutoCloseable {
         return slot;
     }
 
+    /**
+     * Throws unless the cache and all of its storage are open. A caller may close a tensor the
+     * accessors hand out ({@link #keys()} and the others): every method checks that here, before it
+     * changes a length or a page, so such a call is refused with nothing changed.
+     */
     private void requireOpen() {
         if (closed) {
             throw new InvalidArgumentException("cache", "closed", "must be open");
+        }
+        String[] names = {"keys", "values", "stepInfo", "blockTable"};
+        DeviceTensor[] storage = {keys, values, stepInfo, blockTable};
+        for (int i = 0; i < storage.length; i++) {
+            if (storage[i] != null && !storage[i].isOpen()) {
+                throw new InvalidArgumentException("cache." + names[i] + "()", storage[i],
+                        "must be open: the cache owns its storage (close the cache, not its tensors)");
+            }
         }
     }
 

@@ -22,6 +22,14 @@ public final class Limits {
      */
     static final double CPU_FLOPS_PER_CORE = 3e9;
 
+    /**
+     * How much slower per FLOP the CPU device's attention over a KV cache is than the dense reference:
+     * it converts every K and V element from fp16 through the cache's row lookup, once per query head.
+     * It measures about 0.5 GFLOP/s per core (decode, D=64, after JIT warm-up); counting its FLOPs this
+     * many times keeps the estimate a lower bound.
+     */
+    static final double CACHED_REFERENCE_SLOWDOWN = 6;
+
     private Limits() {
     }
 
@@ -82,6 +90,64 @@ public final class Limits {
                 heap = 4 * (q + 2 * kv) + 12 * q + 12 * lse + cores() * perThread;
             }
             return new Work(shape.flops() * referencePasses, heap, offHeap);
+        }
+
+        /**
+         * {@code decode}: {@code tokens} steps (warm-up, timed, device-timed and checked) over {@code layers}
+         * caches prefilled to {@code lengths} and growing one token per step, on the CPU device when
+         * {@code onCpu} (attention by the CPU reference, caches in host memory); {@code checkedSteps} of
+         * them also run an oracle on the CPU (layer 0).
+         */
+        static Work decode(int[] lengths, int heads, int kvHeads, int headDim, int layers, int capacity, int pageSize,
+                           long tokens, int checkedSteps, boolean onCpu) {
+            double keysSeen = 0; // sum over steps and slots of the keys one query head attends to
+            double checkedKeys = 0;
+            int longest = 0;
+            for (int length : lengths) {
+                keysSeen += tokens * (double) length + tokens * (tokens + 1.0) / 2;
+                checkedKeys += checkedSteps * ((double) length + tokens);
+                longest = Math.max(longest, length);
+            }
+            double perKey = 4.0 * heads * headDim * CACHED_REFERENCE_SLOWDOWN; // q.k and p.v, per query head
+            double flops = perKey * (checkedKeys + (onCpu ? layers * keysSeen : 0));
+            long slots = lengths.length;
+            long rows = pageSize == 0 ? capacity : ((long) capacity + pageSize - 1) / pageSize * pageSize;
+            long cacheBytes = 2L * 2 * slots * kvHeads * rows * headDim; // K and V, fp16, per layer
+            long stepTensors = 4 * 2 * (2 * slots * kvHeads + slots * heads) * headDim + 2 * slots * heads * headDim;
+            long pool = 2L * Math.min(Math.max(longest, 1), 4096) * kvHeads * headDim;
+            long offHeap = onCpu ? layers * cacheBytes + 2 * pool + stepTensors : 0;
+            // The random pool and step inputs as floats; per thread, the oracle's K and V of one head as
+            // floats and its scores; a check's per-slot K and V.
+            long perThread = 4L * 2 * capacity * headDim + 8L * capacity;
+            long heap = 4 * (2 * pool + stepTensors) + cores() * perThread
+                    + (checkedSteps > 0 ? 4L * 2 * kvHeads * capacity * headDim : 0);
+            return new Work(flops, heap, offHeap);
+        }
+
+        /**
+         * {@code prefill}: {@code calls} varlen prefills of causal prompts {@code lengths} into a cache on
+         * the CPU device when {@code onCpu}; {@code check} adds one pass of the CPU reference.
+         */
+        static Work prefill(int[] lengths, int heads, int kvHeads, int headDim, int pageSize, long calls, boolean check,
+                            boolean onCpu) {
+            double pairs = 0; // causal (query, key) pairs per head
+            long total = 0;
+            int longest = 1;
+            for (int n : lengths) {
+                pairs += n * (n + 1.0) / 2;
+                total += n;
+                longest = Math.max(longest, n);
+            }
+            double perPass = 4.0 * heads * headDim * pairs * CACHED_REFERENCE_SLOWDOWN;
+            double flops = perPass * ((onCpu ? calls : 0) + (check ? 1 : 0));
+            long rows = pageSize == 0 ? longest : ((long) longest + pageSize - 1) / pageSize * pageSize;
+            long slots = lengths.length;
+            long packed = Math.max(1, total);
+            long offHeap = onCpu ? 2L * 2 * slots * kvHeads * rows * headDim + 2L * 2 * packed * (heads + kvHeads) * headDim : 0;
+            // q, the prompts' K and V as floats, per token and head in the check's model, O as doubles.
+            long heap = 4 * packed * heads * headDim + 2 * packed * kvHeads * (4L * headDim + 16) + 8 * packed * heads * headDim
+                    + cores() * (4L * 2 * longest * headDim + 8L * longest);
+            return new Work(flops, heap, offHeap);
         }
 
         /** Run one after the other: the work adds up, memory is the larger peak. */

@@ -71,9 +71,12 @@ final class PrefillCommand implements Callable<Integer> {
     @Option(names = "--json", description = "also print one JSON object on the last line")
     boolean json;
 
+    @Option(names = "--force", description = "run even when the estimated memory or CPU time is over the limits")
+    boolean force;
+
     @Override
     public Integer call() throws IOException {
-        if (iters < 1 || iters > 10_000) {
+        if (iters < 1 || iters > 10_000) { // each timed call keeps a sample
             throw new InvalidArgumentException("--iters", iters, "must be in 1..10000");
         }
         int[] prompts = lengths.stream().mapToInt(Integer::intValue).toArray();
@@ -83,13 +86,16 @@ final class PrefillCommand implements Callable<Integer> {
             }
         }
         int batch = prompts.length;
+        if (heads < 1) { // before it becomes the default of --kv-heads
+            throw new InvalidArgumentException("--heads", heads, "must be >= 1");
+        }
         int hkv = kvHeads == null ? heads : kvHeads;
         int longest = Math.max(1, Arrays.stream(prompts).max().orElse(1));
         int total = Arrays.stream(prompts).sum();
         AttentionDevice device = Attention.device(backend);
-        if (device.backendId().equals(Backends.CPU_REFERENCE) && 2.0 * heads * dim * (double) longest * total > 2e10) {
-            throw new InvalidArgumentException("--lengths", lengths, "the CPU device would take minutes; use shorter prompts");
-        }
+        boolean onCpu = device.backendId().equals(Backends.CPU_REFERENCE);
+        long calls = 3 + 2L * iters + (check ? 1 : 0); // warm-up, wall-timed, device-timed, checked
+        Limits.Work.prefill(prompts, heads, hkv, dim, pageSize, calls, check, onCpu).check(typedOptions(), force);
         long inputSeed = seed != null ? seed : System.nanoTime();
         Random random = new Random(inputSeed);
         KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, hkv, longest, dim)
@@ -139,7 +145,7 @@ final class PrefillCommand implements Callable<Integer> {
                     + " synchronize]%n", callStats.medianMillis(), callStats.lowMillis(), callStats.highMillis(),
                     Numbers.throughput(flops, callStats.medianMillis()));
             if (kernelStats != null) {
-                out.printf("device      median %.4g ms  [CUDA events around the append and the attention]%n",
+                out.printf("kernels     median %.4g ms  [device time: CUDA events around the append and the attention]%n",
                         kernelStats.medianMillis());
             }
             Map<String, Object> result = new LinkedHashMap<>();
@@ -149,9 +155,11 @@ final class PrefillCommand implements Callable<Integer> {
             result.put("kv_heads", hkv);
             result.put("dim", dim);
             result.put("page_size", pageSize);
-            result.put("call_median_ms", Numbers.json(callStats.medianMillis()));
-            result.put("device_median_ms", kernelStats == null ? null : Numbers.json(kernelStats.medianMillis()));
+            result.put("median_ms", Numbers.json(callStats.medianMillis()));
+            result.put("ci95_low_ms", Numbers.json(callStats.lowMillis()));
+            result.put("ci95_high_ms", Numbers.json(callStats.highMillis()));
             result.put("tflops", Numbers.json(callStats.teraflops(flops)));
+            result.put("kernel_median_ms", kernelStats == null ? null : Numbers.json(kernelStats.medianMillis()));
             result.put("seed", inputSeed);
             boolean passed = true;
             if (check) {
@@ -162,11 +170,13 @@ final class PrefillCommand implements Callable<Integer> {
                 try (HalfTensor h = HalfTensor.of(actual)) {
                     ErrorStats e = ErrorStats.compare(h, Arrays.copyOf(expected.output(), actual.length), null, null);
                     out.printf("check       %s: %s (against the CPU reference)%n", e.passes() ? "PASS" : "FAIL", e);
+                    result.put("checked_against", "CPU reference");
                     result.put("max_abs_error", Numbers.json(e.maxAbsError()));
+                    result.put("rel_error", Numbers.json(e.relativeError()));
+                    result.put("check_passed", e.passes());
                     passed = e.passes();
                 }
             }
-            result.put("passed", passed);
             k.close();
             v.close();
             if (json) {
@@ -174,5 +184,20 @@ final class PrefillCommand implements Callable<Integer> {
             }
             return passed ? 0 : Main.EXIT_FAILED;
         }
+    }
+
+    /** The options that size the work, as the user typed them (for the line that refuses too much work). */
+    private String typedOptions() {
+        StringBuilder s = new StringBuilder("--heads " + heads);
+        if (kvHeads != null) {
+            s.append(" --kv-heads ").append(kvHeads);
+        }
+        s.append(" --dim ").append(dim).append(" --lengths ")
+                .append(String.join(",", lengths.stream().map(String::valueOf).toList()));
+        if (pageSize != 0) {
+            s.append(" --page-size ").append(pageSize);
+        }
+        s.append(" --iters ").append(iters);
+        return check ? s.append(" --check").toString() : s.toString();
     }
 }

@@ -194,7 +194,7 @@ final class SelftestCommand implements Callable<Integer> {
         c.put("backend", backendId);
         c.put("ran_on", outcome.backendId());
         c.put("checked_against", outcome.oracle());
-        c.put("passed", outcome.passed());
+        c.put("check_passed", outcome.passed());
         ErrorStats e = outcome.errors();
         if (e != null) {
             c.put("max_abs_error", Numbers.json(e.maxAbsError()));

@@ -10,11 +10,13 @@ import io.github.tornadoattention.CacheAttentionPlan;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DType;
 import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.util.concurrent.ConcurrentHashMap;
+import java.util.Map;
+import java.util.concurrent.ConcurrentSkipListMap;
 
 /**
  * The cpu-reference backend's device: "device" memory is off-heap host memory, every call runs to
@@ -25,7 +27,14 @@ import java.util.concurrent.ConcurrentHashMap;
 final class CpuDevice extends AttentionDevice {
     static final CpuDevice INSTANCE = new CpuDevice();
 
-    private final ConcurrentHashMap<Long, Arena> arenas = new ConcurrentHashMap<>();
+    /**
+     * Live allocations by address: every access resolves its address here, so a wrapped address outside
+     * them, or memory already freed, is refused with an exception instead of crashing the JVM.
+     */
+    private final ConcurrentSkipListMap<Long, Allocation> allocations = new ConcurrentSkipListMap<>();
+
+    private record Allocation(Arena arena, MemorySegment memory) {
+    }
 
     private CpuDevice() {
         super(Backends.CPU_REFERENCE);
@@ -45,17 +54,22 @@ final class CpuDevice extends AttentionDevice {
     protected long malloc(DType dtype, long length) {
         long bytes = length * dtype.bytes();
         Arena arena = Arena.ofShared();
-        long address = arena.allocate(bytes, 64).address();
-        arenas.put(address, arena);
-        return address;
+        MemorySegment memory = arena.allocate(bytes, 64);
+        allocations.put(memory.address(), new Allocation(arena, memory));
+        return memory.address();
     }
 
     @Override
     protected void free(long address, long bytes) {
-        Arena arena = arenas.remove(address);
-        if (arena != null) {
-            arena.close();
+        Allocation allocation = allocations.remove(address);
+        if (allocation != null) {
+            allocation.arena().close();
         }
+    }
+
+    @Override
+    protected void checkWrappable(long address, long bytes) {
+        memory(address, bytes);
     }
 
     @Override
@@ -137,7 +151,18 @@ final class CpuDevice extends AttentionDevice {
         }
     }
 
-    private static MemorySegment memory(long address, long bytes) {
-        return MemorySegment.ofAddress(address).reinterpret(bytes);
+    /** [address, address + bytes) inside one live allocation of this device; throws for anything else. */
+    private MemorySegment memory(long address, long bytes) {
+        Map.Entry<Long, Allocation> e = allocations.floorEntry(address);
+        if (e != null) {
+            MemorySegment memory = e.getValue().memory();
+            long offset = address - memory.address();
+            if (bytes >= 0 && offset <= memory.byteSize() - bytes) {
+                return memory.asSlice(offset, bytes);
+            }
+        }
+        throw new InvalidArgumentException("address", "0x" + Long.toHexString(address) + " (" + bytes + " bytes)",
+                "must lie inside one live allocation of the " + Backends.CPU_REFERENCE + " device (" + name()
+                        + "): it checks every address, and wraps only memory it allocated (allocate() makes tensors)");
     }
 }

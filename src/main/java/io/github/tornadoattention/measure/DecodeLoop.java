@@ -1,6 +1,8 @@
 package io.github.tornadoattention.measure;
 
 import io.github.tornadoattention.AttentionDevice;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.CacheAttentionPlan;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DType;
@@ -10,8 +12,10 @@ import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.cpu.CpuReference;
+import io.github.tornadoattention.verify.CorrectnessSuite;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.KvCacheModel;
+import io.github.tornadoattention.verify.OnlineSoftmaxReference;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -150,8 +154,8 @@ public final class DecodeLoop implements AutoCloseable {
     }
 
     /**
-     * Runs one more token and checks layer 0's attention output against the oracle over what the
-     * cache must hold; the output is poisoned first.
+     * Runs one more token and checks layer 0's attention output against the oracle ({@link #oracleName})
+     * over what the cache must hold; the output is poisoned first.
      */
     public ErrorStats checkStep() {
         int t = steps % STEP_TENSORS;
@@ -169,10 +173,52 @@ public final class DecodeLoop implements AutoCloseable {
         int decoded = steps;
         CpuReference.RowSource keys = (b, h, j, into) -> row(b, h, j, into, poolKeys, stepKeys, decoded, batch, kvHeads, d);
         CpuReference.RowSource values = (b, h, j, into) -> row(b, h, j, into, poolValues, stepValues, decoded, batch, kvHeads, d);
-        CpuReference.Result expected = CpuReference.cached(spec, queries[t], false, keys, values, lengths, ones);
+        double[] expected = onCpuReference()
+                ? onlineSoftmax(queries[t], keys, values, lengths)
+                : CpuReference.cached(spec, queries[t], false, keys, values, lengths, ones).output();
         try (io.github.tornadoattention.HalfTensor out = io.github.tornadoattention.HalfTensor.of(actual)) {
-            return ErrorStats.compare(out, expected.output(), null, null);
+            return ErrorStats.compare(out, expected, null, null);
         }
+    }
+
+    /** What {@link #checkStep} compares with: the CPU reference, or on cpu-reference (itself the CPU reference) the online-softmax one. */
+    public String oracleName() {
+        return CorrectnessSuite.oracleName(device.backendId());
+    }
+
+    private boolean onCpuReference() {
+        return device.backendId().equals(Backends.CPU_REFERENCE);
+    }
+
+    /**
+     * The decode step's output by the independent {@link OnlineSoftmaxReference}: per slot, one query per
+     * head over the slot's keys as a dense [1, kvHeads, length, headDim] problem.
+     */
+    private double[] onlineSoftmax(float[] q, CpuReference.RowSource keys, CpuReference.RowSource values, int[] lengths) {
+        int d = cacheSpec.headDim();
+        int heads = spec.heads();
+        int kvHeads = cacheSpec.kvHeads();
+        double[] out = new double[Math.toIntExact(spec.denseQueryElements())];
+        float[] row = new float[d];
+        for (int b = 0; b < lengths.length; b++) {
+            int length = lengths[b];
+            float[] k = new float[kvHeads * length * d];
+            float[] v = new float[k.length];
+            for (int h = 0; h < kvHeads; h++) {
+                for (int j = 0; j < length; j++) {
+                    keys.read(b, h, j, row);
+                    System.arraycopy(row, 0, k, (h * length + j) * d, d);
+                    values.read(b, h, j, row);
+                    System.arraycopy(row, 0, v, (h * length + j) * d, d);
+                }
+            }
+            AttentionShape shape = AttentionShape.builder().batch(1).heads(heads).kvHeads(kvHeads).queryLength(1)
+                    .kvLength(length).headDim(d).causal(true).scale(spec.scale()).build();
+            float[] slotQ = Arrays.copyOfRange(q, b * heads * d, (b + 1) * heads * d);
+            double[] o = OnlineSoftmaxReference.compute(shape, slotQ, k, v)[0];
+            System.arraycopy(o, 0, out, b * heads * d, heads * d);
+        }
+        return out;
     }
 
     /** Row j of slot b: the pool for prefilled positions, else the step tensor of the decode step that wrote it. */

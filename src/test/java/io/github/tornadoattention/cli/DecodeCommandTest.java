@@ -8,6 +8,8 @@ import java.io.PrintWriter;
 import java.io.StringWriter;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 /** {@code decode} on the CPU device: the engine's loop, its counters and its check. */
 class DecodeCommandTest {
@@ -32,10 +34,14 @@ class DecodeCommandTest {
         Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
         assertEquals(0, ((Number) json.get("plans_created")).intValue());
         assertEquals(0, ((Number) json.get("allocations_after_warmup")).intValue());
-        assertEquals(Boolean.TRUE, json.get("passed"));
+        assertEquals(Boolean.TRUE, json.get("steady_state"));
+        assertEquals(Boolean.TRUE, json.get("check_passed"));
+        // cpu-reference is the CPU reference: its check uses the independent online-softmax reference, as run does.
+        assertEquals("online-softmax reference", json.get("checked_against"));
+        assertTrue(r.out().contains("against the online-softmax reference"), r.out());
         assertEquals(11, ((Number) json.get("seed")).intValue());
         assertTrue(((Number) json.get("max_abs_error")).doubleValue() < 1e-2);
-        assertTrue(((Number) json.get("step_median_ms")).doubleValue() > 0);
+        assertTrue(((Number) json.get("median_ms")).doubleValue() > 0);
     }
 
     @Test
@@ -45,12 +51,50 @@ class DecodeCommandTest {
         assertEquals(4096, java.util.Arrays.stream(lengths).max().orElseThrow());
     }
 
+    /**
+     * decode and prefill estimate their work before any: over a limit they stop with one line giving the
+     * numbers (exit 2), as run and selftest do. Caches grow by one token per step, so a million steps or
+     * 100000 steps of 16 sequences in 10 layers are refused (they ran for hours, or ended in an
+     * OutOfMemoryError).
+     */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "decode --batch 1 --heads 8 --dim 64 --context 128 --steps 1000000 | --batch 1 --heads 8 --dim 64 --context 128 --layers 1 --steps 1000000 --warmup 8: needs about",
+        "decode --batch 16 --heads 8 --dim 64 --context 16 --steps 100000 --layers 10 | --batch 16 --heads 8 --dim 64 --context 16 --layers 10 --steps 100000 --warmup 8: needs about",
+        "decode --batch 8 --heads 32 --kv-heads 8 --dim 128 --context 32768 --layers 4 | --context 32768 --layers 4 --steps 64 --warmup 8: needs about",
+        "prefill --heads 32 --dim 128 --lengths 8000,8000 | --heads 32 --dim 128 --lengths 8000,8000 --iters 20: needs about",
+        "prefill --heads 32 --dim 128 --lengths 100,20000 --check | --lengths 100,20000 --iters 20 --check: needs about",
+    })
+    void tooMuchWorkIsRefusedWithTheEstimate(String commandLine, String start) {
+        java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(commandLine.trim().split("\\s+")));
+        args.addAll(java.util.List.of("--backend", "cpu-reference"));
+        Result r = run(args.toArray(String[]::new));
+        assertEquals(Main.EXIT_BAD_INPUT, r.exit(), r.out() + r.err());
+        assertEquals("", r.out());
+        String[] lines = r.err().strip().split("\\R");
+        assertEquals(1, lines.length, r.err());
+        assertTrue(lines[0].startsWith("error: ") && lines[0].contains(start.trim()), r.err());
+        assertTrue(lines[0].matches(".*needs about [0-9.e+]+ (FLOPs of CPU reference work, about [0-9.]+ (s|min|h|days|years)"
+                + "|GiB \\([0-9]+ bytes\\) of (off-heap memory|Java heap)).*"), r.err());
+        assertTrue(lines[0].endsWith("; pass --force to run anyway"), r.err());
+    }
+
     @Test
-    void aCpuRunThatWouldTakeMinutesIsRefusedUnlessForced() {
-        Result r = run("decode", "--batch", "8", "--heads", "32", "--kv-heads", "8", "--dim", "128", "--context", "32768",
-                "--backend", "cpu-reference");
-        assertEquals(Main.EXIT_BAD_INPUT, r.exit());
-        assertTrue(r.err().contains("--context") && r.err().contains("--force"), r.err());
+    void theEstimatesGrowWithTheStepsAndForceRunsAnyway() {
+        int[] lengths = {100, 100};
+        Limits.Work few = Limits.Work.decode(lengths, 8, 8, 64, 2, 200, 0, 100, 0, true);
+        Limits.Work many = Limits.Work.decode(lengths, 8, 8, 64, 2, 200_100, 0, 200_000, 0, true);
+        assertTrue(many.cpuFlops() > 1000 * few.cpuFlops(), "each step attends over every token before it");
+        assertTrue(many.offHeapBytes() > 100 * few.offHeapBytes(), "the caches hold every step's token");
+        assertEquals(0, Limits.Work.decode(lengths, 8, 8, 64, 2, 200_100, 0, 200_000, 0, false).cpuFlops(),
+                "a GPU device does no CPU reference work without --check");
+        org.junit.jupiter.api.Assertions.assertDoesNotThrow(() -> many.check("decode", true));
+        Result r = run("prefill", "--heads", "2", "--dim", "16", "--lengths", "5,7", "--iters", "1", "--backend",
+                "cpu-reference", "--force");
+        assertEquals(0, r.exit(), r.err());
+        Result d = run("decode", "--batch", "1", "--heads", "2", "--dim", "16", "--context", "5", "--steps", "1",
+                "--warmup", "0", "--backend", "cpu-reference", "--force");
+        assertEquals(0, d.exit(), d.err());
     }
 
     @Test
@@ -60,7 +104,7 @@ class DecodeCommandTest {
         assertEquals(0, r.exit(), r.err());
         String[] lines = r.out().strip().split("\n");
         Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
-        assertEquals(Boolean.TRUE, json.get("passed"));
+        assertEquals(Boolean.TRUE, json.get("check_passed"));
         assertTrue(((Number) json.get("max_abs_error")).doubleValue() < 1e-2);
     }
 }

@@ -137,7 +137,7 @@ class MainTest {
         for (Map<String, Object> c : cases) {
             assertEquals("cpu-reference", c.get("ran_on"));
             assertEquals("online-softmax reference", c.get("checked_against"));
-            assertEquals(Boolean.TRUE, c.get("passed"));
+            assertEquals(Boolean.TRUE, c.get("check_passed"));
             assertTrue(((Number) c.get("max_abs_error")).doubleValue() < 1e-2);
         }
         @SuppressWarnings("unchecked")
@@ -197,6 +197,15 @@ class MainTest {
         "selftest --backend cpu-reference --cases 0               | --cases = 0: must be N or FROM-TO within 1..23",
         "selftest --backend cpu-reference --cases 3-99            | --cases = 3-99: must be N or FROM-TO within 1..23",
         "frobnicate                                               | frobnicate",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --page-size 3 | --page-size = 3: must be 0 (contiguous) or a power of two",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --page-size -1 | --page-size = -1: ",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --lanes 17   | --lanes = 17: must be 0..16",
+        "decode --batch 0 --heads 4 --dim 64 --context 16 --backend cpu-reference              | --batch = 0: must be >= 1",
+        "decode --batch 2 --heads 0 --dim 64 --context 16 --backend cpu-reference              | --heads = 0: must be >= 1",
+        "decode --batch 2 --heads 4 --kv-heads 3 --dim 64 --context 16 --backend cpu-reference | --kv-heads = 3: must divide --heads (4)",
+        "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --page-size 3       | --page-size = 3: must be 0 (contiguous) or a power of two",
+        "selftest --inference --backend cpu-reference --lanes -1                              | --lanes = -1: must be 0..16",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --cuda-device -1  | --cuda-device = -1: must be >= 0",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
         Result r = run(commandLine.trim().split("\\s+"));
@@ -207,6 +216,59 @@ class MainTest {
         assertTrue(errLines[0].startsWith("error: "), r.err());
         assertTrue(errLines[0].contains(expected.trim()), r.err());
         assertFalse(r.err().contains("\tat "), "stack trace printed");
+    }
+
+    /**
+     * One JSON vocabulary: the primary timing of every command is median_ms (with ci95_low_ms and
+     * ci95_high_ms), a second timing gets a qualifier (kernel_median_ms); check_passed and
+     * checked_against appear exactly when --check ran.
+     */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "run --batch 1 --heads 2 --seq 16 --dim 16 --warmup 0 --iters 2",
+        "decode --batch 2 --heads 2 --dim 16 --context 20 --steps 2 --warmup 1",
+        "prefill --heads 2 --dim 16 --lengths 3,9 --iters 2",
+    })
+    void jsonKeysMeanTheSameInEveryCommand(String commandLine) throws Exception {
+        for (boolean check : new boolean[] {false, true}) {
+            List<String> args = new ArrayList<>(List.of(commandLine.trim().split("\\s+")));
+            args.addAll(List.of("--backend", "cpu-reference", "--seed", "3", "--json"));
+            if (check) {
+                args.add("--check");
+            }
+            Result r = run(args.toArray(String[]::new));
+            assertEquals(0, r.exit(), r.out() + r.err());
+            String[] lines = r.outLines();
+            Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+            for (String key : new String[] {"median_ms", "ci95_low_ms", "ci95_high_ms"}) {
+                assertTrue(((Number) json.get(key)).doubleValue() > 0, key + " in " + json);
+            }
+            for (String old : new String[] {"step_median_ms", "call_median_ms", "passed", "device_median_ms"}) {
+                assertFalse(json.containsKey(old), old + " in " + json);
+            }
+            assertEquals(check, json.containsKey("check_passed"), json.toString());
+            assertEquals(check, json.containsKey("checked_against"), json.toString());
+            assertEquals(check, json.containsKey("max_abs_error"), json.toString());
+            if (check) {
+                assertEquals(Boolean.TRUE, json.get("check_passed"), json.toString());
+            }
+        }
+    }
+
+    /** Without a command the error names every command of the table, so a new one is never left out. */
+    @Test
+    void noCommandListsEveryCommand() {
+        Result r = run();
+        assertEquals(Main.EXIT_BAD_INPUT, r.exit(), r.err());
+        assertEquals(1, r.err().strip().split("\\R").length, r.err());
+        assertTrue(r.err().startsWith("error: Missing a command: "), r.err());
+        java.util.Set<String> commands = new picocli.CommandLine(new Main()).getSubcommands().keySet();
+        assertTrue(commands.containsAll(List.of("run", "backends", "selftest", "decode", "prefill")), commands.toString());
+        for (String command : commands) {
+            if (!command.equals("help")) {
+                assertTrue(r.err().contains(command), command + " missing from " + r.err());
+            }
+        }
     }
 
     @Test

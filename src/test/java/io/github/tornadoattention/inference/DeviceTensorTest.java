@@ -57,6 +57,34 @@ class DeviceTensorTest {
         }
     }
 
+    /** wrap of an address the device cannot vouch for is refused; before, the next copy crashed the JVM. */
+    @Test
+    void wrapAcceptsOnlyMemoryTheDeviceCanCheck() {
+        InvalidArgumentException bad = assertThrows(InvalidArgumentException.class, () -> device.wrap(0x1000, DType.FP16, 16));
+        assertEquals("address", bad.argument());
+        org.junit.jupiter.api.Assertions.assertTrue(bad.getMessage().contains("cpu-reference"), bad.getMessage());
+        float[] values = new float[16];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = i + 1;
+        }
+        DeviceTensor owner = device.allocate(DType.FP16, 32);
+        try (HalfTensor h = HalfTensor.of(values)) {
+            DeviceTensor view = device.wrap(owner.address() + 2 * 8, DType.FP16, 16); // elements 8..23 of owner
+            view.copyFrom(h);
+            float[] all = KvCacheModel.download(device, owner);
+            assertArrayEquals(values, java.util.Arrays.copyOfRange(all, 8, 24));
+            assertThrows(InvalidArgumentException.class, () -> device.wrap(owner.address() + 2 * 24, DType.FP16, 16));
+            owner.close();
+            // The memory under the wrapped tensor is gone: a copy is refused, not a crash.
+            assertThrows(InvalidArgumentException.class, () -> view.copyFrom(h));
+            view.close(); // wrapped: frees nothing
+        }
+        UnsupportedOperationException unchecked = assertThrows(UnsupportedOperationException.class,
+                () -> new OtherDevice().wrap(0x1000, DType.FP16, 16));
+        org.junit.jupiter.api.Assertions.assertTrue(unchecked.getMessage().startsWith("other (another device) cannot check"),
+                unchecked.getMessage());
+    }
+
     @Test
     void aPlanComputesOnDeviceTensorsAsOnHostTensors() {
         AttentionShape shape = AttentionShape.builder().batch(2).heads(4).kvHeads(2).queryLength(9).kvLength(13)

@@ -88,6 +88,48 @@ class KvCacheTest {
         }
     }
 
+    /** A caller closed one of the cache's own tensors: every call that would change the cache is refused and changes nothing. */
+    @ParameterizedTest
+    @ValueSource(strings = {"keys", "values", "stepInfo", "blockTable"})
+    void aCacheWithAClosedStorageTensorRefusesEveryChangeAndKeepsItsLengths(String closedTensor) {
+        int d = 8;
+        try (KvCache cache = device.kvCache(KvCacheSpec.paged(2, 1, 64, d, 4));
+             DeviceTensor k = device.allocate(DType.FP16, 2L * d); DeviceTensor v = device.allocate(DType.FP16, 2L * d);
+             io.github.tornadoattention.HalfTensor hk = io.github.tornadoattention.HalfTensor.allocate(2L * d);
+             io.github.tornadoattention.HalfTensor hv = io.github.tornadoattention.HalfTensor.allocate(2L * d)) {
+            new KvCacheModel(2, 1, d).appendPacked(cache, device, new Random(4), new int[] {5, 3});
+            int freeBefore = cache.freePages();
+            int[] pages0 = cache.pages(0);
+            switch (closedTensor) {
+                case "keys" -> cache.keys().close();
+                case "values" -> cache.values().close();
+                case "stepInfo" -> cache.stepInfo().close();
+                default -> cache.blockTable().close();
+            }
+            List<org.junit.jupiter.api.function.Executable> calls = List.of(
+                    () -> cache.append(k, v, Layout.BHSD, 1, 1, 1),
+                    () -> cache.append(hk, hv, Layout.BHSD, 1, 1, 1),
+                    () -> cache.appendPacked(k, v, 1, 1),
+                    () -> cache.appendPacked(hk, hv, 1, 1),
+                    () -> cache.appendPacked(k, v, 0, 0),
+                    () -> cache.truncate(0, 2),
+                    () -> cache.reset(1),
+                    cache::resetAll,
+                    () -> cache.sharePrefix(0, 1, 0),
+                    () -> cache.usePages(1, new int[0], 0));
+            for (org.junit.jupiter.api.function.Executable call : calls) {
+                InvalidArgumentException e = assertThrows(InvalidArgumentException.class, call);
+                assertEquals("cache." + closedTensor + "()", e.argument());
+                assertEquals(5, cache.length(0), e.getMessage());
+                assertEquals(3, cache.length(1), e.getMessage());
+                assertEquals(5, cache.newTokens(0), e.getMessage());
+                assertEquals(3, cache.newTokens(1), e.getMessage());
+                assertEquals(freeBefore, cache.freePages(), e.getMessage());
+                assertArrayEquals(pages0, cache.pages(0), e.getMessage());
+            }
+        }
+    }
+
     @Test
     void anExhaustedPagePoolIsRefusedAndWritesNothing() {
         try (KvCache cache = device.kvCache(KvCacheSpec.paged(2, 1, 64, 8, 4).withPages(3))) {

@@ -16,7 +16,7 @@ import picocli.CommandLine;
 class GpuReportTest {
 
     private static Map<String, Object> selftestCase(String backend, double maxAbs, double rel) {
-        return Map.of("backend", backend, "passed", true, "max_abs_error", maxAbs, "rel_error", rel, "lse_error", 1e-6);
+        return Map.of("backend", backend, "check_passed", true, "max_abs_error", maxAbs, "rel_error", rel, "lse_error", 1e-6);
     }
 
     @Test
@@ -40,7 +40,7 @@ class GpuReportTest {
                 "backends", List.of(Map.of("backend", "ptx-tornado", "passed", 2, "failed", 0),
                         Map.of("backend", "tornado-mma", "passed", 1, "failed", 1)),
                 "cases", List.of(selftestCase("ptx-tornado", 2.0e-3, 3.0e-4), selftestCase("ptx-tornado", 1.0e-3, 1.0e-4),
-                        Map.of("backend", "tornado-mma", "passed", false, "failure", "IllegalStateException: boom"),
+                        Map.of("backend", "tornado-mma", "check_passed", false, "failure", "IllegalStateException: boom"),
                         selftestCase("tornado-mma", 4.0e-3, 5.0e-4)))) + "\n");
         Files.writeString(raw.resolve("selftest-tornado-simt.log"), "[1/2] PASS a [x] max abs 1.00e-03\n");
         int exit = new CommandLine(new GpuReport()).execute("--results", raw.toString(), "--name", "r",
