@@ -202,7 +202,7 @@ class MainTest {
         "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --lanes 17   | --lanes = 17: must be 0..16",
         "decode --batch 0 --heads 4 --dim 64 --context 16 --backend cpu-reference              | --batch = 0: must be >= 1",
         "decode --batch 2 --heads 0 --dim 64 --context 16 --backend cpu-reference              | --heads = 0: must be >= 1",
-        "decode --batch 2 --heads 4 --kv-heads 3 --dim 64 --context 16 --backend cpu-reference | --kv-heads = 3: must divide --heads (4)",
+        "decode --batch 2 --heads 4 --kv-heads 3 --dim 64 --context 16 --backend cpu-reference | --kv-heads = 3: must divide heads (4)",
         "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --page-size 3       | --page-size = 3: must be 0 (contiguous) or a power of two",
         "selftest --inference --backend cpu-reference --lanes -1                              | --lanes = -1: must be 0..16",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --cuda-device -1  | --cuda-device = -1: must be >= 0",
