@@ -37,8 +37,8 @@ ARCHES=(sm_89 sm_90)
 STATIC_SMEM_LIMIT=49152
 BENCH_ONLY=" flash_fwd_ablation flash_fwd_tuning "
 STRICT_BENCH="${STRICT_BENCH:-0}"
-MANIFEST_COLUMNS=(module entry kind abi header_bytes causal head_dim br bc warps threads stages q_in_smem opt
-                  smem_dynamic smem_static regs_sm_89 regs_sm_90)
+MANIFEST_COLUMNS=(module entry kind dtype head_dim causal layout features abi header_bytes arch br bc warps threads
+                  stages q_in_smem opt smem_dynamic smem_static regs_sm_89 regs_sm_90)
 MANIFEST_HEADER="$(IFS=$'\t'; echo "${MANIFEST_COLUMNS[*]}")"
 
 mode=generate

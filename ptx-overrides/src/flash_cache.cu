@@ -84,7 +84,7 @@ FLASH_CACHE_FWD_ENTRY(paged_d64, KtCacheFwd64, flash::kCachePaged)
 FLASH_CACHE_FWD_ENTRY(paged_d128, KtCacheFwd128, flash::kCachePaged)
 FLASH_CACHE_FWD_ENTRY(paged_d128_causal, KtCacheFwd128Causal, flash::kCachePaged)
 
-FLASH_MANIFEST_PLAIN("cache-append", kv_cache_append, kv_cache_append, 0, 0, 0, flash::kCacheThreads)
+FLASH_MANIFEST_PLAIN("cache-append", kv_cache_append, kv_cache_append, 0, flash::Fp16, "any", 0, 0, flash::kCacheThreads)
 extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)
 kv_cache_append(__half* __restrict__ k_cache, __half* __restrict__ v_cache, const __half* __restrict__ new_k,
                 const __half* __restrict__ new_v, const int* __restrict__ lens, const int* __restrict__ block_table,
@@ -94,10 +94,29 @@ kv_cache_append(__half* __restrict__ k_cache, __half* __restrict__ v_cache, cons
                         new_sr, cache_sb, cache_sh, cache_sr, page_size, pages_per_seq);
 }
 
-FLASH_MANIFEST_PLAIN("merge-states", attention_merge_states, attention_merge_states, 0, 0, 0,
+FLASH_MANIFEST_PLAIN("merge-states", attention_merge_states, attention_merge_states, 0, flash::Fp16, "none", 0, 0,
                      flash::kCacheThreads)
 extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)
 attention_merge_states(const __half* __restrict__ o_parts, const float* __restrict__ lse_parts,
                        __half* __restrict__ o, float* __restrict__ lse, int parts, int64_t rows, int D) {
   flash::merge_states_body(o_parts, lse_parts, o, lse, parts, rows, D);
 }
+
+FLASH_MODULE_ARCH(sm80)
+
+// The launch table (the `causal` column): decode, combine, append and merge serve either flag;
+// the D=64 prefill tile runs both, the D=128 ones the calls they are faster for.
+FLASH_SELECT(flash_cache_decode_split_d128, any)
+FLASH_SELECT(flash_cache_decode_split_d64, any)
+FLASH_SELECT(flash_cache_decode_split_paged_d128, any)
+FLASH_SELECT(flash_cache_decode_split_paged_d64, any)
+FLASH_SELECT(flash_cache_decode_combine_d128, any)
+FLASH_SELECT(flash_cache_decode_combine_d64, any)
+FLASH_SELECT(flash_cache_fwd_d64, any)
+FLASH_SELECT(flash_cache_fwd_d128, 0)
+FLASH_SELECT(flash_cache_fwd_d128_causal, 1)
+FLASH_SELECT(flash_cache_fwd_paged_d64, any)
+FLASH_SELECT(flash_cache_fwd_paged_d128, 0)
+FLASH_SELECT(flash_cache_fwd_paged_d128_causal, 1)
+FLASH_SELECT(kv_cache_append, any)
+FLASH_SELECT(attention_merge_states, any)

@@ -342,7 +342,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 // Split pass over a cache: flash_cache_decode_split[_paged]_d{D}.
 #define FLASH_CACHE_SPLIT_ENTRY(NAME, KT, MODE)                                                   \
   FLASH_MANIFEST_ROW("cache-decode-split", flash_cache_decode_split_##NAME,                      \
-                     flash_cache_decode_split_##NAME, 0, KT)                                     \
+                     flash_cache_decode_split_##NAME, 0, KT, flash::manifest::layout_of(MODE))                                     \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_cache_decode_split_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,    \
                                   const __half* __restrict__ v, float* __restrict__ o_partial,   \
@@ -358,7 +358,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 
 #define FLASH_CACHE_COMBINE_ENTRY(D)                                                              \
   FLASH_MANIFEST_PLAIN("cache-decode-combine", flash_cache_decode_combine_d##D,                  \
-                       flash_cache_decode_combine_d##D, 0, D, flash::kCombineRows<D>,            \
+                       flash_cache_decode_combine_d##D, 0, flash::Fp16, "any", D, flash::kCombineRows<D>,            \
                        flash::kCombineThreads)                                                   \
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
   flash_cache_decode_combine_d##D(const float* __restrict__ o_partial,                           \
@@ -370,7 +370,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 
 // Varlen prefill over a cache: flash_cache_fwd[_paged]_d{D}[_causal].
 #define FLASH_CACHE_FWD_ENTRY(NAME, KT, MODE)                                                     \
-  FLASH_MANIFEST_ROW("cache-prefill", flash_cache_fwd_##NAME, flash_cache_fwd_##NAME, 0, KT)     \
+  FLASH_MANIFEST_ROW("cache-prefill", flash_cache_fwd_##NAME, flash_cache_fwd_##NAME, 0, KT, flash::manifest::layout_of(MODE))     \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_cache_fwd_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,             \
                          const __half* __restrict__ v, __half* __restrict__ o,                   \
@@ -389,7 +389,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 // decode (split + combine in one launch).  No CUDA-driver twin: that host launches the two passes.
 #define FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                          \
   FLASH_MANIFEST_ROW("cache-decode-fused", flash_cache_decode_fused_##NAME,                      \
-                     flash_cache_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)                    \
+                     flash_cache_decode_fused_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))                    \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_cache_decode_fused_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,   \
                                         const __half* __restrict__ k, const __half* __restrict__ v, \
@@ -410,7 +410,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 // prefill over a cache (flash_cache_fwd_*), lens and q_offsets from one step array.  CONFIG: the
 // manifest's config (the CUDA-driver entry's where the twin runs the same traits).
 #define FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, TAIL, HEADER_BYTES)             \
-  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, flash_cache_fwd_##NAME##TAIL, HEADER_BYTES, KT)    \
+  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, flash_cache_fwd_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))    \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_cache_fwd_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,            \
                                const __half* __restrict__ k, const __half* __restrict__ v,       \
@@ -429,7 +429,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 // new_v (dense) and append_params; k and v are written (the step's new rows) and read.
 #define FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
   FLASH_MANIFEST_ROW("cache-append-decode-fused", flash_cache_append_decode_fused_##NAME,        \
-                     flash_cache_append_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)             \
+                     flash_cache_append_decode_fused_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))             \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_cache_append_decode_fused_##NAME##TAIL(                                                  \
       uint64_t kernel_context, const __half* __restrict__ q, __half* __restrict__ k,             \
@@ -454,7 +454,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 // offset, so at_data<kHdr> of it is the data it names; the regions do not overlap.
 #define FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
   FLASH_MANIFEST_ROW("cache-staged-decode-fused", flash_cache_staged_decode_fused_##NAME,        \
-                     flash_cache_staged_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)             \
+                     flash_cache_staged_decode_fused_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))             \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_cache_staged_decode_fused_##NAME##TAIL(                                                  \
       uint64_t kernel_context, const __half* __restrict__ stage, __half* __restrict__ k,         \

@@ -104,3 +104,25 @@ FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128_causal, flash_cache_fwd_paged_d128_caus
 FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_APPEND_FUSED_ENTRY)
 // The staged append + decode twins (ABI item 9), after them.
 FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_STAGED_FUSED_ENTRY)
+
+FLASH_MODULE_ARCH(sm80)
+
+// The launch table (the `causal` column), as flash_cache.cu's.
+FLASH_SELECT(flash_cache_decode_fused_d128, any)
+FLASH_SELECT(flash_cache_decode_fused_d64, any)
+FLASH_SELECT(flash_cache_decode_fused_paged_d128, any)
+FLASH_SELECT(flash_cache_decode_fused_paged_d64, any)
+FLASH_SELECT(flash_cache_fwd_d64, any)
+FLASH_SELECT(flash_cache_fwd_d128_lazy, 0)
+FLASH_SELECT(flash_cache_fwd_d128_causal, 1)
+FLASH_SELECT(flash_cache_fwd_paged_d64, any)
+FLASH_SELECT(flash_cache_fwd_paged_d128, 0)
+FLASH_SELECT(flash_cache_fwd_paged_d128_causal, 1)
+FLASH_SELECT(flash_cache_append_decode_fused_d128, any)
+FLASH_SELECT(flash_cache_append_decode_fused_d64, any)
+FLASH_SELECT(flash_cache_append_decode_fused_paged_d128, any)
+FLASH_SELECT(flash_cache_append_decode_fused_paged_d64, any)
+FLASH_SELECT(flash_cache_staged_decode_fused_d128, any)
+FLASH_SELECT(flash_cache_staged_decode_fused_d64, any)
+FLASH_SELECT(flash_cache_staged_decode_fused_paged_d128, any)
+FLASH_SELECT(flash_cache_staged_decode_fused_paged_d64, any)

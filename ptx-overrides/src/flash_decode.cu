@@ -20,3 +20,5 @@ FLASH_SELECT(flash_decode_combine_d128, any)
 FLASH_SELECT(flash_decode_combine_d64, any)
 FLASH_SELECT(flash_decode_fused_d128_n32s2, any)
 FLASH_SELECT(flash_decode_fused_d64_n64s2, any)
+
+FLASH_MODULE_ARCH(sm80)

@@ -43,7 +43,7 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
 // the split and combine passes.
 #define FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, TAIL, HEADER_BYTES)                                \
   FLASH_MANIFEST_ROW("decode-fused", flash_decode_fused_##NAME, flash_decode_fused_##NAME##TAIL, \
-                     HEADER_BYTES, KT)                                                           \
+                     HEADER_BYTES, KT, "none")                                                           \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_decode_fused_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,         \
                                   const __half* __restrict__ k, const __half* __restrict__ v,     \

@@ -10,7 +10,7 @@
 #include "flash_manifest.cuh"
 
 #define FLASH_FWD_ENTRY(NAME, KT)                                                                 \
-  FLASH_MANIFEST_ROW("prefill", flash_fwd_##NAME, flash_fwd_##NAME, 0, KT)                        \
+  FLASH_MANIFEST_ROW("prefill", flash_fwd_##NAME, flash_fwd_##NAME, 0, KT, "none")                   \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_fwd_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,                   \
                    const __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse, \
@@ -19,7 +19,7 @@
   }
 
 #define FLASH_FWD_TORNADO_ENTRY_HDR(NAME, KT, TAIL, HEADER_BYTES)                                \
-  FLASH_MANIFEST_ROW("prefill", flash_fwd_##NAME, flash_fwd_##NAME##TAIL, HEADER_BYTES, KT)       \
+  FLASH_MANIFEST_ROW("prefill", flash_fwd_##NAME, flash_fwd_##NAME##TAIL, HEADER_BYTES, KT, "none")   \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_fwd_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,                  \
                          const __half* __restrict__ k, const __half* __restrict__ v,             \
@@ -37,7 +37,7 @@
   FLASH_FWD_TORNADO_ENTRY_HDR(NAME, KT, _tornado_h128, 128)
 
 #define FLASH_DECODE_SPLIT_ENTRY(NAME, KT)                                                        \
-  FLASH_MANIFEST_ROW("decode-split", flash_decode_split_##NAME, flash_decode_split_##NAME, 0, KT) \
+  FLASH_MANIFEST_ROW("decode-split", flash_decode_split_##NAME, flash_decode_split_##NAME, 0, KT, "none") \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
   flash_decode_split_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,          \
                             const __half* __restrict__ v, float* __restrict__ o_partial,         \
@@ -47,7 +47,7 @@
 
 #define FLASH_DECODE_COMBINE_ENTRY(NAME, D)                                                       \
   FLASH_MANIFEST_PLAIN("decode-combine", flash_decode_combine_##NAME, flash_decode_combine_##NAME, \
-                       0, D, flash::kCombineRows<D>, flash::kCombineThreads)                     \
+                       0, flash::Fp16, "none", D, flash::kCombineRows<D>, flash::kCombineThreads)                     \
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
   flash_decode_combine_##NAME(const float* __restrict__ o_partial,                               \
                               const float* __restrict__ lse_partial, __half* __restrict__ o,     \

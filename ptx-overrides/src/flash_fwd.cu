@@ -25,3 +25,5 @@ FLASH_FWD_BOTH(128, 128, 32, 4, 1, 2, false, _qs_eager, flash::Opt<>)
 FLASH_SELECT(flash_fwd_d64_m128n64w4s2, any)
 FLASH_SELECT(flash_fwd_d128_m128n32w4s1_qs_eager, 0)
 FLASH_SELECT(flash_fwd_d128_m64n48w4s2, 1)
+
+FLASH_MODULE_ARCH(sm80)

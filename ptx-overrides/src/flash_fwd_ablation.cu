@@ -14,3 +14,5 @@
 
 FLASH_ABLATIONS(64, 128, 64, 4, 2, 2, true, false)
 FLASH_ABLATIONS(128, 64, 48, 4, 2, 3, true, true)
+
+FLASH_MODULE_ARCH(sm80)

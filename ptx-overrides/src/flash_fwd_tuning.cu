@@ -51,3 +51,5 @@ FLASH_FWD_CUDA(128, 128, 64, 4, 2, 2, false, true, _qs_dyn_v2, OptLeanV2)
 FLASH_FWD_CUDA(128, 128, 64, 4, 2, 2, false, true, _qs_dyn_h2, OptLeanH2)
 //   Bc=48 split pipeline, k-step loop unrolled by 2.
 FLASH_FWD_CUDA(128, 128, 48, 4, 1, 2, false, true, _qs_dyn_v2, OptLeanKs2)
+
+FLASH_MODULE_ARCH(sm80)

@@ -4,6 +4,7 @@
 // switches exist for the ablation benchmark (the first five) and for the lazy O rescale, which
 // the shipped D=128 configuration turns on (flash_fwd.cu).
 #pragma once
+#include "element_type.cuh"
 
 namespace flash {
 
@@ -45,6 +46,10 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_,
           int kMinBlocksPerSm_, bool kQInRegs_ = true, bool kDynamicSmem_ = false, class Opt_ = Opt<>>
 struct FwdTraits {
   using O = Opt_;
+  // The element type of Q, K, V and O (element_type.cuh).  A member rather than a parameter, so
+  // that the fp16 entries' PTX (which names FwdTraits in mangled symbols) is unchanged; other
+  // types: WithElement below.
+  using Element = Fp16;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -98,6 +103,13 @@ struct FwdTraits {
 
   static constexpr int kTileChunks = kBlockN * kChunks;
   static_assert(kTileChunks % kNThreads == 0 && kNThreads % kChunks == 0, "every thread copies the same number of chunks");
+};
+
+// A configuration with another element type (same tile, same layout: every element type is 16
+// bits wide).
+template <class Kt, class E>
+struct WithElement : Kt {
+  using Element = E;
 };
 
 // Split-KV decode: a single warp per CTA owns 16 packed rows (the query heads of one KV head
