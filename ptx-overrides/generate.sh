@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the PTX from src/*.cu (one ptx/<name>.ptx per src/<name>.cu) and the launch table
 # ptx/manifest.tsv, and checks every entry with ptxas for sm_89 (L4) and sm_90 (H100/H200).
+# First generate_kernels.py writes src/generated/ from its kernel table: each module's entry
+# instantiations and src/generated/modules.tsv (per module: nvcc -arch, arch family, bench-only).
 #
 #   ./generate.sh           regenerate ptx/*.ptx and ptx/manifest.tsv in place, then check
 #   ./generate.sh --check   regenerate into a temp dir; fail if the committed PTX or manifest is
@@ -15,11 +17,11 @@
 # static shared memory over 48 KB, a TornadoVM entry without static shared memory in a module that
 # declares dynamic shared memory (TornadoVM launches with 0 dynamic bytes), an entry
 # without a manifest row (or a row without an entry), stale or missing PTX or manifest.
-# Benchmark-only files (BENCH_ONLY below: the ablation variants, which keep the launch bounds of
+# Benchmark-only modules (bench_only in modules.tsv: the ablation variants, which keep the launch bounds of
 # the kernel they are compared with, and the D=128 tuning candidates, some of which sit at 255
 # registers; either may spill a few bytes) are reported but not failed on spills; STRICT_BENCH=1
 # fails on those too.
-# Needs only the CUDA toolkit (nvcc, ptxas) and bash/awk/cmp.
+# Needs only the CUDA toolkit (nvcc, ptxas), python3 and bash/awk/cmp.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,12 +32,11 @@ PTXAS="${PTXAS:-ptxas}"
 # compute_80 PTX: one file JIT-compiles on sm_80, sm_89 (L4) and sm_90 (H100/H200).
 # No -G / -lineinfo: those embed absolute source paths; the output is then byte-for-byte
 # reproducible for a given nvcc (the header names the compiler build).
-NVCC_FLAGS=(-arch=compute_80 -ptx -O3 -std=c++17)
+NVCC_FLAGS=(-ptx -O3 -std=c++17)  # -arch per module (modules.tsv)
 # The manifest printers: only their host side runs, so the device side is compiled unoptimised.
-MANIFEST_FLAGS=(-std=c++17 -DFLASH_MANIFEST -arch=compute_80 -code=compute_80 -Xcicc -O0)
+MANIFEST_FLAGS=(-std=c++17 -DFLASH_MANIFEST -Xcicc -O0)  # + -arch/-code per module
 ARCHES=(sm_89 sm_90)
 STATIC_SMEM_LIMIT=49152
-BENCH_ONLY=" flash_fwd_ablation flash_fwd_tuning "
 STRICT_BENCH="${STRICT_BENCH:-0}"
 MANIFEST_COLUMNS=(module entry kind dtype head_dim causal layout features abi header_bytes arch br bc warps threads
                   stages q_in_smem opt smem_dynamic smem_static regs_sm_89 regs_sm_90)
@@ -49,6 +50,23 @@ fi
 command -v "$NVCC" >/dev/null || { echo "error: nvcc not found (set NVCC)" >&2; exit 1; }
 command -v "$PTXAS" >/dev/null || { echo "error: ptxas not found (set PTXAS)" >&2; exit 1; }
 
+# ---- 0. the kernel table -> src/generated/
+if [[ "$mode" == generate ]]; then
+  python3 "$HERE/generate_kernels.py" || { echo "FAIL: generate_kernels.py" >&2; exit 1; }
+elif ! python3 "$HERE/generate_kernels.py" --check; then
+  echo; echo "generate.sh: FAILED"; exit 1
+fi
+declare -A NVCC_ARCH BENCH
+modules=()
+while IFS=$'\t' read -r m arch family bench; do
+  [[ "$m" == module ]] && continue
+  modules+=("$m"); NVCC_ARCH[$m]="$arch"; BENCH[$m]="$bench"
+done < "$SRC/generated/modules.tsv"
+for cu in "$SRC"/*.cu; do
+  n="$(basename "$cu" .cu)"
+  [[ -n "${NVCC_ARCH[$n]:-}" ]] || { echo "FAIL: src/$n.cu is not a module of generate_kernels.py's table" >&2; exit 1; }
+done
+
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -58,17 +76,16 @@ fail=0
 mkdir -p "$tmp/ptx" "$tmp/manifest"
 sources=()
 printers=()
-for cu in "$SRC"/*.cu; do
-  name="$(basename "$cu" .cu)"
+for name in "${modules[@]}"; do
   sources+=("$name")
   printf '#include "flash_manifest.cuh"\n#include "%s.cu"\n#ifndef __CUDA_ARCH__\nint main() { flash::manifest::print(); }\n#endif\n' \
     "$name" > "$tmp/manifest/print_$name.cu"
-  (cd "$SRC" && "$NVCC" "${MANIFEST_FLAGS[@]}" -I. -o "$tmp/manifest/print_$name" "$tmp/manifest/print_$name.cu" \
+  (cd "$SRC" && "$NVCC" "${MANIFEST_FLAGS[@]}" -arch="${NVCC_ARCH[$name]}" -code="${NVCC_ARCH[$name]}" -I. -o "$tmp/manifest/print_$name" "$tmp/manifest/print_$name.cu" \
      > "$tmp/manifest/$name.log" 2>&1) &
   printers+=($!)
 done
 for name in "${sources[@]}"; do
-  if ! (cd "$SRC" && "$NVCC" "${NVCC_FLAGS[@]}" -o "$tmp/ptx/$name.ptx" "$name.cu"); then
+  if ! (cd "$SRC" && "$NVCC" "${NVCC_FLAGS[@]}" -arch="${NVCC_ARCH[$name]}" -o "$tmp/ptx/$name.ptx" "$name.cu"); then
     echo "FAIL: nvcc $name.cu" >&2; exit 1
   fi
 done
@@ -113,7 +130,7 @@ for name in "${sources[@]}"; do
       cat "$tmp/ptxas.log"; echo "FAIL: ptxas -arch=$arch $name.ptx"; fail=1; continue
     fi
     bench=0
-    [[ "$BENCH_ONLY" == *" $name "* && "$STRICT_BENCH" != 1 ]] && bench=1
+    [[ "${BENCH[$name]}" == 1 && "$STRICT_BENCH" != 1 ]] && bench=1
     dyn="$(grep -c '^\.extern \.shared' "$f" || true)"
     if ! awk -v arch="$arch" -v limit="$STATIC_SMEM_LIMIT" -v bench="$bench" -v module="$name.ptx" -v dyn="$dyn" \
         -v resources="$tmp/resources.tsv" '

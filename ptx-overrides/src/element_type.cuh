@@ -62,6 +62,10 @@ struct Bf16 {
 
 static_assert(sizeof(Fp16::Storage) == 2 && sizeof(Bf16::Storage) == 2, "tiles are laid out for 16-bit elements");
 
+// The storage type of a configuration's elements.
+template <class Kt>
+using elem_t = typename Kt::Element::Storage;
+
 // X(type) for every element type.  The few functions that own a static shared-memory array are
 // stamped once per type with it (FLASH_*_WRAPPERS): their parameter types are then the storage
 // type itself, not a dependent name, so the array's mangled symbol in the PTX is what it would

@@ -339,16 +339,19 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 
 }  // namespace flash
 
-// Split pass over a cache: flash_cache_decode_split[_paged]_d{D}.
-#define FLASH_CACHE_SPLIT_ENTRY(NAME, KT, MODE)                                                   \
-  FLASH_MANIFEST_ROW("cache-decode-split", flash_cache_decode_split_##NAME,                      \
-                     flash_cache_decode_split_##NAME, 0, KT, flash::manifest::layout_of(MODE))                                     \
+// ---- Entry macros (the entries: src/generated/flash_cache*.inc, from generate_kernels.py).
+// ENTRY: the .entry name; CONFIG: the name FLASH_SELECT and the twins of one configuration share;
+// KT: the traits; MODE: flash::kCacheContig or flash::kCachePaged (the manifest's layout); HDR:
+// the TornadoVM array header in bytes (16 or 128).
+
+// Split pass over a cache (CUDA driver, ABI item 1).
+#define FLASH_CACHE_SPLIT_ENTRY(ENTRY, CONFIG, KT, MODE)                                          \
+  FLASH_MANIFEST_ROW("cache-decode-split", CONFIG, ENTRY, 0, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_decode_split_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,    \
-                                  const __half* __restrict__ v, float* __restrict__ o_partial,   \
-                                  float* __restrict__ lse_partial, const int* __restrict__ params, \
-                                  const int* __restrict__ lens, const int* __restrict__ block_table, \
-                                  int keys_per_split) {                                          \
+  ENTRY(const flash::elem_t<KT>* __restrict__ q, const flash::elem_t<KT>* __restrict__ k,        \
+        const flash::elem_t<KT>* __restrict__ v, float* __restrict__ o_partial,                  \
+        float* __restrict__ lse_partial, const int* __restrict__ params,                         \
+        const int* __restrict__ lens, const int* __restrict__ block_table, int keys_per_split) { \
     flash::CacheArgs ca;                                                                          \
     ca.lens = lens;                                                                               \
     ca.block_table = block_table;                                                                 \
@@ -356,27 +359,26 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
     flash::run_fwd_cache<KT, true, MODE>(q, k, v, nullptr, o_partial, lse_partial, params, ca);  \
   }
 
-#define FLASH_CACHE_COMBINE_ENTRY(D)                                                              \
-  FLASH_MANIFEST_PLAIN("cache-decode-combine", flash_cache_decode_combine_d##D,                  \
-                       flash_cache_decode_combine_d##D, 0, flash::Fp16, "any", D, flash::kCombineRows<D>,            \
+// The combine of the split pass over a cache (CUDA driver, ABI item 2); serves both layouts.
+// E: the element type of o; D: the head dim.
+#define FLASH_CACHE_COMBINE_ENTRY(ENTRY, CONFIG, E, D)                                            \
+  FLASH_MANIFEST_PLAIN("cache-decode-combine", CONFIG, ENTRY, 0, E, "any", D, flash::kCombineRows<D>, \
                        flash::kCombineThreads)                                                   \
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
-  flash_cache_decode_combine_d##D(const float* __restrict__ o_partial,                           \
-                                  const float* __restrict__ lse_partial, __half* __restrict__ o, \
-                                  float* __restrict__ lse, const int* __restrict__ params,       \
-                                  int num_splits) {                                              \
+  ENTRY(const float* __restrict__ o_partial, const float* __restrict__ lse_partial,              \
+        E::Storage* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params,      \
+        int num_splits) {                                                                         \
     flash::cache_combine_body<D>(o_partial, lse_partial, o, lse, params, num_splits);            \
   }
 
-// Varlen prefill over a cache: flash_cache_fwd[_paged]_d{D}[_causal].
-#define FLASH_CACHE_FWD_ENTRY(NAME, KT, MODE)                                                     \
-  FLASH_MANIFEST_ROW("cache-prefill", flash_cache_fwd_##NAME, flash_cache_fwd_##NAME, 0, KT, flash::manifest::layout_of(MODE))     \
+// Varlen prefill over a cache (CUDA driver, ABI item 3).
+#define FLASH_CACHE_FWD_ENTRY(ENTRY, CONFIG, KT, MODE)                                            \
+  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, ENTRY, 0, KT, flash::manifest::layout_of(MODE))    \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_fwd_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,             \
-                         const __half* __restrict__ v, __half* __restrict__ o,                   \
-                         float* __restrict__ lse, const int* __restrict__ params,                \
-                         const int* __restrict__ q_offsets, const int* __restrict__ lens,        \
-                         const int* __restrict__ block_table) {                                  \
+  ENTRY(const flash::elem_t<KT>* __restrict__ q, const flash::elem_t<KT>* __restrict__ k,        \
+        const flash::elem_t<KT>* __restrict__ v, flash::elem_t<KT>* __restrict__ o,              \
+        float* __restrict__ lse, const int* __restrict__ params, const int* __restrict__ q_offsets, \
+        const int* __restrict__ lens, const int* __restrict__ block_table) {                     \
     flash::CacheArgs ca;                                                                          \
     ca.lens = lens;                                                                               \
     ca.block_table = block_table;                                                                 \
@@ -384,107 +386,89 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
     flash::run_fwd_cache<KT, false, MODE>(q, k, v, o, nullptr, lse, params, ca);                 \
   }
 
+// The append of new tokens (CUDA driver, ABI item 4); any head dim, both layouts.
+#define FLASH_KV_APPEND_ENTRY(ENTRY, CONFIG, E)                                                   \
+  FLASH_MANIFEST_PLAIN("cache-append", CONFIG, ENTRY, 0, E, "any", 0, 0, flash::kCacheThreads)  \
+  extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
+  ENTRY(E::Storage* __restrict__ k_cache, E::Storage* __restrict__ v_cache,                      \
+        const E::Storage* __restrict__ new_k, const E::Storage* __restrict__ new_v,              \
+        const int* __restrict__ lens, const int* __restrict__ block_table,                       \
+        const int* __restrict__ new_offsets, int B, int Hkv, int D, int max_new, int new_sb,     \
+        int new_sh, int new_sr, int cache_sb, int cache_sh, int cache_sr, int page_size,         \
+        int pages_per_seq) {                                                                      \
+    flash::kv_append_body(k_cache, v_cache, new_k, new_v, lens, block_table, new_offsets, B, D, new_sb, new_sh, \
+                          new_sr, cache_sb, cache_sh, cache_sr, page_size, pages_per_seq);       \
+  }
 
-// flash_cache_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the cache
-// decode (split + combine in one launch).  No CUDA-driver twin: that host launches the two passes.
-#define FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                          \
-  FLASH_MANIFEST_ROW("cache-decode-fused", flash_cache_decode_fused_##NAME,                      \
-                     flash_cache_decode_fused_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))                    \
+// The merge of partial results (CUDA driver, ABI item 5); any head dim.
+#define FLASH_MERGE_STATES_ENTRY(ENTRY, CONFIG, E)                                                \
+  FLASH_MANIFEST_PLAIN("merge-states", CONFIG, ENTRY, 0, E, "none", 0, 0, flash::kCacheThreads)  \
+  extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
+  ENTRY(const E::Storage* __restrict__ o_parts, const float* __restrict__ lse_parts,             \
+        E::Storage* __restrict__ o, float* __restrict__ lse, int parts, int64_t rows, int D) {   \
+    flash::merge_states_body(o_parts, lse_parts, o, lse, parts, rows, D);                        \
+  }
+
+// TornadoVM twin of the cache decode: split + combine in one launch (ABI item 6).  No CUDA-driver
+// twin: that host launches the two passes.
+#define FLASH_CACHE_FUSED_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                                     \
+  FLASH_MANIFEST_ROW("cache-decode-fused", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_decode_fused_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,   \
-                                        const __half* __restrict__ k, const __half* __restrict__ v, \
-                                        __half* __restrict__ o, float* __restrict__ lse,         \
-                                        const int* __restrict__ params, const int* __restrict__ lens, \
-                                        const int* __restrict__ block_table,                     \
-                                        float* __restrict__ workspace, int* __restrict__ tickets) { \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        const flash::elem_t<KT>* __restrict__ k, const flash::elem_t<KT>* __restrict__ v,        \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ lens, const int* __restrict__ block_table,                       \
+        float* __restrict__ workspace, int* __restrict__ tickets) {                              \
     /* kAppend = false: k and v are only read */                                                \
-    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, false>(                                \
-        q, const_cast<__half*>(k), const_cast<__half*>(v), o, lse, params, lens, block_table,   \
-        workspace, tickets, nullptr, nullptr, nullptr);                                          \
+    flash::cache_decode_fused_body<KT, MODE, HDR, false>(                                         \
+        q, const_cast<flash::elem_t<KT>*>(k), const_cast<flash::elem_t<KT>*>(v), o, lse, params, lens, \
+        block_table, workspace, tickets, nullptr, nullptr, nullptr);                             \
   }
-#define FLASH_CACHE_FUSED_ENTRY(NAME, KT, MODE)                                                   \
-  FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)              \
-  FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
 
-// flash_cache_fwd[_paged]_d{D}[_causal]_tornado / _tornado_h128: TornadoVM twins of the varlen
-// prefill over a cache (flash_cache_fwd_*), lens and q_offsets from one step array.  CONFIG: the
-// manifest's config (the CUDA-driver entry's where the twin runs the same traits).
-#define FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, TAIL, HEADER_BYTES)             \
-  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, flash_cache_fwd_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))    \
+// TornadoVM twin of the varlen prefill over a cache, lens and q_offsets from one step array (ABI
+// item 7).
+#define FLASH_CACHE_FWD_TORNADO_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                               \
+  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE))  \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_fwd_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,            \
-                               const __half* __restrict__ k, const __half* __restrict__ v,       \
-                               __half* __restrict__ o, float* __restrict__ lse,                  \
-                               const int* __restrict__ params, const int* __restrict__ step,     \
-                               const int* __restrict__ block_table) {                            \
-    flash::cache_fwd_tornado_body<KT, MODE, HEADER_BYTES>(q, k, v, o, lse, params, step, block_table); \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        const flash::elem_t<KT>* __restrict__ k, const flash::elem_t<KT>* __restrict__ v,        \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ step, const int* __restrict__ block_table) {                     \
+    flash::cache_fwd_tornado_body<KT, MODE, HDR>(q, k, v, o, lse, params, step, block_table);    \
   }
-#define FLASH_CACHE_FWD_TORNADO_ENTRY(NAME, CONFIG, KT, MODE)                                     \
-  FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado, flash::kTornadoHeaderBytes) \
-  FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado_h128, 128)
 
-
-// flash_cache_append_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the
-// append + cache decode (flash_cache_tornado.cu, ABI item 8): the fused decode's arguments, then new_k,
-// new_v (dense) and append_params; k and v are written (the step's new rows) and read.
-#define FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
-  FLASH_MANIFEST_ROW("cache-append-decode-fused", flash_cache_append_decode_fused_##NAME,        \
-                     flash_cache_append_decode_fused_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))             \
+// TornadoVM twin of the append + cache decode (ABI item 8): the fused decode's arguments, then
+// new_k, new_v (dense) and append_params; k and v are written (the step's new rows) and read.
+#define FLASH_CACHE_APPEND_FUSED_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                              \
+  FLASH_MANIFEST_ROW("cache-append-decode-fused", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_append_decode_fused_##NAME##TAIL(                                                  \
-      uint64_t kernel_context, const __half* __restrict__ q, __half* __restrict__ k,             \
-      __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse,                   \
-      const int* __restrict__ params, const int* __restrict__ lens, const int* __restrict__ block_table, \
-      float* __restrict__ workspace, int* __restrict__ tickets, const __half* __restrict__ new_k, \
-      const __half* __restrict__ new_v, const int* __restrict__ append_params) {                 \
-    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, true>(q, k, v, o, lse, params, lens, block_table, \
-                                                                 workspace, tickets, new_k, new_v, \
-                                                                 append_params);                 \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        flash::elem_t<KT>* __restrict__ k, flash::elem_t<KT>* __restrict__ v,                    \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ lens, const int* __restrict__ block_table,                       \
+        float* __restrict__ workspace, int* __restrict__ tickets,                                \
+        const flash::elem_t<KT>* __restrict__ new_k, const flash::elem_t<KT>* __restrict__ new_v, \
+        const int* __restrict__ append_params) {                                                  \
+    flash::cache_decode_fused_body<KT, MODE, HDR, true>(q, k, v, o, lse, params, lens, block_table, workspace, \
+                                                        tickets, new_k, new_v, append_params);   \
   }
-#define FLASH_CACHE_APPEND_FUSED_ENTRY(NAME, KT, MODE)                                            \
-  FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
-  FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
 
-
-// flash_cache_staged_decode_fused[_paged]_d{D}_tornado / _tornado_h128: the append + decode twins
-// (ABI item 9) with the step's four inputs in ONE array, so that a TornadoVM execution sends one
-// array instead of four (each transfer costs a TornadoVM execution several microseconds): stage =
-// the step array (int32 [3*B + 1]) at its start, then q, new_k, new_v at the half offsets
-// append_params[A_STAGE..+2].  Each pointer handed to the body is a header pointer moved by its
-// offset, so at_data<kHdr> of it is the data it names; the regions do not overlap.
-#define FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
-  FLASH_MANIFEST_ROW("cache-staged-decode-fused", flash_cache_staged_decode_fused_##NAME,        \
-                     flash_cache_staged_decode_fused_##NAME##TAIL, HEADER_BYTES, KT, flash::manifest::layout_of(MODE))             \
+// TornadoVM twin of the append + decode with the step's four inputs in ONE array (ABI item 9), so
+// that a TornadoVM execution sends one array instead of four (each transfer costs a TornadoVM
+// execution several microseconds): stage = the step array (int32 [3*B + 1]) at its start, then q,
+// new_k, new_v at the element offsets append_params[A_STAGE..+2].  Each pointer handed to the
+// body is a header pointer moved by its offset, so at_data<HDR> of it is the data it names; the
+// regions do not overlap.
+#define FLASH_CACHE_STAGED_FUSED_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                              \
+  FLASH_MANIFEST_ROW("cache-staged-decode-fused", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_staged_decode_fused_##NAME##TAIL(                                                  \
-      uint64_t kernel_context, const __half* __restrict__ stage, __half* __restrict__ k,         \
-      __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse,                   \
-      const int* __restrict__ params, const int* __restrict__ block_table,                       \
-      float* __restrict__ workspace, int* __restrict__ tickets,                                  \
-      const int* __restrict__ append_params) {                                                   \
-    const int* a = flash::at_data<HEADER_BYTES>(append_params) + flash::A_STAGE;                 \
-    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, true>(                                 \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ stage,                    \
+        flash::elem_t<KT>* __restrict__ k, flash::elem_t<KT>* __restrict__ v,                    \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ block_table, float* __restrict__ workspace,                      \
+        int* __restrict__ tickets, const int* __restrict__ append_params) {                      \
+    const int* a = flash::at_data<HDR>(append_params) + flash::A_STAGE;                          \
+    flash::cache_decode_fused_body<KT, MODE, HDR, true>(                                          \
         stage + __ldg(a), k, v, o, lse, params, reinterpret_cast<const int*>(stage), block_table, \
         workspace, tickets, stage + __ldg(a + 1), stage + __ldg(a + 2), append_params);          \
   }
-#define FLASH_CACHE_STAGED_FUSED_ENTRY(NAME, KT, MODE)                                            \
-  FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
-  FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
-
-// The shipped configurations (flash_fwd.cu, flash_decode.cu) in their cache modes: flash_cache.cu's
-// entries and their TornadoVM twins (flash_cache_tornado.cu) run the same ones.
-using KtCacheDec128 = flash::DecodeTraits<128, 32, 2, 6>;
-using KtCacheDec64 = flash::DecodeTraits<64, 64, 2, 6>;
-using KtCacheFwd64 = flash::FwdTraits<64, 128, 64, 4, 2, 2, true, false, flash::Opt<>>;
-using KtCacheFwd128 = flash::FwdTraits<128, 128, 32, 4, 1, 2, false, false, flash::Opt<>>;
-using KtCacheFwd128Causal = flash::FwdTraits<128, 64, 48, 4, 2, 3, true, false,
-                                             flash::Opt<true, true, true, true, true, true>>;
-
-// The four decode configurations over a cache (name, traits, cache mode), in the order every decode
-// family's entries are emitted: ENTRY(name, traits, mode) for each, e.g.
-// FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_SPLIT_ENTRY).
-#define FLASH_CACHE_DECODE_CONFIGS(ENTRY)                 \
-  ENTRY(d128, KtCacheDec128, flash::kCacheContig)         \
-  ENTRY(d64, KtCacheDec64, flash::kCacheContig)           \
-  ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)    \
-  ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)

@@ -85,44 +85,4 @@
 //    disjoint, after the step words).  Everything else exactly as 8.
 #include "flash_cache.cuh"
 
-// The fused decode twins (ABI item 6).
-FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_FUSED_ENTRY)
-// The prefill twins (ABI item 7) run the CUDA-driver entries' configurations, but for the contiguous
-// non-causal D=128 one: KtCacheFwd128 sits at 255 registers on sm_90, and the step array's
-// offsets pointer (computed, not a kernel parameter) stays live to the epilogue and spills 8
-// bytes there; the same tile with the lazy rescale fits (249).
-using KtCacheFwd128Lazy = flash::FwdTraits<128, 128, 32, 4, 1, 2, false, false,
-                                           flash::Opt<true, true, true, true, true, true>>;
-FLASH_CACHE_FWD_TORNADO_ENTRY(d64, flash_cache_fwd_d64, KtCacheFwd64, flash::kCacheContig)
-FLASH_CACHE_FWD_TORNADO_ENTRY(d128, flash_cache_fwd_d128_lazy, KtCacheFwd128Lazy, flash::kCacheContig)
-FLASH_CACHE_FWD_TORNADO_ENTRY(d128_causal, flash_cache_fwd_d128_causal, KtCacheFwd128Causal, flash::kCacheContig)
-FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d64, flash_cache_fwd_paged_d64, KtCacheFwd64, flash::kCachePaged)
-FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128, flash_cache_fwd_paged_d128, KtCacheFwd128, flash::kCachePaged)
-FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128_causal, flash_cache_fwd_paged_d128_causal, KtCacheFwd128Causal,
-                              flash::kCachePaged)
-// The append + decode twins (ABI item 8), last.
-FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_APPEND_FUSED_ENTRY)
-// The staged append + decode twins (ABI item 9), after them.
-FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_STAGED_FUSED_ENTRY)
-
-FLASH_MODULE_ARCH(sm80)
-
-// The launch table (the `causal` column), as flash_cache.cu's.
-FLASH_SELECT(flash_cache_decode_fused_d128, any)
-FLASH_SELECT(flash_cache_decode_fused_d64, any)
-FLASH_SELECT(flash_cache_decode_fused_paged_d128, any)
-FLASH_SELECT(flash_cache_decode_fused_paged_d64, any)
-FLASH_SELECT(flash_cache_fwd_d64, any)
-FLASH_SELECT(flash_cache_fwd_d128_lazy, 0)
-FLASH_SELECT(flash_cache_fwd_d128_causal, 1)
-FLASH_SELECT(flash_cache_fwd_paged_d64, any)
-FLASH_SELECT(flash_cache_fwd_paged_d128, 0)
-FLASH_SELECT(flash_cache_fwd_paged_d128_causal, 1)
-FLASH_SELECT(flash_cache_append_decode_fused_d128, any)
-FLASH_SELECT(flash_cache_append_decode_fused_d64, any)
-FLASH_SELECT(flash_cache_append_decode_fused_paged_d128, any)
-FLASH_SELECT(flash_cache_append_decode_fused_paged_d64, any)
-FLASH_SELECT(flash_cache_staged_decode_fused_d128, any)
-FLASH_SELECT(flash_cache_staged_decode_fused_d64, any)
-FLASH_SELECT(flash_cache_staged_decode_fused_paged_d128, any)
-FLASH_SELECT(flash_cache_staged_decode_fused_paged_d64, any)
+#include "generated/flash_cache_tornado.inc"

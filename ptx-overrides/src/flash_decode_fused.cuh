@@ -38,20 +38,14 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
 
 }  // namespace flash
 
-// flash_decode_fused_{NAME}_tornado / _tornado_h128: TornadoVM prebuilt-task entries (kernel-context
-// word first, arrays behind a 16- or 128-byte header).  No CUDA-driver twin: that host launches
-// the split and combine passes.
-#define FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, TAIL, HEADER_BYTES)                                \
-  FLASH_MANIFEST_ROW("decode-fused", flash_decode_fused_##NAME, flash_decode_fused_##NAME##TAIL, \
-                     HEADER_BYTES, KT, "none")                                                           \
+// The fused decode's TornadoVM prebuilt-task entries (kernel-context word first, arrays behind an
+// HDR-byte header).  No CUDA-driver twin: that host launches the split and combine passes.
+#define FLASH_DECODE_FUSED_ENTRY(ENTRY, CONFIG, KT, HDR)                                          \
+  FLASH_MANIFEST_ROW("decode-fused", CONFIG, ENTRY, HDR, KT, "none")                             \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_decode_fused_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,         \
-                                  const __half* __restrict__ k, const __half* __restrict__ v,     \
-                                  __half* __restrict__ o, float* __restrict__ lse,               \
-                                  float* __restrict__ o_partial, float* __restrict__ lse_partial, \
-                                  int* __restrict__ tickets, const int* __restrict__ params) {   \
-    flash::decode_fused_body<KT, HEADER_BYTES>(q, k, v, o, lse, o_partial, lse_partial, tickets, params); \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        const flash::elem_t<KT>* __restrict__ k, const flash::elem_t<KT>* __restrict__ v,        \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, float* __restrict__ o_partial, \
+        float* __restrict__ lse_partial, int* __restrict__ tickets, const int* __restrict__ params) { \
+    flash::decode_fused_body<KT, HDR>(q, k, v, o, lse, o_partial, lse_partial, tickets, params); \
   }
-#define FLASH_DECODE_FUSED_ENTRY(NAME, KT)                                                        \
-  FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, _tornado, flash::kTornadoHeaderBytes)                   \
-  FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, _tornado_h128, 128)
