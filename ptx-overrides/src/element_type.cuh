@@ -27,7 +27,11 @@ struct Fp16 {
   static __device__ __forceinline__ Pair pair_rn(float lo, float hi) { return __floats2half2_rn(lo, hi); }
   static __device__ __forceinline__ float2 to_float2(Pair x) { return __half22float2(x); }
 
-  // D += A * B with A 16x16 (row), B 16x8 (col), fp16 in, fp32 accumulate.
+  // D += A * B with A 16x16 (row), B 16x8 (col), fp16 in, fp32 accumulate.  Fragment layouts
+  // (PTX ISA, "mma.m16n8k16"; the same for both types), g = lane / 4, t = lane % 4:
+  //   A: a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
+  //   B: b[0] = (k 2t..2t+1, n g), b[1] = (k 2t+8.., n g)
+  //   C: c[0..1] = (g, 2t..2t+1), c[2..3] = (g+8, 2t..2t+1)
   static __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
@@ -51,6 +55,7 @@ struct Bf16 {
   static __device__ __forceinline__ Pair pair_rn(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
   static __device__ __forceinline__ float2 to_float2(Pair x) { return __bfloat1622float2(x); }
 
+  // D += A * B, bf16 in, fp32 accumulate.
   static __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "

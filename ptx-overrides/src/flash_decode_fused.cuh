@@ -11,8 +11,8 @@
 namespace flash {
 
 template <class Kt, int kHdr>
-__device__ __forceinline__ void decode_fused_body(const __half* q, const __half* k, const __half* v,
-                                                  __half* o, float* lse, float* o_partial,
+__device__ __forceinline__ void decode_fused_body(const elem_t<Kt>* q, const elem_t<Kt>* k, const elem_t<Kt>* v,
+                                                  elem_t<Kt>* o, float* lse, float* o_partial,
                                                   float* lse_partial, int* tickets, const int* params) {
   run_fwd<Kt, true, kHdr>(q, k, v, nullptr, o_partial, lse_partial, params);
 
@@ -22,6 +22,7 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
   constexpr int D = Kt::kHeadDim;
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
+  static_assert(Kt::kNThreads % kThreadsPerRow == 0, "combine: whole rows per pass");
   const Params p = load_params(at_data<kHdr>(params));
   const int G = p.Hq / p.Hkv;
   const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
@@ -30,7 +31,7 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
   const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
   for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
     const int64_t row = ((int64_t)b * p.Hq + kvh * G + r / p.Sq) * p.Sq + r % p.Sq;
-    combine_row<D, true>(at_data<kHdr>(o_partial), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
+    combine_row<typename Kt::Element, D, true>(at_data<kHdr>(o_partial), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
                    at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
   }
   if (threadIdx.x == 0) *ticket = 0;

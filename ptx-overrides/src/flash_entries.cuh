@@ -52,5 +52,5 @@
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
   ENTRY(const float* __restrict__ o_partial, const float* __restrict__ lse_partial,              \
         E::Storage* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params) {    \
-    flash::decode_combine_body<D>(o_partial, lse_partial, o, lse, params);                    \
+    flash::decode_combine_body<E, D>(o_partial, lse_partial, o, lse, params);                    \
   }
