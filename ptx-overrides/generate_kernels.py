@@ -18,7 +18,7 @@ traits (src/flash_manifest.cuh), not from here.  Python 3 standard library only.
 
   ./generate_kernels.py           write src/generated/
   ./generate_kernels.py --check   exit 1 if src/generated/ differs from what the table gives
-  ./generate_kernels.py --list    print the entries, one per line (module, entry, kind, dtype)
+  ./generate_kernels.py --list    print the entries, one per line (module, entry, kind, dtype, header bytes)
 """
 import dataclasses
 import os
@@ -321,6 +321,13 @@ def instances():
     return out
 
 
+def manifest_layout(row):
+    """The manifest's layout column of the row's entries (src/flash_manifest.cuh computes the same)."""
+    if row.kind in CACHE_LAYOUT_KINDS:
+        return row.layout
+    return "any" if row.kind in ("cache-decode-combine", "cache-append") else "none"
+
+
 def row_text(row, dtype):
     """The row as one comment line (what the module's stamp hashes besides the code)."""
     t = row.tile
@@ -328,7 +335,7 @@ def row_text(row, dtype):
         t.d, t.br, t.bc, t.warps, t.stages, t.min_ctas, "regs" if t.q_in_regs else "smem",
         "dynamic" if t.dyn_smem else "static", "+".join(t.opt) or "-", " lean=%d" % t.lean if t.lean else "")
         if t else "d=%d" % row.d)
-    return "%s %s %s layout=%s causal=%s abi=%s" % (row.kind, dtype, tile, row.layout, row.causal or "-",
+    return "%s %s %s layout=%s causal=%s abi=%s" % (row.kind, dtype, tile, manifest_layout(row), row.causal or "-",
                                                      "+".join(row.abis))
 
 
