@@ -160,7 +160,7 @@ for m in "${modules[@]}"; do
   if [[ -n "$why" ]]; then
     build+=("$m"); BUILD[$m]=1
     echo "build $m ($why)"
-    [[ "$mode" == check && "$why" == *"stamped"* ]] && { echo "STALE: $why (run ./generate.sh)"; fail=1; }
+    [[ "$mode" == check && "$why" == *"stamped"* ]] && { echo "STALE: $m: $why (run ./generate.sh)"; fail=1; }
   else
     echo "fresh $m (stamp matches)"
   fi
