@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
-# Regenerates the PTX from src/*.cu (one ptx/<name>.ptx per src/<name>.cu) and the launch table
-# ptx/manifest.tsv, and checks every entry with ptxas for sm_89 (L4) and sm_90 (H100/H200).
+# Regenerates the PTX from src/*.cu (one ptx/<module>.ptx per src/<module>.cu), the launch table
+# ptx/manifest.tsv and the stamps ptx/stamps.tsv, and checks every entry with ptxas for sm_89
+# (L4) and sm_90 (H100/H200).  First generate_kernels.py writes src/generated/ from its kernel
+# table: each module's entry instantiations and src/generated/modules.tsv (per module: nvcc
+# -arch, arch family, bench-only).
 #
-#   ./generate.sh           regenerate ptx/*.ptx and ptx/manifest.tsv in place, then check
-#   ./generate.sh --check   regenerate into a temp dir; fail if the committed PTX or manifest is
-#                           stale, else check the committed PTX (what CI runs; needs no GPU)
+#   ./generate.sh                   regenerate what is stale, in place, and check it
+#   ./generate.sh --check           fail if anything committed is stale (what CI runs; no GPU)
+#   ./generate.sh [--check] --full  (or FULL=1) every module, whatever the stamps say
 #
-# The manifest has one row per entry of every PTX file: its kind, ABI, tile configuration and
-# launch selection, printed by each src/*.cu compiled once more for the host with -DFLASH_MANIFEST
-# (src/flash_manifest.cuh: the rows come from the kernel traits, not from entry names), plus
-# registers and static shared memory from ptxas.  Columns: ptx-overrides/README.md.
+# Stamps: ptx/stamps.tsv has, per module, the sha256 of its inputs (the .cu, every header it
+# includes, its generated .inc with the table's rows, its modules.tsv row, this script's flags,
+# the nvcc and ptxas version lines) and of its outputs (the PTX, its manifest rows, the ptxas
+# resource lines).  A module whose input hash matches its stamp is not compiled again: --check
+# then only verifies that the committed PTX and manifest rows hash to the stamp's values.  Any
+# other module is compiled (nvcc, the manifest printer, ptxas per architecture; independent jobs
+# run in parallel, nproc at a time) and compared with what is committed; --check then fails if
+# the outputs differ or if only the stamp does (run ./generate.sh to refresh it).
+#
+# The manifest has one row per entry of every PTX file: its kind, element type, head dim, causal
+# selection, K/V layout, ABI, architecture and tile, printed by each src/*.cu compiled once more
+# for the host with -DFLASH_MANIFEST (src/flash_manifest.cuh: the rows come from the kernel
+# traits, not from entry names), plus registers and static shared memory from ptxas.  Columns:
+# ptx-overrides/README.md.
 #
 # Fails (exit 1) on: an nvcc or ptxas error, any spill or stack frame in a shipped PTX file,
 # static shared memory over 48 KB, a TornadoVM entry without static shared memory in a module that
-# declares dynamic shared memory (TornadoVM launches with 0 dynamic bytes), an entry
-# without a manifest row (or a row without an entry), stale or missing PTX or manifest.
-# Benchmark-only files (BENCH_ONLY below: the ablation variants, which keep the launch bounds of
-# the kernel they are compared with, and the D=128 tuning candidates, some of which sit at 255
-# registers; either may spill a few bytes) are reported but not failed on spills; STRICT_BENCH=1
-# fails on those too.
-# Needs only the CUDA toolkit (nvcc, ptxas) and bash/awk/cmp.
+# declares dynamic shared memory (TornadoVM launches with 0 dynamic bytes), an entry without a
+# manifest row (or a row without an entry), stale or missing generated files, PTX, manifest or
+# stamps.  Benchmark-only modules (bench_only in modules.tsv: the ablation variants, which keep the
+# launch bounds of the kernel they are compared with, and the D=128 tuning candidates, some of
+# which sit at 255 registers; either may spill a few bytes) are reported but not failed on spills;
+# STRICT_BENCH=1 ptxas-checks them again and fails on those too.  Outputs are byte-for-byte
+# reproducible for a given nvcc.  Needs the CUDA toolkit (nvcc, ptxas), python3, bash, awk,
+# sha256sum.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,96 +41,237 @@ SRC="$HERE/src"
 PTX="$HERE/ptx"
 NVCC="${NVCC:-nvcc}"
 PTXAS="${PTXAS:-ptxas}"
-# compute_80 PTX: one file JIT-compiles on sm_80, sm_89 (L4) and sm_90 (H100/H200).
-# No -G / -lineinfo: those embed absolute source paths; the output is then byte-for-byte
-# reproducible for a given nvcc (the header names the compiler build).
-NVCC_FLAGS=(-arch=compute_80 -ptx -O3 -std=c++17)
+# No -G / -lineinfo: those embed absolute source paths.  -arch per module (modules.tsv).
+NVCC_FLAGS=(-ptx -O3 -std=c++17)
 # The manifest printers: only their host side runs, so the device side is compiled unoptimised.
-MANIFEST_FLAGS=(-std=c++17 -DFLASH_MANIFEST -arch=compute_80 -code=compute_80 -Xcicc -O0)
+MANIFEST_FLAGS=(-std=c++17 -DFLASH_MANIFEST -Xcicc -O0)
+PRINTER_SOURCE='#include "flash_manifest.cuh"\n#include "%s.cu"\n#ifndef __CUDA_ARCH__\nint main() { flash::manifest::print(); }\n#endif\n'
 ARCHES=(sm_89 sm_90)
 STATIC_SMEM_LIMIT=49152
-BENCH_ONLY=" flash_fwd_ablation flash_fwd_tuning "
 STRICT_BENCH="${STRICT_BENCH:-0}"
-MANIFEST_COLUMNS=(module entry kind abi header_bytes causal head_dim br bc warps threads stages q_in_smem opt
-                  smem_dynamic smem_static regs_sm_89 regs_sm_90)
+MANIFEST_COLUMNS=(module entry kind dtype head_dim causal layout features abi header_bytes arch br bc warps threads
+                  stages q_in_smem opt smem_dynamic smem_static regs_sm_89 regs_sm_90)
 MANIFEST_HEADER="$(IFS=$'\t'; echo "${MANIFEST_COLUMNS[*]}")"
+STAMPS_HEADER="$(printf 'module\tinputs\tptx\tmanifest\tresources')"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 mode=generate
-if [[ "${1:-}" == "--check" ]]; then mode=check; elif [[ -n "${1:-}" ]]; then
-  echo "usage: $0 [--check]" >&2; exit 2
-fi
+full="${FULL:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --check) mode=check ;;
+    --full) full=1 ;;
+    *) echo "usage: $0 [--check] [--full]" >&2; exit 2 ;;
+  esac
+done
 
 command -v "$NVCC" >/dev/null || { echo "error: nvcc not found (set NVCC)" >&2; exit 1; }
 command -v "$PTXAS" >/dev/null || { echo "error: ptxas not found (set PTXAS)" >&2; exit 1; }
 
+# ---- 0. the kernel table -> src/generated/
+if [[ "$mode" == generate ]]; then
+  python3 "$HERE/generate_kernels.py" || { echo "FAIL: generate_kernels.py" >&2; exit 1; }
+elif ! python3 "$HERE/generate_kernels.py" --check; then
+  echo; echo "generate.sh: FAILED"; exit 1
+fi
+declare -A NVCC_ARCH BENCH MODROW
+modules=()
+while IFS=$'\t' read -r m arch family bench; do
+  [[ "$m" == module ]] && continue
+  modules+=("$m"); NVCC_ARCH[$m]="$arch"; BENCH[$m]="$bench"; MODROW[$m]="$m $arch $family $bench"
+done < "$SRC/generated/modules.tsv"
+for cu in "$SRC"/*.cu; do
+  n="$(basename "$cu" .cu)"
+  [[ -n "${NVCC_ARCH[$n]:-}" ]] || { echo "FAIL: src/$n.cu is not a module of generate_kernels.py's table" >&2; exit 1; }
+done
+for m in "${modules[@]}"; do
+  [[ -f "$SRC/$m.cu" ]] || { echo "FAIL: module $m of generate_kernels.py's table has no src/$m.cu" >&2; exit 1; }
+done
+
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/ptx" "$tmp/manifest" "$tmp/log" "$tmp/rc"
 fail=0
+sha() { sha256sum | cut -d' ' -f1; }
 
-# ---- 1. generate (always into the temp dir first; relative paths keep outputs path-free).
-# The manifest printers build in the background meanwhile.
-mkdir -p "$tmp/ptx" "$tmp/manifest"
-sources=()
-printers=()
-for cu in "$SRC"/*.cu; do
-  name="$(basename "$cu" .cu)"
-  sources+=("$name")
-  printf '#include "flash_manifest.cuh"\n#include "%s.cu"\n#ifndef __CUDA_ARCH__\nint main() { flash::manifest::print(); }\n#endif\n' \
-    "$name" > "$tmp/manifest/print_$name.cu"
-  (cd "$SRC" && "$NVCC" "${MANIFEST_FLAGS[@]}" -I. -o "$tmp/manifest/print_$name" "$tmp/manifest/print_$name.cu" \
-     > "$tmp/manifest/$name.log" 2>&1) &
-  printers+=($!)
+# ---- 1. stamps: what each module's outputs are made from.
+# Everything in this script that shapes an output or a verdict, and the compilers.
+flags_text="$(printf '%s\n' "nvcc ${NVCC_FLAGS[*]}" "manifest ${MANIFEST_FLAGS[*]}" "printer $PRINTER_SOURCE" \
+  "arches ${ARCHES[*]}" "smem $STATIC_SMEM_LIMIT" "columns $MANIFEST_HEADER" \
+  "nvcc $("$NVCC" --version | tail -n 1)" "ptxas $("$PTXAS" --version | tail -n 1)")"
+# The local headers a file includes, transitively (#include "..." relative to the includer;
+# conditional includes count too, which only ever adds inputs).
+includes_of() {
+  local -A seen=()
+  local queue=("$1") f inc dir
+  while [[ ${#queue[@]} -gt 0 ]]; do
+    f="${queue[0]}"; queue=("${queue[@]:1}")
+    dir="$(dirname "$f")"
+    while IFS= read -r inc; do
+      inc="$(realpath -m "$dir/$inc")"
+      [[ -f "$inc" && -z "${seen[$inc]:-}" ]] || continue
+      seen[$inc]=1; queue+=("$inc")
+    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+  done
+  printf '%s\n' "${!seen[@]}" | sort
+}
+declare -A INPUTS
+for m in "${modules[@]}"; do
+  INPUTS[$m]="$({
+    echo "$flags_text"; echo "module ${MODROW[$m]}"
+    for f in "$SRC/$m.cu" $(includes_of "$SRC/$m.cu"); do
+      echo "${f#"$HERE"/} $(sha < "$f")"
+    done
+  } | sha)"
 done
-for name in "${sources[@]}"; do
-  if ! (cd "$SRC" && "$NVCC" "${NVCC_FLAGS[@]}" -o "$tmp/ptx/$name.ptx" "$name.cu"); then
-    echo "FAIL: nvcc $name.cu" >&2; exit 1
+
+# The committed stamps and each module's committed manifest rows.
+declare -A OLD_INPUTS OLD_PTX OLD_ROWS OLD_RES
+if [[ -f "$PTX/stamps.tsv" ]]; then
+  while IFS=$'\t' read -r m i p r s; do
+    [[ "$m" == module ]] && continue
+    OLD_INPUTS[$m]="$i"; OLD_PTX[$m]="$p"; OLD_ROWS[$m]="$r"; OLD_RES[$m]="$s"
+  done < "$PTX/stamps.tsv"
+fi
+manifest_header_ok=0
+if [[ -f "$PTX/manifest.tsv" ]] && [[ "$(head -n 1 "$PTX/manifest.tsv")" == "$MANIFEST_HEADER" ]]; then
+  manifest_header_ok=1
+fi
+committed_rows() {  # the committed manifest's rows of module $1
+  [[ $manifest_header_ok == 1 ]] || return 0
+  awk -F '\t' -v module="$1.ptx" 'NR > 1 && $1 == module' "$PTX/manifest.tsv"
+}
+
+# Which modules to build.  A module whose stamp matches its inputs is taken as committed, once its
+# committed PTX and manifest rows are the ones the stamp names.
+build=()
+declare -A BUILD
+for m in "${modules[@]}"; do
+  why=""
+  if [[ $full == 1 ]]; then why="--full"
+  elif [[ -z "${OLD_INPUTS[$m]:-}" ]]; then why="no stamp"
+  elif [[ "${OLD_INPUTS[$m]}" != "${INPUTS[$m]}" ]]; then why="inputs changed"
+  elif [[ ! -f "$PTX/$m.ptx" || "$(sha < "$PTX/$m.ptx")" != "${OLD_PTX[$m]}" ]]; then
+    why="ptx/$m.ptx is not the stamped one"
+  elif [[ "$(committed_rows "$m" | sha)" != "${OLD_ROWS[$m]}" ]]; then
+    why="its manifest rows are not the stamped ones"
+  elif [[ "${BENCH[$m]}" == 1 && "$STRICT_BENCH" == 1 ]]; then why="STRICT_BENCH=1"
+  fi
+  if [[ -n "$why" ]]; then
+    build+=("$m"); BUILD[$m]=1
+    echo "build $m ($why)"
+    [[ "$mode" == check && "$why" == *"stamped"* ]] && { echo "STALE: $m: $why (run ./generate.sh)"; fail=1; }
+  else
+    echo "fresh $m (stamp matches)"
   fi
 done
-for i in "${!sources[@]}"; do
-  if ! wait "${printers[$i]}"; then
-    cat "$tmp/manifest/${sources[$i]}.log" >&2; echo "FAIL: nvcc -DFLASH_MANIFEST ${sources[$i]}.cu" >&2; exit 1
-  fi
-done
 
-if [[ "$mode" == generate ]]; then
-  mkdir -p "$PTX"
-  for name in "${sources[@]}"; do cp "$tmp/ptx/$name.ptx" "$PTX/$name.ptx"; done
-  for f in "$PTX"/*.ptx; do
-    n="$(basename "$f" .ptx)"
-    [[ -f "$SRC/$n.cu" ]] || { echo "removing $f (no src/$n.cu)"; rm -f "$f"; }
+# ---- 2. compile and ptxas the modules to build: independent jobs, $JOBS at a time, largest first.
+# Relative paths keep the outputs path-free.  --check: ptxas reads the committed PTX (so it need
+# not wait for nvcc); a regenerate: the new one.
+run_job() {  # kind module [arch]
+  local kind="$1" m="$2" arch="${3:-}" rc=0
+  case "$kind" in
+    nvcc) (cd "$SRC" && "$NVCC" "${NVCC_FLAGS[@]}" -arch="${NVCC_ARCH[$m]}" -o "$tmp/ptx/$m.ptx" "$m.cu") \
+            > "$tmp/log/nvcc.$m" 2>&1 || rc=$? ;;
+    printer)
+      printf "$PRINTER_SOURCE" "$m" > "$tmp/manifest/print_$m.cu"
+      (cd "$SRC" && "$NVCC" "${MANIFEST_FLAGS[@]}" -arch="${NVCC_ARCH[$m]}" -code="${NVCC_ARCH[$m]}" -I. \
+         -o "$tmp/manifest/print_$m" "$tmp/manifest/print_$m.cu" && "$tmp/manifest/print_$m" > "$tmp/manifest/$m.rows") \
+        > "$tmp/log/printer.$m" 2>&1 || rc=$? ;;
+    ptxas)
+      local f="$PTX/$m.ptx"
+      [[ "$mode" == generate ]] && f="$tmp/ptx/$m.ptx"
+      if [[ -f "$f" ]]; then
+        "$PTXAS" -arch="$arch" -v -o "$tmp/$m.$arch.cubin" "$f" > "$tmp/log/ptxas.$m.$arch" 2>&1 || rc=$?
+        rm -f "$tmp/$m.$arch.cubin"
+      else
+        echo "no $f" > "$tmp/log/ptxas.$m.$arch"; rc=1
+      fi ;;
+  esac
+  echo "$rc" > "$tmp/rc/$kind.$m${arch:+.$arch}"
+}
+run_pool() {  # job specs "kind module [arch]", run $JOBS at a time
+  local spec
+  for spec in "$@"; do
+    while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
+    run_job $spec &
   done
-  echo "generated: ${sources[*]/%/.ptx}"
-else
-  for name in "${sources[@]}"; do
-    if [[ ! -f "$PTX/$name.ptx" ]]; then
-      echo "STALE: ptx/$name.ptx missing (run ./generate.sh)"; fail=1
-    elif ! cmp -s "$tmp/ptx/$name.ptx" "$PTX/$name.ptx"; then
-      echo "STALE: ptx/$name.ptx differs from what src/$name.cu generates (run ./generate.sh)"; fail=1
-    fi
+  wait
+}
+if [[ ${#build[@]} -gt 0 ]]; then
+  # Largest module first: its nvcc and ptxas runs are the long poles.
+  mapfile -t build < <(for m in "${build[@]}"; do
+    echo "$(stat -c %s "$PTX/$m.ptx" 2>/dev/null || echo 0) $m"; done | sort -rn | cut -d' ' -f2)
+  compile=() check=() all=()
+  for m in "${build[@]}"; do
+    compile+=("nvcc $m" "printer $m")
+    all+=("nvcc $m")
+    for arch in "${ARCHES[@]}"; do check+=("ptxas $m $arch"); all+=("ptxas $m $arch"); done
+    all+=("printer $m")
   done
-  for f in "$PTX"/*.ptx; do
-    n="$(basename "$f" .ptx)"
-    [[ -f "$SRC/$n.cu" ]] || { echo "STALE: ptx/$n.ptx has no src/$n.cu"; fail=1; }
+  echo "compiling: ${build[*]} ($JOBS jobs at a time)"
+  if [[ "$mode" == check ]]; then
+    run_pool "${all[@]}"
+  else
+    run_pool "${compile[@]}"
+    run_pool "${check[@]}"
+  fi
+  for m in "${build[@]}"; do
+    for kind in nvcc printer; do
+      if [[ "$(cat "$tmp/rc/$kind.$m")" != 0 ]]; then
+        cat "$tmp/log/$kind.$m" >&2
+        echo "FAIL: $kind $m.cu" >&2; exit 1
+      fi
+    done
   done
-  [[ $fail == 0 ]] && echo "fresh: committed PTX matches the sources"
 fi
 
-# ---- 2. ptxas resource check of the committed (or just generated) PTX; resources.tsv gets
-# "module entry arch regs smem" for the manifest.
-printf '\n%-48s %-6s %5s %7s %9s %6s\n' "entry" "arch" "regs" "smem" "spill s/l" "stack"
-: > "$tmp/resources.tsv"
-for name in "${sources[@]}"; do
-  f="$PTX/$name.ptx"
-  [[ -f "$f" ]] || continue
-  for arch in "${ARCHES[@]}"; do
-    if ! "$PTXAS" -arch="$arch" -v -o "$tmp/out.cubin" "$f" > "$tmp/ptxas.log" 2>&1; then
-      cat "$tmp/ptxas.log"; echo "FAIL: ptxas -arch=$arch $name.ptx"; fail=1; continue
+# ---- 3. the built modules' PTX against what is committed (or in place of it).
+if [[ "$mode" == generate ]]; then
+  mkdir -p "$PTX"
+  for m in "${build[@]}"; do cp "$tmp/ptx/$m.ptx" "$PTX/$m.ptx"; done
+  for f in "$PTX"/*.ptx; do
+    n="$(basename "$f" .ptx)"
+    [[ -n "${NVCC_ARCH[$n]:-}" ]] || { echo "removing $f (no module $n)"; rm -f "$f"; }
+  done
+  [[ ${#build[@]} -gt 0 ]] && echo "generated: ${build[*]/%/.ptx}"
+else
+  for m in "${build[@]}"; do
+    if [[ ! -f "$PTX/$m.ptx" ]]; then
+      echo "STALE: ptx/$m.ptx missing (run ./generate.sh)"; fail=1
+    elif ! cmp -s "$tmp/ptx/$m.ptx" "$PTX/$m.ptx"; then
+      echo "STALE: ptx/$m.ptx differs from what src/$m.cu generates (run ./generate.sh)"; fail=1
+    else
+      echo "fresh: ptx/$m.ptx matches the sources"
     fi
-    bench=0
-    [[ "$BENCH_ONLY" == *" $name "* && "$STRICT_BENCH" != 1 ]] && bench=1
-    dyn="$(grep -c '^\.extern \.shared' "$f" || true)"
-    if ! awk -v arch="$arch" -v limit="$STATIC_SMEM_LIMIT" -v bench="$bench" -v module="$name.ptx" -v dyn="$dyn" \
-        -v resources="$tmp/resources.tsv" '
+  done
+  for f in "$PTX"/*.ptx; do
+    n="$(basename "$f" .ptx)"
+    [[ -n "${NVCC_ARCH[$n]:-}" ]] || { echo "STALE: ptx/$n.ptx is no module of the table"; fail=1; }
+  done
+fi
+
+# ---- 4. ptxas resource check of the built modules; resources.tsv gets "module entry arch regs smem".
+if [[ ${#build[@]} -gt 0 ]]; then
+  printf '\n%-48s %-6s %5s %7s %9s %6s\n' "entry" "arch" "regs" "smem" "spill s/l" "stack"
+fi
+declare -A RES_OK
+for m in "${build[@]}"; do
+  : > "$tmp/resources.$m.tsv"
+  RES_OK[$m]=1
+  f="$PTX/$m.ptx"
+  [[ "$mode" == generate ]] && f="$tmp/ptx/$m.ptx"
+  [[ -f "$f" ]] || { RES_OK[$m]=0; fail=1; continue; }
+  bench=0
+  [[ "${BENCH[$m]}" == 1 && "$STRICT_BENCH" != 1 ]] && bench=1
+  dyn="$(grep -c '^\.extern \.shared' "$f" || true)"
+  for arch in "${ARCHES[@]}"; do
+    if [[ "$(cat "$tmp/rc/ptxas.$m.$arch")" != 0 ]]; then
+      cat "$tmp/log/ptxas.$m.$arch"; echo "FAIL: ptxas -arch=$arch $m.ptx"; fail=1; RES_OK[$m]=0; continue
+    fi
+    if ! awk -v arch="$arch" -v limit="$STATIC_SMEM_LIMIT" -v bench="$bench" -v module="$m.ptx" -v dyn="$dyn" \
+        -v resources="$tmp/resources.$m.tsv" '
         /Compiling entry function/ { match($0, /'\''[A-Za-z0-9_]+'\''/); name = substr($0, RSTART + 1, RLENGTH - 2); next }
         /bytes stack frame/ { stack = $1; sst = $5; sld = $9; next }
         /Used [0-9]+ registers/ {
@@ -130,47 +285,48 @@ for name in "${sources[@]}"; do
           if (smem + 0 > limit) { flag = flag " SMEM>48KB"; bad = 1 }
           if (name ~ /_tornado(_h128)?$/ && smem + 0 == 0 && dyn + 0 > 0) { flag = flag " TORNADO-NEEDS-STATIC-SMEM"; bad = 1 }
           printf "%-48s %-6s %5s %7s %4s/%-4s %6s%s\n", name, arch, regs, smem, sst, sld, stack, flag
-          printf "%s\t%s\t%s\t%s\t%s\n", module, name, arch, regs, smem >> resources
+          printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", module, name, arch, regs, smem, sst, sld, stack >> resources
         }
-        END { exit bad }' "$tmp/ptxas.log"; then
-      fail=1
+        END { exit bad }' "$tmp/log/ptxas.$m.$arch"; then
+      fail=1; RES_OK[$m]=0
     fi
   done
 done
 
-# ---- 3. the manifest: each module's rows (in source order) joined with ptxas's numbers.
+# ---- 5. the manifest: each module's rows (in source order) joined with ptxas's numbers; the rows
+# of a module not built are the committed ones (their hash is the stamp's).
+for m in "${modules[@]}"; do
+  if [[ -n "${BUILD[$m]:-}" ]]; then
+    if ! awk -F '\t' -v OFS='\t' -v module="$m.ptx" -v first="${ARCHES[0]}" -v second="${ARCHES[1]}" '
+        FILENAME == ARGV[1] {
+          key = $2; regs[key, $3] = $4; if ($3 == first) smem[key] = $5
+          if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+          next
+        }
+        {
+          key = $1
+          if (key in rowed) { print "manifest: two rows for " key > "/dev/stderr"; bad = 1; next }
+          rowed[key] = 1
+          if (!(key in seen)) { print "manifest: " key " (" module ") has a row but no entry in the PTX" > "/dev/stderr"; bad = 1; next }
+          print module, $0, smem[key], regs[key, first], regs[key, second]
+        }
+        END {
+          for (i = 1; i <= n; i++) if (!(order[i] in rowed)) {
+            print "manifest: entry " order[i] " of ptx/" module " has no row: give its entry macro a FLASH_MANIFEST_ROW (src/flash_manifest.cuh)" > "/dev/stderr"
+            bad = 1
+          }
+          exit bad
+        }' "$tmp/resources.$m.tsv" "$tmp/manifest/$m.rows" > "$tmp/manifest/$m.tsv"; then
+      fail=1; RES_OK[$m]=0
+    fi
+  else
+    committed_rows "$m" > "$tmp/manifest/$m.tsv"
+  fi
+done
 {
   echo "$MANIFEST_HEADER"
-  for name in "${sources[@]}"; do
-    "$tmp/manifest/print_$name" | awk -v module="$name.ptx" '{ print module "\t" $0 }'
-  done
-} > "$tmp/manifest/rows.tsv"
-if ! awk -F '\t' -v OFS='\t' -v first="${ARCHES[0]}" -v second="${ARCHES[1]}" '
-    FNR == 1 && FILENAME != ARGV[1] { header = $0; next }
-    FILENAME == ARGV[1] {
-      key = $1 SUBSEP $2; regs[key, $3] = $4; if ($3 == first) smem[key] = $5
-      if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-      next
-    }
-    {
-      key = $1 SUBSEP $2
-      if (key in rowed) { print "manifest: two rows for " $2 > "/dev/stderr"; bad = 1; next }
-      rowed[key] = 1
-      if (!(key in seen)) { print "manifest: " $2 " (" $1 ") has a row but no entry in the PTX" > "/dev/stderr"; bad = 1; next }
-      rows[++m] = $0 OFS smem[key] OFS regs[key, first] OFS regs[key, second]
-    }
-    END {
-      for (i = 1; i <= n; i++) if (!(order[i] in rowed)) {
-        split(order[i], k, SUBSEP)
-        print "manifest: entry " k[2] " of ptx/" k[1] " has no row: give its entry macro a FLASH_MANIFEST_ROW (src/flash_manifest.cuh)" > "/dev/stderr"
-        bad = 1
-      }
-      print header
-      for (i = 1; i <= m; i++) print rows[i]
-      exit bad
-    }' "$tmp/resources.tsv" "$tmp/manifest/rows.tsv" > "$tmp/manifest.tsv"; then
-  fail=1
-fi
+  for m in "${modules[@]}"; do cat "$tmp/manifest/$m.tsv"; done
+} > "$tmp/manifest.tsv"
 if [[ "$mode" == generate ]]; then
   cp "$tmp/manifest.tsv" "$PTX/manifest.tsv"
   echo; echo "generated: ptx/manifest.tsv ($(($(wc -l < "$PTX/manifest.tsv") - 1)) entries)"
@@ -180,6 +336,34 @@ elif [[ ! -f "$PTX/manifest.tsv" ]] || ! cmp -s "$tmp/manifest.tsv" "$PTX/manife
   fail=1
 else
   echo; echo "fresh: ptx/manifest.tsv matches the sources"
+fi
+
+# ---- 6. the stamps.  A module that failed a check gets no input hash, so it is built again next
+# time (a regenerate still writes its PTX and rows, for a look).
+{
+  echo "$STAMPS_HEADER"
+  for m in "${modules[@]}"; do
+    if [[ -n "${BUILD[$m]:-}" ]]; then
+      ptx_file="$PTX/$m.ptx"
+      [[ "$mode" == check ]] && ptx_file="$tmp/ptx/$m.ptx"
+      inputs="${INPUTS[$m]}"
+      [[ "${RES_OK[$m]}" == 1 ]] || inputs="-"
+      printf '%s\t%s\t%s\t%s\t%s\n' "$m" "$inputs" "$(sha < "$ptx_file")" "$(sha < "$tmp/manifest/$m.tsv")" \
+        "$(sha < "$tmp/resources.$m.tsv")"
+    else
+      printf '%s\t%s\t%s\t%s\t%s\n' "$m" "${OLD_INPUTS[$m]}" "${OLD_PTX[$m]}" "${OLD_ROWS[$m]}" "${OLD_RES[$m]}"
+    fi
+  done
+} > "$tmp/stamps.tsv"
+if [[ "$mode" == generate ]]; then
+  cp "$tmp/stamps.tsv" "$PTX/stamps.tsv"
+  echo "generated: ptx/stamps.tsv"
+elif [[ ! -f "$PTX/stamps.tsv" ]] || ! cmp -s "$tmp/stamps.tsv" "$PTX/stamps.tsv"; then
+  echo "STALE: ptx/stamps.tsv differs from what the sources give (run ./generate.sh)"
+  diff "$PTX/stamps.tsv" "$tmp/stamps.tsv" 2>/dev/null | head -20 || true
+  fail=1
+else
+  echo "fresh: ptx/stamps.tsv matches the sources"
 fi
 
 if [[ $fail != 0 ]]; then echo; echo "generate.sh: FAILED"; exit 1; fi

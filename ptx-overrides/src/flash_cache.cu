@@ -2,10 +2,12 @@
 // with per-sequence lengths (decode split pass + combine, varlen prefill), the append of new
 // tokens, and the public merge of partial results (CUDA-driver entries 1-5).  Their TornadoVM
 // twins (6-9) are in flash_cache_tornado.cu, a module of their own: the CUDA-driver host JITs
-// the whole module it loads, and the twins would triple that.  fp16, D = 64/128, static shared
+// the whole module it loads, and the twins would triple that.  D = 64/128, static shared
 // memory, dynamic shared memory 0 for every launch.
 //
 // ---- ABI ----------------------------------------------------------------------------------
+// elem: the entry's element type (the manifest's dtype; 16 bits: fp16 is IEEE half).  q, k, v
+// and o below are elem arrays.
 // params: the 32-int block of flash_params.cuh, read as
 //   [0] B = sequences (batch slots) of the call   [1] Hq   [2] Hkv   [5] D   [6] causal
 //   [3] Sq = dense decode: max new queries per sequence (<= 16); varlen prefill: the packed
@@ -35,12 +37,12 @@
 //    The 16-row tiles pack the G*n_b real queries of a KV head first (row j*n_b + s = query s of
 //    head kvh*G + j), so a call planned for Sq = 16 that decodes one token per sequence still
 //    reads K/V once per KV head; row blocks with no real query only write their -inf rows.
-// 2. flash_cache_decode_combine_d{64,128}(o_partial, lse_partial, __half* o, float* lse /* may be
+// 2. flash_cache_decode_combine_d{64,128}(o_partial, lse_partial, elem* o, float* lse /* may be
 //        null */, params, int num_splits)
 //    block = 128, grid = ceil(B*Hq*Sq / (128 / (D/8))).  Writes o (o strides) and lse [B, Hq, Sq]
 //    when write_lse = 1 and lse != null.
 // 3. flash_cache_fwd[_paged]_d64, flash_cache_fwd[_paged]_d128 (non-causal config),
-//    flash_cache_fwd[_paged]_d128_causal (causal config)  (q, k, v, __half* o, float* lse,
+//    flash_cache_fwd[_paged]_d128_causal (causal config)  (q, k, v, elem* o, float* lse,
 //        params, const int* q_offsets, const int* lens, const int* block_table)
 //    q packed [totalQ, Hq, D]: q_sr = Hq*D, q_sh = D (q_sb unused); query r of sequence b is row
 //    q_offsets[b] + r, n_b = q_offsets[b+1] - q_offsets[b] (lens[B+b] is not read); o the same
@@ -49,7 +51,7 @@
 //    (d64, d128) or 64 (d128_causal); blockIdx.x = grid.x - 1 - query tile; tiles past n_b exit.
 //    The D=64 entry serves causal and non-causal (params[6]); either D=128 entry is correct for
 //    both, the names say which configuration is faster.
-// 4. kv_cache_append(__half* k_cache, __half* v_cache, const __half* new_k, const __half* new_v,
+// 4. kv_cache_append(elem* k_cache, elem* v_cache, const elem* new_k, const elem* new_v,
 //        const int* lens, const int* block_table, const int* new_offsets, int B, int Hkv, int D,
 //        int max_new, int new_sb, int new_sh, int new_sr, int cache_sb, int cache_sh,
 //        int cache_sr, int page_size, int pages_per_seq)
@@ -61,7 +63,7 @@
 //    new_offsets != null (packed): row new_offsets[b] + j, new + row*new_sr + h*new_sh; else
 //    new + b*new_sb + h*new_sh + j*new_sr.  D a multiple of 8, <= 1024, every pointer and
 //    stride 16-byte aligned.
-// 5. attention_merge_states(const __half* o_parts, const float* lse_parts, __half* o,
+// 5. attention_merge_states(const elem* o_parts, const float* lse_parts, elem* o,
 //        float* lse /* may be null */, int parts, int64_t rows, int D)
 //    block = 128, grid = ceil(rows / (128 / (D/8))).  o_parts [parts, rows, D], lse_parts
 //    [parts, rows] -> o [rows, D], lse [rows]: lse = log sum_i exp(lse_i) (natural log),
@@ -73,31 +75,4 @@
 //
 #include "flash_cache.cuh"
 
-FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_SPLIT_ENTRY)
-FLASH_CACHE_COMBINE_ENTRY(128)
-FLASH_CACHE_COMBINE_ENTRY(64)
-
-FLASH_CACHE_FWD_ENTRY(d64, KtCacheFwd64, flash::kCacheContig)
-FLASH_CACHE_FWD_ENTRY(d128, KtCacheFwd128, flash::kCacheContig)
-FLASH_CACHE_FWD_ENTRY(d128_causal, KtCacheFwd128Causal, flash::kCacheContig)
-FLASH_CACHE_FWD_ENTRY(paged_d64, KtCacheFwd64, flash::kCachePaged)
-FLASH_CACHE_FWD_ENTRY(paged_d128, KtCacheFwd128, flash::kCachePaged)
-FLASH_CACHE_FWD_ENTRY(paged_d128_causal, KtCacheFwd128Causal, flash::kCachePaged)
-
-FLASH_MANIFEST_PLAIN("cache-append", kv_cache_append, kv_cache_append, 0, 0, 0, flash::kCacheThreads)
-extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)
-kv_cache_append(__half* __restrict__ k_cache, __half* __restrict__ v_cache, const __half* __restrict__ new_k,
-                const __half* __restrict__ new_v, const int* __restrict__ lens, const int* __restrict__ block_table,
-                const int* __restrict__ new_offsets, int B, int Hkv, int D, int max_new, int new_sb, int new_sh,
-                int new_sr, int cache_sb, int cache_sh, int cache_sr, int page_size, int pages_per_seq) {
-  flash::kv_append_body(k_cache, v_cache, new_k, new_v, lens, block_table, new_offsets, B, D, new_sb, new_sh,
-                        new_sr, cache_sb, cache_sh, cache_sr, page_size, pages_per_seq);
-}
-
-FLASH_MANIFEST_PLAIN("merge-states", attention_merge_states, attention_merge_states, 0, 0, 0,
-                     flash::kCacheThreads)
-extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)
-attention_merge_states(const __half* __restrict__ o_parts, const float* __restrict__ lse_parts,
-                       __half* __restrict__ o, float* __restrict__ lse, int parts, int64_t rows, int D) {
-  flash::merge_states_body(o_parts, lse_parts, o, lse, parts, rows, D);
-}
+#include "generated/flash_cache.inc"

@@ -4,7 +4,8 @@
 // passes over a cache (the shared kernel body in flash_fwd_kernel.cuh, kCache modes).
 #pragma once
 #include <math_constants.h>
-#include <cuda_fp16.h>
+#include <type_traits>
+#include "element_type.cuh"
 #include "flash_decode_combine.cuh"  // kCombineThreads
 #include "flash_fwd_kernel.cuh"
 #include "flash_manifest.cuh"
@@ -16,11 +17,12 @@ constexpr int kCacheThreads = 128;  // block of kv_cache_append and attention_me
 // The decode combine over a cache: num_splits comes from the launch (the host picks it from the
 // lengths at run time), so the params block stays constant across steps.  Rows of absent queries
 // (every split wrote lse = -inf) become O = 0, lse = -inf.
-template <int D>
+template <class E, int D>
 __device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_partial,
                                                    const float* __restrict__ lse_partial,
-                                                   __half* __restrict__ o, float* __restrict__ lse,
+                                                   typename E::Storage* __restrict__ o, float* __restrict__ lse,
                                                    const int* __restrict__ params, int num_splits) {
+  static_assert(kCombineFits<D>, "combine: D/8 threads per row must divide the block");
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerBlock = kCombineThreads / kThreadsPerRow;
   const float kNegInf = -CUDART_INF_F;
@@ -53,9 +55,9 @@ __device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_p
   const int h = (int)((row / Sq) % Hq);
   const int b = (int)(row / ((int64_t)Sq * Hq));
   uint4 out;
-  __half2* oh = reinterpret_cast<__half2*>(&out);
+  typename E::Pair* oh = reinterpret_cast<typename E::Pair*>(&out);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) oh[j] = __floats2half2_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
+  for (int j = 0; j < 4; ++j) oh[j] = E::pair_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
   *reinterpret_cast<uint4*>(o + (int64_t)b * __ldg(params + P_O_STRIDE) + (int64_t)h * __ldg(params + P_O_STRIDE + 1) +
                             (int64_t)sq * __ldg(params + P_O_STRIDE + 2) + c) = out;
   if (c == 0 && lse != nullptr && __ldg(params + P_WRITE_LSE) != 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : kNegInf;
@@ -70,8 +72,12 @@ __device__ __forceinline__ uint4 ld_nc_u128(const void* p) {
 
 // Append: D/8 threads per token (one 16-byte chunk of K and one of V each), 128 / (D/8) tokens
 // per block; grid = (ceil(max_new / (128 / (D/8))), Hkv, B).
-__device__ __forceinline__ void kv_append_body(__half* __restrict__ k_cache, __half* __restrict__ v_cache,
-                                               const __half* __restrict__ new_k, const __half* __restrict__ new_v,
+// (Elements of type E, copied as 16-byte chunks.)
+template <class E>
+__device__ __forceinline__ void kv_append_body(typename E::Storage* __restrict__ k_cache,
+                                               typename E::Storage* __restrict__ v_cache,
+                                               const typename E::Storage* __restrict__ new_k,
+                                               const typename E::Storage* __restrict__ new_v,
                                                const int* __restrict__ lens, const int* __restrict__ block_table,
                                                const int* __restrict__ new_offsets, int B, int D,
                                                int new_sb, int new_sh, int new_sr, int cache_sb, int cache_sh,
@@ -101,14 +107,15 @@ __device__ __forceinline__ void kv_append_body(__half* __restrict__ k_cache, __h
   *reinterpret_cast<uint4*>(v_cache + dst) = vx;
 }
 
-// Merge of partial results over disjoint key sets: o_parts [parts, rows, D] fp16, lse_parts
+// Merge of partial results over disjoint key sets: o_parts [parts, rows, D] (element type E), lse_parts
 // [parts, rows] fp32 (natural log) -> o [rows, D], lse [rows] (may be null).
 //   lse = log sum_i exp(lse_i),  O = sum_i exp(lse_i - lse) O_i;  -inf parts weigh 0, a row with
 //   every part -inf gets O = 0, lse = -inf.
 // D/8 threads per row (one 16-byte chunk each), 128 / (D/8) rows per block.
-__device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_parts,
+template <class E>
+__device__ __forceinline__ void merge_states_body(const typename E::Storage* __restrict__ o_parts,
                                                   const float* __restrict__ lse_parts,
-                                                  __half* __restrict__ o, float* __restrict__ lse,
+                                                  typename E::Storage* __restrict__ o, float* __restrict__ lse,
                                                   int parts, int64_t rows, int D) {
   const int cpr = D >> 3;
   const int rows_per_block = kCacheThreads / cpr;
@@ -131,10 +138,10 @@ __device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_p
       const float w = expf(l - lmax);
       wsum += w;
       const uint4 x = ld_nc_u128(o_parts + ((int64_t)i * rows + row) * D + c);
-      const __half2* xh = reinterpret_cast<const __half2*>(&x);
+      const typename E::Pair* xh = reinterpret_cast<const typename E::Pair*>(&x);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float2 f = __half22float2(xh[e]);
+        const float2 f = E::to_float2(xh[e]);
         acc[2 * e] = fmaf(w, f.x, acc[2 * e]);
         acc[2 * e + 1] = fmaf(w, f.y, acc[2 * e + 1]);
       }
@@ -142,9 +149,9 @@ __device__ __forceinline__ void merge_states_body(const __half* __restrict__ o_p
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   uint4 out;
-  __half2* oh = reinterpret_cast<__half2*>(&out);
+  typename E::Pair* oh = reinterpret_cast<typename E::Pair*>(&out);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) oh[e] = __floats2half2_rn(acc[2 * e] * inv, acc[2 * e + 1] * inv);
+  for (int e = 0; e < 4; ++e) oh[e] = E::pair_rn(acc[2 * e] * inv, acc[2 * e + 1] * inv);
   *reinterpret_cast<uint4*>(o + row * D + c) = out;
   if (lse != nullptr && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : kNegInf;
 }
@@ -167,27 +174,36 @@ __device__ __forceinline__ int keys_per_split_from_lens(const int* __restrict__ 
   return ceil_div(ceil_div(m, splits), kTile) * kTile;
 }
 
-// Varlen prefill over a cache, TornadoVM twin (flash_cache_fwd*_tornado): the arrays behind kHdr-byte
-// headers; lens and the packed query offsets both come from one step array, the KvCache's
-// [3*slots + 1] words (lengths at word 0, new tokens at B, offsets at 2B; B = params[P_B] = slots).
-// The body is the CUDA-driver entries' own fwd_body instantiation (kHdr = 0: its cache prefill takes
-// raw pointers) with every pointer moved past its header here.  Its own function, templated on
-// kHdr, so that each twin has a shared-memory symbol of its own: sharing run_fwd_cache's would
-// move that symbol out of the flash_cache_fwd_* entries and change their PTX.
-template <class Kt, int kCache, int kHdr>
-__device__ __forceinline__ void cache_fwd_tornado_body(const __half* q, const __half* k, const __half* v, __half* o,
-                                                       float* lse, const int* params, const int* step,
-                                                       const int* block_table) {
-  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
-  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
-  const int* pd = at_data<kHdr>(params);
-  CacheArgs ca;
-  ca.lens = at_data<kHdr>(step);
-  ca.q_offsets = at_data<kHdr>(step) + 2 * __ldg(pd + P_B);
-  ca.block_table = at_data<kHdr>(block_table);
-  fwd_body<Kt, false, 0, kCache>(at_data<kHdr>(q), at_data<kHdr>(k), at_data<kHdr>(v), at_data<kHdr>(o), nullptr,
-                                 at_data<kHdr>(lse), pd, flash_smem, ca);
-}
+// The functions below that own a static shared-memory array are written once per element type
+// E, with E's storage type in their signature (see flash_fwd_kernel.cuh, FLASH_FWD_SMEM_OWNERS).
+//
+// cache_fwd_tornado_body: varlen prefill over a cache, TornadoVM twin (flash_cache_fwd*_tornado):
+// the arrays behind kHdr-byte headers; lens and the packed query offsets both come from one step
+// array, the KvCache's [3*slots + 1] words (lengths at word 0, new tokens at B, offsets at 2B;
+// B = params[P_B] = slots).  The body is the CUDA-driver entries' own fwd_body instantiation
+// (kHdr = 0: its cache prefill takes raw pointers) with every pointer moved past its header here.
+// Its own function, templated on kHdr, so that each twin has a shared-memory symbol of its own:
+// sharing run_fwd_cache's would move that symbol out of the flash_cache_fwd_* entries and change
+// their PTX.
+#define FLASH_CACHE_FWD_TORNADO_SMEM_OWNER(E)                                                     \
+  template <class Kt, int kCache, int kHdr>                                                       \
+  __device__ __forceinline__ void cache_fwd_tornado_body(const E::Storage* q, const E::Storage* k, \
+                                                         const E::Storage* v, E::Storage* o, float* lse, \
+                                                         const int* params, const int* step,      \
+                                                         const int* block_table) {                \
+    static_assert(std::is_same<typename Kt::Element, E>::value, "element type of the traits");    \
+    static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory"); \
+    __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];                           \
+    const int* pd = at_data<kHdr>(params);                                                        \
+    CacheArgs ca;                                                                                 \
+    ca.lens = at_data<kHdr>(step);                                                                \
+    ca.q_offsets = at_data<kHdr>(step) + 2 * __ldg(pd + P_B);                                     \
+    ca.block_table = at_data<kHdr>(block_table);                                                  \
+    fwd_body<Kt, false, 0, kCache>(at_data<kHdr>(q), at_data<kHdr>(k), at_data<kHdr>(v), at_data<kHdr>(o), \
+                                   nullptr, at_data<kHdr>(lse), pd, flash_smem, ca);              \
+  }
+FLASH_FOR_EACH_ELEMENT(FLASH_CACHE_FWD_TORNADO_SMEM_OWNER)
+#undef FLASH_CACHE_FWD_TORNADO_SMEM_OWNER
 
 // Words of the append_params block (int32 [A_COUNT]): the Java append kernel's (tornado-kernels'
 // CacheKernels declares these name for name; CacheKernelsTest checks it), of which the append +
@@ -199,7 +215,7 @@ enum AppendParam {
   A_CACHE_STRIDE = 7,  // batch (page), head, row strides of the cache, 7..9
   A_PAGE_SIZE = 10, A_PAGES_PER_SEQ = 11,
   A_PACKED = 12,       // 1: rows from new_offsets (packed), 0: dense (new_offsets not read)
-  A_STAGE = 13,        // staged twins: where q, new_k, new_v start in the stage array (halves), 13..15
+  A_STAGE = 13,        // staged twins: where q, new_k, new_v start in the stage array (elements), 13..15
   A_COUNT = 16
 };
 
@@ -217,9 +233,9 @@ enum AppendParam {
 // p % page_size).  The row-block CTAs (blockIdx.y) of one split and head write the same bytes to the
 // same rows: idempotent.  kThreads/(D/8) rows per pass, one 16-byte chunk of K and of V per thread;
 // n_b <= Sq <= 16 rows at most per CTA.  A slot with n_b = 0 (or an empty split) writes nothing.
-template <int kThreads, int D, int kCache, int kHdr>
-__device__ __forceinline__ void cache_append_split_range(__half* k, __half* v, const __half* new_k,
-                                                         const __half* new_v, const int* params,
+template <class T, int kThreads, int D, int kCache, int kHdr>
+__device__ __forceinline__ void cache_append_split_range(T* k, T* v, const T* new_k, const T* new_v,
+                                                         const int* params,
                                                          const int* lens, const int* block_table,
                                                          const int* append_params, int kps) {
   const int* pd = at_data<kHdr>(params);
@@ -233,9 +249,9 @@ __device__ __forceinline__ void cache_append_split_range(__half* k, __half* v, c
   static_assert(kThreads % kCpr == 0, "whole rows per pass");
   const int* a = at_data<kHdr>(append_params);
   const int c = (threadIdx.x % kCpr) * 8;
-  const __half* nk = at_data<kHdr>(new_k) + (int64_t)b * __ldg(a + A_NEW_STRIDE) +
+  const T* nk = at_data<kHdr>(new_k) + (int64_t)b * __ldg(a + A_NEW_STRIDE) +
                      (int64_t)kvh * __ldg(a + A_NEW_STRIDE + 1) + c;
-  const __half* nv = at_data<kHdr>(new_v) + ((nk - at_data<kHdr>(new_k)));
+  const T* nv = at_data<kHdr>(new_v) + ((nk - at_data<kHdr>(new_k)));
   const int new_sr = __ldg(a + A_NEW_STRIDE + 2);
   const int k_sb = __ldg(pd + P_K_STRIDE), k_sh = __ldg(pd + P_K_STRIDE + 1), k_sr = __ldg(pd + P_K_STRIDE + 2);
   const int v_sb = __ldg(pd + P_V_STRIDE), v_sh = __ldg(pd + P_V_STRIDE + 1), v_sr = __ldg(pd + P_V_STRIDE + 2);
@@ -261,15 +277,21 @@ __device__ __forceinline__ void cache_append_split_range(__half* k, __half* v, c
 }
 
 // The split pass for the append + decode twins: run_fwd_cache_split_hdr with a shared-memory
-// symbol of its own (sharing that one would move it out of the decode twins' PTX).
-template <class Kt, int kCache, int kHdr>
-__device__ __forceinline__ void run_cache_append_split(const __half* q, const __half* k, const __half* v,
-                                                       float* o_partial, float* lse_partial, const int* params,
-                                                       CacheArgs ca) {
-  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
-  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
-  fwd_body<Kt, true, kHdr, kCache>(q, k, v, nullptr, o_partial, lse_partial, params, flash_smem, ca);
-}
+// symbol of its own (sharing that one would move it out of the decode twins' PTX); once per
+// element type, as cache_fwd_tornado_body.
+#define FLASH_CACHE_APPEND_SPLIT_SMEM_OWNER(E)                                                    \
+  template <class Kt, int kCache, int kHdr>                                                       \
+  __device__ __forceinline__ void run_cache_append_split(const E::Storage* q, const E::Storage* k, \
+                                                         const E::Storage* v, float* o_partial,   \
+                                                         float* lse_partial, const int* params,   \
+                                                         CacheArgs ca) {                          \
+    static_assert(std::is_same<typename Kt::Element, E>::value, "element type of the traits");    \
+    static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory"); \
+    __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];                           \
+    fwd_body<Kt, true, kHdr, kCache>(q, k, v, nullptr, o_partial, lse_partial, params, flash_smem, ca); \
+  }
+FLASH_FOR_EACH_ELEMENT(FLASH_CACHE_APPEND_SPLIT_SMEM_OWNER)
+#undef FLASH_CACHE_APPEND_SPLIT_SMEM_OWNER
 
 // Split-KV decode over a cache in one launch: each CTA runs the split pass for its keys; the last
 // of the gridDim.x split CTAs of a row block to finish (a ticket per row block) combines that
@@ -287,10 +309,10 @@ __device__ __forceinline__ void run_cache_append_split(const __half* q, const __
 // the kernel ends (the other splits' new rows lie outside its keys), so no grid ordering either.
 // Without kAppend the new-row arguments are not read (nullptr) and k, v are only read.
 template <class Kt, int kCache, int kHdr, bool kAppend>
-__device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half* k, __half* v, __half* o,
+__device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, elem_t<Kt>* k, elem_t<Kt>* v, elem_t<Kt>* o,
                                                         float* lse, const int* params, const int* lens,
                                                         const int* block_table, float* workspace, int* tickets,
-                                                        const __half* new_k, const __half* new_v,
+                                                        const elem_t<Kt>* new_k, const elem_t<Kt>* new_v,
                                                         const int* append_params) {
   constexpr int D = Kt::kHeadDim;
   const int* pd = at_data<kHdr>(params);
@@ -305,7 +327,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
   if (ca.keys_per_split == 0)
     ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x);
   if constexpr (kAppend) {
-    cache_append_split_range<Kt::kNThreads, D, kCache, kHdr>(k, v, new_k, new_v, params, lens, block_table,
+    cache_append_split_range<elem_t<Kt>, Kt::kNThreads, D, kCache, kHdr>(k, v, new_k, new_v, params, lens, block_table,
                                                              append_params, ca.keys_per_split);
     __syncthreads();  // the new rows of this split before its K/V tile loads
     run_cache_append_split<Kt, kCache, kHdr>(q, k, v, workspace, lse_partial, params, ca);
@@ -318,6 +340,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
+  static_assert(Kt::kNThreads % kThreadsPerRow == 0, "combine: whole rows per pass");
   Params p = load_params(pd);
   p.num_splits = gridDim.x;
   const int G = p.Hq / p.Hkv;
@@ -331,7 +354,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
     const int h = kvh * G + (r < nvalid ? r / n_b : (r - nvalid) / n_abs);
     const int s = r < nvalid ? r % n_b : n_b + (r - nvalid) % n_abs;
     const int64_t row = ((int64_t)b * p.Hq + h) * p.Sq + s;
-    combine_row<D, true>(at_data<kHdr>(workspace), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
+    combine_row<typename Kt::Element, D, true>(at_data<kHdr>(workspace), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
                          at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
   }
   if (threadIdx.x == 0) *ticket = 0;
@@ -339,16 +362,19 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
 
 }  // namespace flash
 
-// Split pass over a cache: flash_cache_decode_split[_paged]_d{D}.
-#define FLASH_CACHE_SPLIT_ENTRY(NAME, KT, MODE)                                                   \
-  FLASH_MANIFEST_ROW("cache-decode-split", flash_cache_decode_split_##NAME,                      \
-                     flash_cache_decode_split_##NAME, 0, KT)                                     \
+// ---- Entry macros (the entries: src/generated/flash_cache*.inc, from generate_kernels.py).
+// ENTRY: the .entry name; CONFIG: the name FLASH_SELECT and the twins of one configuration share;
+// KT: the traits; MODE: flash::kCacheContig or flash::kCachePaged (the manifest's layout); HDR:
+// the TornadoVM array header in bytes (16 or 128).
+
+// Split pass over a cache (CUDA driver, ABI item 1).
+#define FLASH_CACHE_SPLIT_ENTRY(ENTRY, CONFIG, KT, MODE)                                          \
+  FLASH_MANIFEST_ROW("cache-decode-split", CONFIG, ENTRY, 0, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_decode_split_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,    \
-                                  const __half* __restrict__ v, float* __restrict__ o_partial,   \
-                                  float* __restrict__ lse_partial, const int* __restrict__ params, \
-                                  const int* __restrict__ lens, const int* __restrict__ block_table, \
-                                  int keys_per_split) {                                          \
+  ENTRY(const flash::elem_t<KT>* __restrict__ q, const flash::elem_t<KT>* __restrict__ k,        \
+        const flash::elem_t<KT>* __restrict__ v, float* __restrict__ o_partial,                  \
+        float* __restrict__ lse_partial, const int* __restrict__ params,                         \
+        const int* __restrict__ lens, const int* __restrict__ block_table, int keys_per_split) { \
     flash::CacheArgs ca;                                                                          \
     ca.lens = lens;                                                                               \
     ca.block_table = block_table;                                                                 \
@@ -356,27 +382,26 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
     flash::run_fwd_cache<KT, true, MODE>(q, k, v, nullptr, o_partial, lse_partial, params, ca);  \
   }
 
-#define FLASH_CACHE_COMBINE_ENTRY(D)                                                              \
-  FLASH_MANIFEST_PLAIN("cache-decode-combine", flash_cache_decode_combine_d##D,                  \
-                       flash_cache_decode_combine_d##D, 0, D, flash::kCombineRows<D>,            \
+// The combine of the split pass over a cache (CUDA driver, ABI item 2); serves both layouts.
+// E: the element type of o; D: the head dim.
+#define FLASH_CACHE_COMBINE_ENTRY(ENTRY, CONFIG, E, D)                                            \
+  FLASH_MANIFEST_PLAIN("cache-decode-combine", CONFIG, ENTRY, 0, E, "any", D, flash::kCombineRows<D>, \
                        flash::kCombineThreads)                                                   \
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
-  flash_cache_decode_combine_d##D(const float* __restrict__ o_partial,                           \
-                                  const float* __restrict__ lse_partial, __half* __restrict__ o, \
-                                  float* __restrict__ lse, const int* __restrict__ params,       \
-                                  int num_splits) {                                              \
-    flash::cache_combine_body<D>(o_partial, lse_partial, o, lse, params, num_splits);            \
+  ENTRY(const float* __restrict__ o_partial, const float* __restrict__ lse_partial,              \
+        E::Storage* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params,      \
+        int num_splits) {                                                                         \
+    flash::cache_combine_body<E, D>(o_partial, lse_partial, o, lse, params, num_splits);            \
   }
 
-// Varlen prefill over a cache: flash_cache_fwd[_paged]_d{D}[_causal].
-#define FLASH_CACHE_FWD_ENTRY(NAME, KT, MODE)                                                     \
-  FLASH_MANIFEST_ROW("cache-prefill", flash_cache_fwd_##NAME, flash_cache_fwd_##NAME, 0, KT)     \
+// Varlen prefill over a cache (CUDA driver, ABI item 3).
+#define FLASH_CACHE_FWD_ENTRY(ENTRY, CONFIG, KT, MODE)                                            \
+  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, ENTRY, 0, KT, flash::manifest::layout_of(MODE))    \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_fwd_##NAME(const __half* __restrict__ q, const __half* __restrict__ k,             \
-                         const __half* __restrict__ v, __half* __restrict__ o,                   \
-                         float* __restrict__ lse, const int* __restrict__ params,                \
-                         const int* __restrict__ q_offsets, const int* __restrict__ lens,        \
-                         const int* __restrict__ block_table) {                                  \
+  ENTRY(const flash::elem_t<KT>* __restrict__ q, const flash::elem_t<KT>* __restrict__ k,        \
+        const flash::elem_t<KT>* __restrict__ v, flash::elem_t<KT>* __restrict__ o,              \
+        float* __restrict__ lse, const int* __restrict__ params, const int* __restrict__ q_offsets, \
+        const int* __restrict__ lens, const int* __restrict__ block_table) {                     \
     flash::CacheArgs ca;                                                                          \
     ca.lens = lens;                                                                               \
     ca.block_table = block_table;                                                                 \
@@ -384,107 +409,89 @@ __device__ __forceinline__ void cache_decode_fused_body(const __half* q, __half*
     flash::run_fwd_cache<KT, false, MODE>(q, k, v, o, nullptr, lse, params, ca);                 \
   }
 
+// The append of new tokens (CUDA driver, ABI item 4); any head dim, both layouts.
+#define FLASH_KV_APPEND_ENTRY(ENTRY, CONFIG, E)                                                   \
+  FLASH_MANIFEST_PLAIN("cache-append", CONFIG, ENTRY, 0, E, "any", 0, 0, flash::kCacheThreads)  \
+  extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
+  ENTRY(E::Storage* __restrict__ k_cache, E::Storage* __restrict__ v_cache,                      \
+        const E::Storage* __restrict__ new_k, const E::Storage* __restrict__ new_v,              \
+        const int* __restrict__ lens, const int* __restrict__ block_table,                       \
+        const int* __restrict__ new_offsets, int B, int Hkv, int D, int max_new, int new_sb,     \
+        int new_sh, int new_sr, int cache_sb, int cache_sh, int cache_sr, int page_size,         \
+        int pages_per_seq) {                                                                      \
+    flash::kv_append_body<E>(k_cache, v_cache, new_k, new_v, lens, block_table, new_offsets, B, D, new_sb, new_sh, \
+                          new_sr, cache_sb, cache_sh, cache_sr, page_size, pages_per_seq);       \
+  }
 
-// flash_cache_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the cache
-// decode (split + combine in one launch).  No CUDA-driver twin: that host launches the two passes.
-#define FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                          \
-  FLASH_MANIFEST_ROW("cache-decode-fused", flash_cache_decode_fused_##NAME,                      \
-                     flash_cache_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)                    \
+// The merge of partial results (CUDA driver, ABI item 5); any head dim.
+#define FLASH_MERGE_STATES_ENTRY(ENTRY, CONFIG, E)                                                \
+  FLASH_MANIFEST_PLAIN("merge-states", CONFIG, ENTRY, 0, E, "none", 0, 0, flash::kCacheThreads)  \
+  extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
+  ENTRY(const E::Storage* __restrict__ o_parts, const float* __restrict__ lse_parts,             \
+        E::Storage* __restrict__ o, float* __restrict__ lse, int parts, int64_t rows, int D) {   \
+    flash::merge_states_body<E>(o_parts, lse_parts, o, lse, parts, rows, D);                        \
+  }
+
+// TornadoVM twin of the cache decode: split + combine in one launch (ABI item 6).  No CUDA-driver
+// twin: that host launches the two passes.
+#define FLASH_CACHE_FUSED_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                                     \
+  FLASH_MANIFEST_ROW("cache-decode-fused", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_decode_fused_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,   \
-                                        const __half* __restrict__ k, const __half* __restrict__ v, \
-                                        __half* __restrict__ o, float* __restrict__ lse,         \
-                                        const int* __restrict__ params, const int* __restrict__ lens, \
-                                        const int* __restrict__ block_table,                     \
-                                        float* __restrict__ workspace, int* __restrict__ tickets) { \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        const flash::elem_t<KT>* __restrict__ k, const flash::elem_t<KT>* __restrict__ v,        \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ lens, const int* __restrict__ block_table,                       \
+        float* __restrict__ workspace, int* __restrict__ tickets) {                              \
     /* kAppend = false: k and v are only read */                                                \
-    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, false>(                                \
-        q, const_cast<__half*>(k), const_cast<__half*>(v), o, lse, params, lens, block_table,   \
-        workspace, tickets, nullptr, nullptr, nullptr);                                          \
+    flash::cache_decode_fused_body<KT, MODE, HDR, false>(                                         \
+        q, const_cast<flash::elem_t<KT>*>(k), const_cast<flash::elem_t<KT>*>(v), o, lse, params, lens, \
+        block_table, workspace, tickets, nullptr, nullptr, nullptr);                             \
   }
-#define FLASH_CACHE_FUSED_ENTRY(NAME, KT, MODE)                                                   \
-  FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)              \
-  FLASH_CACHE_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
 
-// flash_cache_fwd[_paged]_d{D}[_causal]_tornado / _tornado_h128: TornadoVM twins of the varlen
-// prefill over a cache (flash_cache_fwd_*), lens and q_offsets from one step array.  CONFIG: the
-// manifest's config (the CUDA-driver entry's where the twin runs the same traits).
-#define FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, TAIL, HEADER_BYTES)             \
-  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, flash_cache_fwd_##NAME##TAIL, HEADER_BYTES, KT)    \
+// TornadoVM twin of the varlen prefill over a cache, lens and q_offsets from one step array (ABI
+// item 7).
+#define FLASH_CACHE_FWD_TORNADO_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                               \
+  FLASH_MANIFEST_ROW("cache-prefill", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE))  \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_fwd_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,            \
-                               const __half* __restrict__ k, const __half* __restrict__ v,       \
-                               __half* __restrict__ o, float* __restrict__ lse,                  \
-                               const int* __restrict__ params, const int* __restrict__ step,     \
-                               const int* __restrict__ block_table) {                            \
-    flash::cache_fwd_tornado_body<KT, MODE, HEADER_BYTES>(q, k, v, o, lse, params, step, block_table); \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        const flash::elem_t<KT>* __restrict__ k, const flash::elem_t<KT>* __restrict__ v,        \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ step, const int* __restrict__ block_table) {                     \
+    flash::cache_fwd_tornado_body<KT, MODE, HDR>(q, k, v, o, lse, params, step, block_table);    \
   }
-#define FLASH_CACHE_FWD_TORNADO_ENTRY(NAME, CONFIG, KT, MODE)                                     \
-  FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado, flash::kTornadoHeaderBytes) \
-  FLASH_CACHE_FWD_TORNADO_ENTRY_HDR(NAME, CONFIG, KT, MODE, _tornado_h128, 128)
 
-
-// flash_cache_append_decode_fused[_paged]_d{D}_tornado / _tornado_h128: TornadoVM twins of the
-// append + cache decode (flash_cache_tornado.cu, ABI item 8): the fused decode's arguments, then new_k,
-// new_v (dense) and append_params; k and v are written (the step's new rows) and read.
-#define FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
-  FLASH_MANIFEST_ROW("cache-append-decode-fused", flash_cache_append_decode_fused_##NAME,        \
-                     flash_cache_append_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)             \
+// TornadoVM twin of the append + cache decode (ABI item 8): the fused decode's arguments, then
+// new_k, new_v (dense) and append_params; k and v are written (the step's new rows) and read.
+#define FLASH_CACHE_APPEND_FUSED_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                              \
+  FLASH_MANIFEST_ROW("cache-append-decode-fused", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_append_decode_fused_##NAME##TAIL(                                                  \
-      uint64_t kernel_context, const __half* __restrict__ q, __half* __restrict__ k,             \
-      __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse,                   \
-      const int* __restrict__ params, const int* __restrict__ lens, const int* __restrict__ block_table, \
-      float* __restrict__ workspace, int* __restrict__ tickets, const __half* __restrict__ new_k, \
-      const __half* __restrict__ new_v, const int* __restrict__ append_params) {                 \
-    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, true>(q, k, v, o, lse, params, lens, block_table, \
-                                                                 workspace, tickets, new_k, new_v, \
-                                                                 append_params);                 \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        flash::elem_t<KT>* __restrict__ k, flash::elem_t<KT>* __restrict__ v,                    \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ lens, const int* __restrict__ block_table,                       \
+        float* __restrict__ workspace, int* __restrict__ tickets,                                \
+        const flash::elem_t<KT>* __restrict__ new_k, const flash::elem_t<KT>* __restrict__ new_v, \
+        const int* __restrict__ append_params) {                                                  \
+    flash::cache_decode_fused_body<KT, MODE, HDR, true>(q, k, v, o, lse, params, lens, block_table, workspace, \
+                                                        tickets, new_k, new_v, append_params);   \
   }
-#define FLASH_CACHE_APPEND_FUSED_ENTRY(NAME, KT, MODE)                                            \
-  FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
-  FLASH_CACHE_APPEND_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
 
-
-// flash_cache_staged_decode_fused[_paged]_d{D}_tornado / _tornado_h128: the append + decode twins
-// (ABI item 9) with the step's four inputs in ONE array, so that a TornadoVM execution sends one
-// array instead of four (each transfer costs a TornadoVM execution several microseconds): stage =
-// the step array (int32 [3*B + 1]) at its start, then q, new_k, new_v at the half offsets
-// append_params[A_STAGE..+2].  Each pointer handed to the body is a header pointer moved by its
-// offset, so at_data<kHdr> of it is the data it names; the regions do not overlap.
-#define FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, TAIL, HEADER_BYTES)                   \
-  FLASH_MANIFEST_ROW("cache-staged-decode-fused", flash_cache_staged_decode_fused_##NAME,        \
-                     flash_cache_staged_decode_fused_##NAME##TAIL, HEADER_BYTES, KT)             \
+// TornadoVM twin of the append + decode with the step's four inputs in ONE array (ABI item 9), so
+// that a TornadoVM execution sends one array instead of four (each transfer costs a TornadoVM
+// execution several microseconds): stage = the step array (int32 [3*B + 1]) at its start, then q,
+// new_k, new_v at the element offsets append_params[A_STAGE..+2].  Each pointer handed to the
+// body is a header pointer moved by its offset, so at_data<HDR> of it is the data it names; the
+// regions do not overlap.
+#define FLASH_CACHE_STAGED_FUSED_ENTRY(ENTRY, CONFIG, KT, MODE, HDR)                              \
+  FLASH_MANIFEST_ROW("cache-staged-decode-fused", CONFIG, ENTRY, HDR, KT, flash::manifest::layout_of(MODE)) \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_cache_staged_decode_fused_##NAME##TAIL(                                                  \
-      uint64_t kernel_context, const __half* __restrict__ stage, __half* __restrict__ k,         \
-      __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse,                   \
-      const int* __restrict__ params, const int* __restrict__ block_table,                       \
-      float* __restrict__ workspace, int* __restrict__ tickets,                                  \
-      const int* __restrict__ append_params) {                                                   \
-    const int* a = flash::at_data<HEADER_BYTES>(append_params) + flash::A_STAGE;                 \
-    flash::cache_decode_fused_body<KT, MODE, HEADER_BYTES, true>(                                 \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ stage,                    \
+        flash::elem_t<KT>* __restrict__ k, flash::elem_t<KT>* __restrict__ v,                    \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params, \
+        const int* __restrict__ block_table, float* __restrict__ workspace,                      \
+        int* __restrict__ tickets, const int* __restrict__ append_params) {                      \
+    const int* a = flash::at_data<HDR>(append_params) + flash::A_STAGE;                          \
+    flash::cache_decode_fused_body<KT, MODE, HDR, true>(                                          \
         stage + __ldg(a), k, v, o, lse, params, reinterpret_cast<const int*>(stage), block_table, \
         workspace, tickets, stage + __ldg(a + 1), stage + __ldg(a + 2), append_params);          \
   }
-#define FLASH_CACHE_STAGED_FUSED_ENTRY(NAME, KT, MODE)                                            \
-  FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado, flash::kTornadoHeaderBytes)       \
-  FLASH_CACHE_STAGED_FUSED_ENTRY_HDR(NAME, KT, MODE, _tornado_h128, 128)
-
-// The shipped configurations (flash_fwd.cu, flash_decode.cu) in their cache modes: flash_cache.cu's
-// entries and their TornadoVM twins (flash_cache_tornado.cu) run the same ones.
-using KtCacheDec128 = flash::DecodeTraits<128, 32, 2, 6>;
-using KtCacheDec64 = flash::DecodeTraits<64, 64, 2, 6>;
-using KtCacheFwd64 = flash::FwdTraits<64, 128, 64, 4, 2, 2, true, false, flash::Opt<>>;
-using KtCacheFwd128 = flash::FwdTraits<128, 128, 32, 4, 1, 2, false, false, flash::Opt<>>;
-using KtCacheFwd128Causal = flash::FwdTraits<128, 64, 48, 4, 2, 3, true, false,
-                                             flash::Opt<true, true, true, true, true, true>>;
-
-// The four decode configurations over a cache (name, traits, cache mode), in the order every decode
-// family's entries are emitted: ENTRY(name, traits, mode) for each, e.g.
-// FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_SPLIT_ENTRY).
-#define FLASH_CACHE_DECODE_CONFIGS(ENTRY)                 \
-  ENTRY(d128, KtCacheDec128, flash::kCacheContig)         \
-  ENTRY(d64, KtCacheDec64, flash::kCacheContig)           \
-  ENTRY(paged_d128, KtCacheDec128, flash::kCachePaged)    \
-  ENTRY(paged_d64, KtCacheDec64, flash::kCachePaged)

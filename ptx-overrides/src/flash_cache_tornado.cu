@@ -13,7 +13,7 @@
 // arguments (TornadoVM compiles scalars into the kernel as constants): what varies per step
 // comes from device memory.  No null arrays: an unused one (block_table of a contiguous cache) is
 // any small int array, not read.
-// 6. flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, k, v, __half* o,
+// 6. flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, k, v, elem* o,
 //        float* lse, const int* params, const int* lens, const int* block_table,
 //        float* workspace, int* tickets)
 //    The decode split pass (1) and combine (2) in one launch: the split pass's block (32) and
@@ -37,7 +37,7 @@
 //    lse_partial [splits, B, Hq, Sq]; needs no zeroing.  Same semantics as 1 + 2: rows j >= n_b
 //    and rows that see no key get O = 0, lse = -inf.
 // 7. flash_cache_fwd[_paged]_d64_tornado[_h128], flash_cache_fwd[_paged]_d128_tornado[_h128],
-//    flash_cache_fwd[_paged]_d128_causal_tornado[_h128](uint64 ctx, q, k, v, __half* o,
+//    flash_cache_fwd[_paged]_d128_causal_tornado[_h128](uint64 ctx, q, k, v, elem* o,
 //        float* lse, const int* params, const int* step, const int* block_table)
 //    The varlen prefill over a cache (3) with lens and q_offsets from one step array, the
 //    KvCache's int32 [3*B + 1]: step[b] = L_b, step[B+b] = n_b (not read), step[2B+b] =
@@ -49,10 +49,10 @@
 //    semantics as 3.  The contiguous d128 twin runs 3's d128 tile with the lazy rescale (the
 //    eager one spills on sm_90 with the offsets pointer computed from the step array); the
 //    paged d128 twin runs 3's own configuration.
-// 8. flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, __half* k,
-//        __half* v, __half* o, float* lse, const int* params, const int* lens,
-//        const int* block_table, float* workspace, int* tickets, const __half* new_k,
-//        const __half* new_v, const int* append_params)
+// 8. flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx, q, elem* k,
+//        elem* v, elem* o, float* lse, const int* params, const int* lens,
+//        const int* block_table, float* workspace, int* tickets, const elem* new_k,
+//        const elem* new_v, const int* append_params)
 //    The step's append (as 4, dense rows only) and the fused decode (6) in one launch, for a
 //    TornadoVM graph that can hold only one prebuilt task (TornadoVM 5.2.0 maps every prebuilt
 //    task of a graph to the first one's installed code).  Block, grid, params (params[25] = 0:
@@ -76,7 +76,7 @@
 //    so in the task graph); new_k rows past n_b are not read.  Host checks as 6, plus L_b <=
 //    capacity and the new-row strides multiples of 8.
 // 9. flash_cache_staged_decode_fused[_paged]_d{64,128}_tornado[_h128](uint64 ctx,
-//        const __half* stage, __half* k, __half* v, __half* o, float* lse, const int* params,
+//        const elem* stage, elem* k, elem* v, elem* o, float* lse, const int* params,
 //        const int* block_table, float* workspace, int* tickets, const int* append_params)
 //    8 with the step's per-execution inputs in one array (what the inference API's TornadoVM
 //    device sends with each execution: one transfer instead of four).  stage: the step array
@@ -85,22 +85,4 @@
 //    disjoint, after the step words).  Everything else exactly as 8.
 #include "flash_cache.cuh"
 
-// The fused decode twins (ABI item 6).
-FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_FUSED_ENTRY)
-// The prefill twins (ABI item 7) run the CUDA-driver entries' configurations, but for the contiguous
-// non-causal D=128 one: KtCacheFwd128 sits at 255 registers on sm_90, and the step array's
-// offsets pointer (computed, not a kernel parameter) stays live to the epilogue and spills 8
-// bytes there; the same tile with the lazy rescale fits (249).
-using KtCacheFwd128Lazy = flash::FwdTraits<128, 128, 32, 4, 1, 2, false, false,
-                                           flash::Opt<true, true, true, true, true, true>>;
-FLASH_CACHE_FWD_TORNADO_ENTRY(d64, flash_cache_fwd_d64, KtCacheFwd64, flash::kCacheContig)
-FLASH_CACHE_FWD_TORNADO_ENTRY(d128, flash_cache_fwd_d128_lazy, KtCacheFwd128Lazy, flash::kCacheContig)
-FLASH_CACHE_FWD_TORNADO_ENTRY(d128_causal, flash_cache_fwd_d128_causal, KtCacheFwd128Causal, flash::kCacheContig)
-FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d64, flash_cache_fwd_paged_d64, KtCacheFwd64, flash::kCachePaged)
-FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128, flash_cache_fwd_paged_d128, KtCacheFwd128, flash::kCachePaged)
-FLASH_CACHE_FWD_TORNADO_ENTRY(paged_d128_causal, flash_cache_fwd_paged_d128_causal, KtCacheFwd128Causal,
-                              flash::kCachePaged)
-// The append + decode twins (ABI item 8), last.
-FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_APPEND_FUSED_ENTRY)
-// The staged append + decode twins (ABI item 9), after them.
-FLASH_CACHE_DECODE_CONFIGS(FLASH_CACHE_STAGED_FUSED_ENTRY)
+#include "generated/flash_cache_tornado.inc"

@@ -4,15 +4,18 @@
 // gets O = 0, lse = -inf.
 #pragma once
 #include <math_constants.h>
-#include <cuda_fp16.h>
+#include "element_type.cuh"
 #include "flash_params.cuh"
 
 namespace flash {
 
 constexpr int kCombineThreads = 128;
-// D/8 threads per row, each combining 8 values (one 16-byte fp16 store): rows per block.
+// D/8 threads per row, each combining 8 values (one 16-byte store of 8 elements): rows per block.
 template <int D>
 constexpr int kCombineRows = kCombineThreads / (D / 8);
+// Every thread of a block owns one 8-column slice of a row (no thread left over).
+template <int D>
+constexpr bool kCombineFits = D % 8 == 0 && kCombineThreads % (D / 8) == 0;
 
 // A partial result: kL2Only reads it with ld.global.cg (L2, not L1), for the fused decode kernel,
 // where other CTAs of the same launch wrote it and this SM's L1 may hold an older copy of the line.
@@ -23,11 +26,11 @@ __device__ __forceinline__ T load_partial(const T* p) {
 }
 
 // Combines row `row` (= (b*Hq + h)*Sq + s, the lse layout) of `rows`, columns [c, c + 8):
-// the caller gives each row D/8 threads, so the fp16 store is one 16-byte vector.
-template <int D, bool kL2Only>
+// the caller gives each row D/8 threads, so the store of o (element type E) is one 16-byte vector.
+template <class E, int D, bool kL2Only>
 __device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
                                             const float* __restrict__ lse_partial,
-                                            __half* __restrict__ o, float* __restrict__ lse,
+                                            typename E::Storage* __restrict__ o, float* __restrict__ lse,
                                             const Params& p, int64_t rows, int64_t row, int c) {
   const int splits = p.num_splits;
   float lmax = -CUDART_INF_F;
@@ -54,26 +57,27 @@ __device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
   const int h = (int)((row / p.Sq) % p.Hq);
   const int b = (int)(row / ((int64_t)p.Sq * p.Hq));
   uint4 out;
-  __half2* oh = reinterpret_cast<__half2*>(&out);
+  typename E::Pair* oh = reinterpret_cast<typename E::Pair*>(&out);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) oh[j] = __floats2half2_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
+  for (int j = 0; j < 4; ++j) oh[j] = E::pair_rn(acc[2 * j] * inv, acc[2 * j + 1] * inv);
   *reinterpret_cast<uint4*>(o + (int64_t)b * p.o_sb + (int64_t)h * p.o_sh + (int64_t)sq * p.o_sr + c) = out;
   if (p.write_lse && c == 0) lse[row] = wsum > 0.f ? lmax + logf(wsum) : -CUDART_INF_F;
 }
 
 // The combine pass: grid = ceil(B*Hq*Sq / (128 / (D/8))), D/8 threads per row.
-template <int D>
+template <class E, int D>
 __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_partial,
                                                     const float* __restrict__ lse_partial,
-                                                    __half* __restrict__ o, float* __restrict__ lse,
+                                                    typename E::Storage* __restrict__ o, float* __restrict__ lse,
                                                     const int* __restrict__ params) {
+  static_assert(kCombineFits<D>, "combine: D/8 threads per row must divide the block");
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerBlock = kCombineRows<D>;
   const Params p = load_params(params);
   const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
   const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
   if (row >= rows) return;
-  combine_row<D, false>(o_partial, lse_partial, o, lse, p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
+  combine_row<E, D, false>(o_partial, lse_partial, o, lse, p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
 }
 
 // The split-then-combine-in-one-launch handshake of the fused decodes (decode_fused_body,

@@ -11,8 +11,8 @@
 namespace flash {
 
 template <class Kt, int kHdr>
-__device__ __forceinline__ void decode_fused_body(const __half* q, const __half* k, const __half* v,
-                                                  __half* o, float* lse, float* o_partial,
+__device__ __forceinline__ void decode_fused_body(const elem_t<Kt>* q, const elem_t<Kt>* k, const elem_t<Kt>* v,
+                                                  elem_t<Kt>* o, float* lse, float* o_partial,
                                                   float* lse_partial, int* tickets, const int* params) {
   run_fwd<Kt, true, kHdr>(q, k, v, nullptr, o_partial, lse_partial, params);
 
@@ -22,6 +22,7 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
   constexpr int D = Kt::kHeadDim;
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
+  static_assert(Kt::kNThreads % kThreadsPerRow == 0, "combine: whole rows per pass");
   const Params p = load_params(at_data<kHdr>(params));
   const int G = p.Hq / p.Hkv;
   const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
@@ -30,7 +31,7 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
   const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
   for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
     const int64_t row = ((int64_t)b * p.Hq + kvh * G + r / p.Sq) * p.Sq + r % p.Sq;
-    combine_row<D, true>(at_data<kHdr>(o_partial), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
+    combine_row<typename Kt::Element, D, true>(at_data<kHdr>(o_partial), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
                    at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
   }
   if (threadIdx.x == 0) *ticket = 0;
@@ -38,20 +39,14 @@ __device__ __forceinline__ void decode_fused_body(const __half* q, const __half*
 
 }  // namespace flash
 
-// flash_decode_fused_{NAME}_tornado / _tornado_h128: TornadoVM prebuilt-task entries (kernel-context
-// word first, arrays behind a 16- or 128-byte header).  No CUDA-driver twin: that host launches
-// the split and combine passes.
-#define FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, TAIL, HEADER_BYTES)                                \
-  FLASH_MANIFEST_ROW("decode-fused", flash_decode_fused_##NAME, flash_decode_fused_##NAME##TAIL, \
-                     HEADER_BYTES, KT)                                                           \
+// The fused decode's TornadoVM prebuilt-task entries (kernel-context word first, arrays behind an
+// HDR-byte header).  No CUDA-driver twin: that host launches the split and combine passes.
+#define FLASH_DECODE_FUSED_ENTRY(ENTRY, CONFIG, KT, HDR)                                          \
+  FLASH_MANIFEST_ROW("decode-fused", CONFIG, ENTRY, HDR, KT, "none")                             \
   extern "C" __global__ void __launch_bounds__(KT::kNThreads, KT::kMinBlocksPerSm)               \
-  flash_decode_fused_##NAME##TAIL(uint64_t kernel_context, const __half* __restrict__ q,         \
-                                  const __half* __restrict__ k, const __half* __restrict__ v,     \
-                                  __half* __restrict__ o, float* __restrict__ lse,               \
-                                  float* __restrict__ o_partial, float* __restrict__ lse_partial, \
-                                  int* __restrict__ tickets, const int* __restrict__ params) {   \
-    flash::decode_fused_body<KT, HEADER_BYTES>(q, k, v, o, lse, o_partial, lse_partial, tickets, params); \
+  ENTRY(uint64_t kernel_context, const flash::elem_t<KT>* __restrict__ q,                        \
+        const flash::elem_t<KT>* __restrict__ k, const flash::elem_t<KT>* __restrict__ v,        \
+        flash::elem_t<KT>* __restrict__ o, float* __restrict__ lse, float* __restrict__ o_partial, \
+        float* __restrict__ lse_partial, int* __restrict__ tickets, const int* __restrict__ params) { \
+    flash::decode_fused_body<KT, HDR>(q, k, v, o, lse, o_partial, lse_partial, tickets, params); \
   }
-#define FLASH_DECODE_FUSED_ENTRY(NAME, KT)                                                        \
-  FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, _tornado, flash::kTornadoHeaderBytes)                   \
-  FLASH_DECODE_FUSED_ENTRY_HDR(NAME, KT, _tornado_h128, 128)

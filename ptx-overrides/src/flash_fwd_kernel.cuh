@@ -10,6 +10,8 @@
 // exp2 and a pre-multiplied scale*log2(e).
 #pragma once
 #include <math_constants.h>
+#include <type_traits>
+#include "element_type.cuh"
 #include "flash_params.cuh"
 #include "kernel_traits.cuh"
 #include "ptx_primitives.cuh"
@@ -20,7 +22,7 @@ __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; 
 
 template <class Kt>
 struct TileLayout {
-  // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] fp16 tile.
+  // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] tile.
   static __device__ __forceinline__ uint32_t chunk_off(int row, int chunk) {
     const int c = Kt::O::kSwizzle ? (chunk ^ (row & 7)) : chunk;
     return row * Kt::kRowBytes + c * 16;
@@ -32,7 +34,7 @@ struct TileLayout {
 };
 
 // kDecode = false: prefill.  grid = (ceil(Sq/Br), B*Hq); blockIdx.x = ceil(Sq/Br)-1-m_block
-//   (the longest causal tiles start first), blockIdx.y = b*Hq + h.  Writes o (fp16) and lse.
+//   (the longest causal tiles start first), blockIdx.y = b*Hq + h.  Writes o (the element type) and lse.
 // kDecode = true: split pass.  grid = (num_splits, ceil(G*Sq/16), B*Hkv), G = Hq/Hkv; packed
 //   row r = j*Sq + s is query s of head kvh*G + j.  Writes o_partial (fp32, normalised) and
 //   lse_partial (always).
@@ -43,8 +45,8 @@ struct TileLayout {
 //   are r = j*n_b + s for the n_b real queries, then the Sq - n_b absent ones (O = 0, lse = -inf).
 //   Every cache-only line sits under `if constexpr`, so the other entries compile as before.
 template <class Kt, bool kDecode, int kHdr, int kCache = kNoCache>
-__device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __half* __restrict__ k,
-                                         const __half* __restrict__ v, __half* __restrict__ o,
+__device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const elem_t<Kt>* __restrict__ k,
+                                         const elem_t<Kt>* __restrict__ v, elem_t<Kt>* __restrict__ o,
                                          float* __restrict__ o_partial, float* __restrict__ lse,
                                          const int* __restrict__ params, unsigned char* smem,
                                          CacheArgs ca = CacheArgs{}) {
@@ -52,6 +54,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   // header; ca.lens / ca.block_table then come with the header already applied).
   static_assert(kCache == kNoCache || kHdr == 0 || kDecode, "cache prefill entries are CUDA-driver entries");
   constexpr bool kC = kCache != kNoCache;
+  using T = elem_t<Kt>;            // storage type of q, k, v, o
+  using E = typename Kt::Element;  // its conversions and mma (element_type.cuh)
   using Opt = typename Kt::O;
   using L = TileLayout<Kt>;
   constexpr int D = Kt::kHeadDim;
@@ -181,8 +185,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   const int n_max = ceil_div(kend, BN);
   const int n_tiles = n_max - n_min;
 
-  const __half* kbase;
-  const __half* vbase;
+  const T* kbase;
+  const T* vbase;
   if constexpr (kCache == kCachePaged) {
     // The page term comes per key from the block table (pool [pages, Hkv, page_size, D]).
     kbase = at_data<kHdr>(k);
@@ -214,7 +218,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       const int r = i / CH, c = i % CH;
       const int gr = row0 + r;
       const bool valid = gr < nvalid;  // nrows, but for the absent queries of a cache decode
-      const __half* src = at_data<kHdr>(q);
+      const T* src = at_data<kHdr>(q);
       if constexpr (kC && !kDecode) {
         if (valid) src = src + (int64_t)(q_row + gr) * p.q_sr + (int64_t)h_fixed * p.q_sh + c * 8;
       } else {
@@ -257,8 +261,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
           int page = 0;
           if (key < Skv) page = __ldg(ca.block_table + bt_off + (key >> pg_shift));
           const int in_page = key & pg_mask;
-          const __half* kp = at_data<kHdr>(k) + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8));
-          const __half* vp = at_data<kHdr>(v) + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8));
+          const T* kp = at_data<kHdr>(k) + ((int64_t)page * k_pg + (kh_off + in_page * k_sr + c * 8));
+          const T* vp = at_data<kHdr>(v) + ((int64_t)page * v_pg + (vh_off + in_page * v_sr + c * 8));
 #pragma unroll
           for (int j = 0; j < kGroup; ++j) {
             const int r = r0 + (gi * kGroup + j) * kRowsPerPass;
@@ -284,8 +288,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       }
       return;
     }
-    const __half* kp = kbase + (int64_t)key0 * k_sr + c * 8;
-    const __half* vp = vbase + (int64_t)key0 * v_sr + c * 8;
+    const T* kp = kbase + (int64_t)key0 * k_sr + c * 8;
+    const T* vp = vbase + (int64_t)key0 * v_sr + c * 8;
 #pragma unroll
     for (int it = 0; it < BN / kRowsPerPass; ++it) {
       const int r = r0 + it * kRowsPerPass;
@@ -451,8 +455,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
             for (int j = 0; j < 4; ++j) qs[j] = qf[rg][ks][j];
 #pragma unroll
             for (int np = 0; np < NTC / 2; ++np) {
-              mma_16816(s_acc[rg][2 * np], qs, kf[np][0], kf[np][1]);
-              mma_16816(s_acc[rg][2 * np + 1], qs, kf[np][2], kf[np][3]);
+              E::mma_16816(s_acc[rg][2 * np], qs, kf[np][0], kf[np][1]);
+              E::mma_16816(s_acc[rg][2 * np + 1], qs, kf[np][2], kf[np][3]);
             }
           }
         } else {
@@ -468,8 +472,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
             load_k_frag(kf, sK, hf * (NTC / 2) + np, ks);
 #pragma unroll
             for (int rg = 0; rg < RG; ++rg) {
-              mma_16816(s_acc[rg][2 * np], qs[rg], kf[0], kf[1]);
-              mma_16816(s_acc[rg][2 * np + 1], qs[rg], kf[2], kf[3]);
+              E::mma_16816(s_acc[rg][2 * np], qs[rg], kf[0], kf[1]);
+              E::mma_16816(s_acc[rg][2 * np + 1], qs[rg], kf[2], kf[3]);
             }
           }
         }
@@ -556,17 +560,17 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         }
       }
 
-      // ---- P (fp16) as A fragments: the C layout of n-tiles 2kk, 2kk+1 is the A layout of
+      // ---- P (the element type) as A fragments: the C layout of n-tiles 2kk, 2kk+1 is the A layout of
       // k-step kk, so P never leaves registers.
       uint32_t pf[RG][PKC][4];
 #pragma unroll
       for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
         for (int kk = 0; kk < PKC; ++kk) {
-          pf[rg][kk][0] = pack_half2(s_acc[rg][2 * kk][0], s_acc[rg][2 * kk][1]);
-          pf[rg][kk][1] = pack_half2(s_acc[rg][2 * kk][2], s_acc[rg][2 * kk][3]);
-          pf[rg][kk][2] = pack_half2(s_acc[rg][2 * kk + 1][0], s_acc[rg][2 * kk + 1][1]);
-          pf[rg][kk][3] = pack_half2(s_acc[rg][2 * kk + 1][2], s_acc[rg][2 * kk + 1][3]);
+          pf[rg][kk][0] = E::pack(s_acc[rg][2 * kk][0], s_acc[rg][2 * kk][1]);
+          pf[rg][kk][1] = E::pack(s_acc[rg][2 * kk][2], s_acc[rg][2 * kk][3]);
+          pf[rg][kk][2] = E::pack(s_acc[rg][2 * kk + 1][0], s_acc[rg][2 * kk + 1][1]);
+          pf[rg][kk][3] = E::pack(s_acc[rg][2 * kk + 1][2], s_acc[rg][2 * kk + 1][3]);
         }
       if (!Opt::kPInRegs) {
         // Ablation: the classic round trip through shared memory (per-warp region).
@@ -619,8 +623,8 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
           }
 #pragma unroll
           for (int rg = 0; rg < RG; ++rg) {
-            mma_16816(acc_o[rg][2 * dp], pf[rg][kk], vf[0], vf[1]);
-            mma_16816(acc_o[rg][2 * dp + 1], pf[rg][kk], vf[2], vf[3]);
+            E::mma_16816(acc_o[rg][2 * dp], pf[rg][kk], vf[0], vf[1]);
+            E::mma_16816(acc_o[rg][2 * dp + 1], pf[rg][kk], vf[2], vf[3]);
           }
         }
       }
@@ -679,7 +683,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         }
       }
   } else {
-    // Stage the fp16 tile in shared memory (the Q buffer) so that global stores are 16 bytes
+    // Stage the O tile in shared memory (the Q buffer) so that global stores are 16 bytes
     // wide and each row is written contiguously.  Each warp only touches its own rows.
     cp_async_wait<0>();
     __syncthreads();  // other warps may still read K/V stages that overlap the Q buffer
@@ -690,7 +694,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
         const int rl = warp_row0 + rg * 16 + g + 8 * hh;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
-          sts_u32(sQ + L::chunk_off(rl, dt) + 4 * t4, pack_half2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]));
+          sts_u32(sQ + L::chunk_off(rl, dt) + 4 * t4, E::pack(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]));
       }
     __syncwarp();
     // b and h from blockIdx again rather than kept live across the loop.
@@ -699,7 +703,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       // Packed rows q_offsets[b] + r of [totalQ, Hq, D]; lse [Hq, P_SQ] at h*P_SQ + q_offsets[b] + r.
       const int q0 = __ldg(ca.q_offsets + b), n_b = __ldg(ca.q_offsets + b + 1) - q0;
       const int o_sr = reload_param<P_O_STRIDE + 2, kHdr>(params);
-      __half* obase = o + (int64_t)q0 * o_sr + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
+      T* obase = o + (int64_t)q0 * o_sr + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
 #pragma unroll
       for (int it = 0; it < RG * 16 * CH / 32; ++it) {
         const int i = lane + it * 32;
@@ -718,7 +722,7 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
       }
       return;
     }
-    __half* obase = at_data<kHdr>(o) + (int64_t)b * reload_param<P_O_STRIDE, kHdr>(params) + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
+    T* obase = at_data<kHdr>(o) + (int64_t)b * reload_param<P_O_STRIDE, kHdr>(params) + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
     const int o_sr = reload_param<P_O_STRIDE + 2, kHdr>(params);
 #pragma unroll
     for (int it = 0; it < RG * 16 * CH / 32; ++it) {
@@ -739,40 +743,52 @@ __device__ __forceinline__ void fwd_body(const __half* __restrict__ q, const __h
   }
 }
 
-// Shared memory for one configuration: static (<= 48 KB, what TornadoVM can launch) or
-// dynamic (CUDA-driver host only, after cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)).
-template <class Kt, bool kDecode, int kHdr = 0>
-__device__ __forceinline__ void run_fwd(const __half* q, const __half* k, const __half* v, __half* o,
-                                        float* o_partial, float* lse, const int* params) {
-  if constexpr (Kt::kDynamicSmem) {
-    extern __shared__ __align__(128) unsigned char flash_dyn_smem[];
-    fwd_body<Kt, kDecode, kHdr>(q, k, v, o, o_partial, lse, params, flash_dyn_smem);
-  } else {
-    __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
-    fwd_body<Kt, kDecode, kHdr>(q, k, v, o, o_partial, lse, params, flash_smem);
+// The functions below own the static shared-memory arrays, whose PTX symbols are mangled from
+// the function's signature.  They are written once per element type E (FLASH_FOR_EACH_ELEMENT)
+// with E's storage type in the signature rather than a name dependent on Kt, so that an entry's
+// symbols are those of a function written for its element type alone.
+#define FLASH_FWD_SMEM_OWNERS(E)                                                                  \
+  /* Shared memory for one configuration: static (<= 48 KB, what TornadoVM can launch) or      \
+     dynamic (CUDA-driver host only, after cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)). */ \
+  template <class Kt, bool kDecode, int kHdr = 0>                                                 \
+  __device__ __forceinline__ void run_fwd(const E::Storage* q, const E::Storage* k, const E::Storage* v, \
+                                          E::Storage* o, float* o_partial, float* lse, const int* params) { \
+    static_assert(std::is_same<typename Kt::Element, E>::value, "element type of the traits");    \
+    if constexpr (Kt::kDynamicSmem) {                                                             \
+      extern __shared__ __align__(128) unsigned char flash_dyn_smem[];                           \
+      fwd_body<Kt, kDecode, kHdr>(q, k, v, o, o_partial, lse, params, flash_dyn_smem);            \
+    } else {                                                                                      \
+      __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];                         \
+      fwd_body<Kt, kDecode, kHdr>(q, k, v, o, o_partial, lse, params, flash_smem);                \
+    }                                                                                             \
+  }                                                                                               \
+                                                                                                  \
+  /* The KV-cache twin of run_fwd (flash_cache.cu): static shared memory, CUDA-driver ABI.  A    \
+     function of its own so that run_fwd's shared-memory symbols stay as they were. */           \
+  template <class Kt, bool kDecode, int kCache>                                                   \
+  __device__ __forceinline__ void run_fwd_cache(const E::Storage* q, const E::Storage* k, const E::Storage* v, \
+                                                E::Storage* o, float* o_partial, float* lse, const int* params, \
+                                                CacheArgs ca) {                                   \
+    static_assert(std::is_same<typename Kt::Element, E>::value, "element type of the traits");    \
+    static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory"); \
+    __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];                           \
+    fwd_body<Kt, kDecode, 0, kCache>(q, k, v, o, o_partial, lse, params, flash_smem, ca);         \
+  }                                                                                               \
+                                                                                                  \
+  /* The split pass over a cache for the TornadoVM twins (flash_cache_decode_fused*_tornado):    \
+     every array behind a kHdr-byte header (ca's pointers already at their data).  Its own       \
+     function so that run_fwd_cache's shared-memory symbol stays as it was. */                   \
+  template <class Kt, int kCache, int kHdr>                                                       \
+  __device__ __forceinline__ void run_fwd_cache_split_hdr(const E::Storage* q, const E::Storage* k,     \
+                                                          const E::Storage* v, float* o_partial,  \
+                                                          float* lse_partial, const int* params,  \
+                                                          CacheArgs ca) {                         \
+    static_assert(std::is_same<typename Kt::Element, E>::value, "element type of the traits");    \
+    static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory"); \
+    __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];                           \
+    fwd_body<Kt, true, kHdr, kCache>(q, k, v, nullptr, o_partial, lse_partial, params, flash_smem, ca); \
   }
-}
-
-// The KV-cache twin of run_fwd (flash_cache.cu): static shared memory, CUDA-driver ABI.  A
-// function of its own so that run_fwd's instantiations (and their PTX symbols) stay as they were.
-template <class Kt, bool kDecode, int kCache>
-__device__ __forceinline__ void run_fwd_cache(const __half* q, const __half* k, const __half* v, __half* o,
-                                              float* o_partial, float* lse, const int* params, CacheArgs ca) {
-  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
-  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
-  fwd_body<Kt, kDecode, 0, kCache>(q, k, v, o, o_partial, lse, params, flash_smem, ca);
-}
-
-// The split pass over a cache for the TornadoVM twins (flash_cache_decode_fused*_tornado): every
-// array behind a kHdr-byte header (ca's pointers already at their data).  Its own function so
-// that run_fwd_cache's shared-memory symbol stays as it was.
-template <class Kt, int kCache, int kHdr>
-__device__ __forceinline__ void run_fwd_cache_split_hdr(const __half* q, const __half* k, const __half* v,
-                                                        float* o_partial, float* lse_partial,
-                                                        const int* params, CacheArgs ca) {
-  static_assert(!Kt::kDynamicSmem && kCache != kNoCache, "cache entries: static shared memory");
-  __shared__ __align__(128) unsigned char flash_smem[Kt::kSmemBytes];
-  fwd_body<Kt, true, kHdr, kCache>(q, k, v, nullptr, o_partial, lse_partial, params, flash_smem, ca);
-}
+FLASH_FOR_EACH_ELEMENT(FLASH_FWD_SMEM_OWNERS)
+#undef FLASH_FWD_SMEM_OWNERS
 
 }  // namespace flash

@@ -17,12 +17,17 @@
 #include <type_traits>
 #include <vector>
 
+#include "flash_params.cuh"
+
 namespace flash::manifest {
 
 struct Row {
   std::string kind, config, entry;
   int header_bytes;  // 0: CUDA-driver ABI; > 0: TornadoVM prebuilt ABI, arrays behind this header
+  std::string dtype;   // the element type's name (element_type.cuh)
+  std::string layout;  // none, contiguous, paged, any (the K/V layouts the entry reads)
   std::string causal = "-";  // which causal flag selects the entry (0, 1, any); - = none
+  std::string features = "-";  // run-time features the entry supports, joined with +; - = none
   int head_dim = 0, br = 0, bc = 0, warps = 0, threads = 0, stages = 0, q_in_smem = 0;
   std::string opt = "-";
   int smem_dynamic = 0;
@@ -31,6 +36,21 @@ struct Row {
 inline std::vector<Row>& rows() {
   static std::vector<Row> r;
   return r;
+}
+
+// The architecture family the module is compiled for (FLASH_MODULE_ARCH).
+inline std::string& module_arch() {
+  static std::string a = "-";
+  return a;
+}
+inline bool set_module_arch(const char* arch) {
+  module_arch() = arch;
+  return true;
+}
+
+// The K/V layout of an entry compiled in cache mode MODE (flash_params.cuh, CacheMode).
+inline const char* layout_of(int mode) {
+  return mode == kCacheContig ? "contiguous" : mode == kCachePaged ? "paged" : "none";
 }
 
 // The switches of an ablation or tuning entry that differ from the shipped kernel body.
@@ -50,8 +70,8 @@ std::string opt_name() {
 
 // An entry compiled from a FwdTraits configuration (prefill and split-KV decode tiles).
 template <class KT>
-bool add(const char* kind, const char* config, const char* entry, int header_bytes) {
-  Row r{kind, config, entry, header_bytes};
+bool add(const char* kind, const char* config, const char* entry, int header_bytes, const char* layout) {
+  Row r{kind, config, entry, header_bytes, KT::Element::kName, layout};
   r.head_dim = KT::kHeadDim;
   r.br = KT::kBlockM;
   r.bc = KT::kBlockN;
@@ -65,10 +85,12 @@ bool add(const char* kind, const char* config, const char* entry, int header_byt
   return true;
 }
 
-// An entry without a tile configuration: `rows` rows of `head_dim` values per block.
-inline bool add_plain(const char* kind, const char* config, const char* entry, int header_bytes, int head_dim,
-                      int rows_per_block, int threads) {
-  Row r{kind, config, entry, header_bytes};
+// An entry without a tile configuration, of element type E: `rows` rows of `head_dim` values per
+// block (head_dim 0: any).
+template <class E>
+bool add_plain(const char* kind, const char* config, const char* entry, int header_bytes, const char* layout,
+               int head_dim, int rows_per_block, int threads) {
+  Row r{kind, config, entry, header_bytes, E::kName, layout};
   r.head_dim = head_dim;
   r.br = rows_per_block;
   r.warps = threads / 32;
@@ -92,13 +114,14 @@ inline bool select(const char* config, const char* causal) {
   return true;
 }
 
-// One line per entry, tab-separated, in the order the entries are defined (generate.sh adds
-// the module and the ptxas columns).
+// One line per entry, tab-separated, in the order the entries are defined, the manifest's
+// columns from entry to smem_dynamic (generate.sh adds the module and the ptxas columns).
 inline void print() {
   for (const Row& r : rows()) {
-    std::printf("%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", r.entry.c_str(), r.kind.c_str(),
-                r.header_bytes == 0 ? "cuda" : "tornado", r.header_bytes, r.causal.c_str(), r.head_dim, r.br, r.bc,
-                r.warps, r.threads, r.stages, r.q_in_smem, r.opt.c_str(), r.smem_dynamic);
+    std::printf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", r.entry.c_str(),
+                r.kind.c_str(), r.dtype.c_str(), r.head_dim, r.causal.c_str(), r.layout.c_str(), r.features.c_str(),
+                r.header_bytes == 0 ? "cuda" : "tornado", r.header_bytes, module_arch().c_str(), r.br, r.bc, r.warps,
+                r.threads, r.stages, r.q_in_smem, r.opt.c_str(), r.smem_dynamic);
   }
 }
 
@@ -106,18 +129,22 @@ inline void print() {
 
 // KIND: prefill, decode-split, decode-combine, decode-fused, ...; CONFIG: the name the twins of
 // one configuration share (FLASH_SELECT names it); ENTRY: the .entry name; HEADER: bytes before
-// each array's data (0 for the CUDA-driver entries, TornadoVM's header for its twins).
-#define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT) \
-  static const bool ENTRY##_in_manifest = flash::manifest::add<KT>(KIND, #CONFIG, #ENTRY, HEADER);
-#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, D, ROWS, THREADS) \
-  static const bool ENTRY##_in_manifest =                                    \
-      flash::manifest::add_plain(KIND, #CONFIG, #ENTRY, HEADER, D, ROWS, THREADS);
+// each array's data (0 for the CUDA-driver entries, TornadoVM's header for its twins); LAYOUT:
+// the K/V layouts it reads (none, contiguous, paged, any).  The element type comes from KT (E).
+#define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT, LAYOUT) \
+  static const bool ENTRY##_in_manifest = flash::manifest::add<KT>(KIND, #CONFIG, #ENTRY, HEADER, LAYOUT);
+#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, E, LAYOUT, D, ROWS, THREADS) \
+  static const bool ENTRY##_in_manifest =                                               \
+      flash::manifest::add_plain<E>(KIND, #CONFIG, #ENTRY, HEADER, LAYOUT, D, ROWS, THREADS);
+// The architecture family the module is compiled for (the manifest's arch: sm80 = compute_80 PTX).
+#define FLASH_MODULE_ARCH(ARCH) static const bool flash_module_arch = flash::manifest::set_module_arch(#ARCH);
 // The launch table: configuration CONFIG runs calls of its head dim whose causal flag is CAUSAL
 // (0, 1 or any).  Must follow the configuration's entries.
 #define FLASH_SELECT(CONFIG, CAUSAL) \
   static const bool CONFIG##_selected = flash::manifest::select(#CONFIG, #CAUSAL);
 #else
-#define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT)
-#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, D, ROWS, THREADS)
+#define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT, LAYOUT)
+#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, E, LAYOUT, D, ROWS, THREADS)
+#define FLASH_MODULE_ARCH(ARCH)
 #define FLASH_SELECT(CONFIG, CAUSAL)
 #endif

@@ -4,6 +4,7 @@
 // switches exist for the ablation benchmark (the first five) and for the lazy O rescale, which
 // the shipped D=128 configuration turns on (flash_fwd.cu).
 #pragma once
+#include "element_type.cuh"
 
 namespace flash {
 
@@ -45,6 +46,10 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_,
           int kMinBlocksPerSm_, bool kQInRegs_ = true, bool kDynamicSmem_ = false, class Opt_ = Opt<>>
 struct FwdTraits {
   using O = Opt_;
+  // The element type of Q, K, V and O (element_type.cuh).  A member rather than a parameter, so
+  // that the PTX of the entries that existed before it (FwdTraits appears in mangled symbols) is
+  // unchanged; other types: WithElement below.
+  using Element = Fp16;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -69,11 +74,16 @@ struct FwdTraits {
   static constexpr int kRowsPerWarp = kBlockM / kNWarps;
   static constexpr int kRowGroups = kRowsPerWarp / 16;
   static_assert(kRowGroups * 16 * kNWarps == kBlockM, "Br must be 16 * warps * row groups");
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
+  // What the body relies on (which head dims ship is the kernel table's business): k-steps of
+  // 16 for Q K^T and pairs of 8-column n-tiles for P V; every row whole 16-byte chunks, and with
+  // the swizzle (chunk ^ row % 8) whole groups of 8 chunks; registers for O and S bound it
+  // at 256.
+  static_assert(kHeadDim % 16 == 0 && kHeadDim > 0 && kHeadDim <= 256, "head dim: a multiple of 16, at most 256");
+  static_assert(!O::kSwizzle || kHeadDim % 64 == 0, "the swizzle permutes chunks in groups of 8: head dim a multiple of 64");
   static_assert(kBlockN % 16 == 0, "Bc must be a multiple of 16 (one mma k-step of P V)");
   static_assert(kStages >= 1 && kStages <= 4, "1..4 K/V stages");
 
-  // Shared memory: rows of kHeadDim fp16 = kChunks 16-byte chunks.  With the swizzle, chunk c
+  // Shared memory: rows of kHeadDim 16-bit elements = kChunks 16-byte chunks.  With the swizzle, chunk c
   // of row r lives at chunk c ^ (r % 8): the 8 rows one ldmatrix 8x8 reads (same logical
   // chunk) land on 8 different 16-byte bank groups, and so do cp.async's 16-byte writes.
   static constexpr int kRowBytes = kHeadDim * 2;
@@ -88,7 +98,7 @@ struct FwdTraits {
   static constexpr int kQOffset = kQInRegs ? kStageBytes : kRingBytes;
   static constexpr int kQEnd = kQOffset + kQBytes;
   static constexpr int kMainBytes = kRingBytes > kQEnd ? kRingBytes : kQEnd;
-  // P round trip (ablation): per warp and row group a 16 x Bc fp16 tile, rows padded by 16
+  // P round trip (ablation): per warp and row group a 16 x Bc tile of elements, rows padded by 16
   // bytes so that both the fragment writes and the ldmatrix reads are conflict-free.
   static constexpr int kPPitch = kBlockN * 2 + 16;
   static constexpr int kPOffset = kMainBytes;
@@ -98,6 +108,13 @@ struct FwdTraits {
 
   static constexpr int kTileChunks = kBlockN * kChunks;
   static_assert(kTileChunks % kNThreads == 0 && kNThreads % kChunks == 0, "every thread copies the same number of chunks");
+};
+
+// A configuration with another element type (same tile, same layout: every element type is 16
+// bits wide).
+template <class Kt, class E>
+struct WithElement : Kt {
+  using Element = E;
 };
 
 // Split-KV decode: a single warp per CTA owns 16 packed rows (the query heads of one KV head

@@ -2,7 +2,6 @@
 // Everything here is sm_80-level PTX, so one PTX file runs on Ampere, Ada (L4, sm_89) and
 // Hopper (H100/H200, sm_90) after the driver's JIT.
 #pragma once
-#include <cuda_fp16.h>
 #include <stdint.h>
 
 namespace flash {
@@ -67,33 +66,13 @@ __device__ __forceinline__ uint4 lds_u128(uint32_t addr) {
   return v;
 }
 
-// D += A * B with A 16x16 (row), B 16x8 (col), fp16 in, fp32 accumulate.
-// Fragment layouts (PTX ISA, "mma.m16n8k16", g = lane / 4, t = lane % 4):
-//   A: a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
-//   B: b[0] = (k 2t..2t+1, n g), b[1] = (k 2t+8.., n g)
-//   C: c[0..1] = (g, 2t..2t+1), c[2..3] = (g+8, 2t..2t+1)
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
-                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// mma.sync and the fp32 -> pair conversion depend on the element type: element_type.cuh.
 
 // 2^x on the SFU.  ex2.approx(-inf) = +0, which is what masked scores rely on.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-// Two fp32 -> packed f16x2 with lo in the low half (the lower column index), as the
-// A fragment expects.  cvt puts its first source in the upper half.
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 __device__ __forceinline__ float quad_max(float x) {

@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""The kernel table: every entry of the hand-tuned kernels, as data.
+
+Each row below is one configuration of one kind of kernel in one module (src/<module>.cu ->
+ptx/<module>.ptx): its element types, head dim, tile (Br, Bc, warps, K/V stages, CTAs per SM, Q
+in registers or shared memory, static or dynamic shared memory, Opt switches), K/V layout,
+which causal flag selects it, and its ABIs (CUDA driver; TornadoVM with 16- and 128-byte array
+headers).  This script writes, from the table:
+
+  src/generated/<module>.inc   the module's traits types, entry instantiations (entry names
+                               made here) and FLASH_SELECT lines; src/<module>.cu includes it
+  src/generated/modules.tsv    per module: nvcc -arch, the manifest's arch family, bench-only
+
+generate.sh runs it first (`--check`: fail if a generated file is stale).  Adding an element
+type or a head dim is a table edit: give a row another dtype (or add a row with the head dim and
+a tile that fits it), then run ./generate.sh.  The manifest's columns come from the compiled
+traits (src/flash_manifest.cuh), not from here.  Python 3 standard library only.
+
+  ./generate_kernels.py           write src/generated/
+  ./generate_kernels.py --check   exit 1 if src/generated/ differs from what the table gives
+  ./generate_kernels.py --list    print the entries, one per line (module, entry, kind, dtype, header bytes)
+"""
+import dataclasses
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "src", "generated")
+
+
+# ---- modules ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Module:
+    name: str
+    nvcc_arch: str    # nvcc -arch
+    arch: str         # the manifest's arch column: the family the PTX is for
+    bench_only: bool  # benchmark-only: not in the jar, no launch selection, spills reported not failed
+
+
+# compute_80 PTX: one file JIT-compiles on sm_80, sm_89 (L4) and sm_90 (H100/H200).
+MODULES = (
+    Module("flash_cache", "compute_80", "sm80", False),
+    Module("flash_cache_tornado", "compute_80", "sm80", False),
+    Module("flash_decode", "compute_80", "sm80", False),
+    Module("flash_fwd", "compute_80", "sm80", False),
+    Module("flash_fwd_ablation", "compute_80", "sm80", True),
+    Module("flash_fwd_tuning", "compute_80", "sm80", True),
+)
+
+
+# ---- element types (src/element_type.cuh) ------------------------------------------------------
+# dtype -> (C++ type, name tag; fp16 names carry none)
+DTYPES = {"fp16": ("flash::Fp16", ""), "bf16": ("flash::Bf16", "bf16")}
+
+
+# ---- tiles (src/kernel_traits.cuh, FwdTraits) --------------------------------------------------
+# The Opt switches a tile turns away from the shipped kernel body, as the manifest's opt column
+# spells them, in Opt's parameter order (the first five are on by default, lazy_rescale off).
+OPT_SWITCHES = ("no_cpasync", "no_ldmatrix", "no_swizzle", "p_smem", "no_causal_skip", "lazy_rescale")
+ABLATIONS = OPT_SWITCHES[:5]
+LAZY = ("lazy_rescale",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    d: int                   # head dim
+    br: int                  # query rows per CTA (decode: 16 packed rows)
+    bc: int                  # keys per K/V tile
+    warps: int
+    stages: int              # K/V ring stages; 1 with the pipeline on = one K and one V buffer loaded apart
+    min_ctas: int            # __launch_bounds__ minimum CTAs per SM
+    q_in_regs: bool = True   # False: Q stays in shared memory and is re-read every tile
+    dyn_smem: bool = False   # dynamic shared memory (CUDA-driver host only)
+    opt: tuple = ()          # OPT_SWITCHES
+    lean: int = 0            # Opt::kLean bits (register-saving bodies of the tuning candidates)
+
+    def traits(self, dtype):
+        for o in self.opt:
+            assert o in OPT_SWITCHES, o
+        flags = [o not in self.opt for o in OPT_SWITCHES[:5]] + ["lazy_rescale" in self.opt]
+        opt = "flash::Opt<%s>" % ", ".join("true" if f else "false" for f in flags)
+        if self.lean:
+            opt = "flash::OptLean<%s, %d>" % (opt, self.lean)
+        t = "flash::FwdTraits<%d, %d, %d, %d, %d, %d, %s, %s, %s>" % (
+            self.d, self.br, self.bc, self.warps, self.stages, self.min_ctas,
+            "true" if self.q_in_regs else "false", "true" if self.dyn_smem else "false", opt)
+        if dtype != "fp16":
+            t = "flash::WithElement<%s, %s>" % (t, DTYPES[dtype][0])
+        return t
+
+
+def ablation(tile, switch):
+    """The tile with one optimisation switched off (dynamic shared memory: the P round trip needs more than 48 KB)."""
+    return dataclasses.replace(tile, dyn_smem=True, opt=(switch,) + tile.opt)
+
+
+# ---- kinds -----------------------------------------------------------------------------------
+# kind -> (entry macro per ABI, name pattern).  {dt}: "d{D}" with the dtype tag before it
+# ("bf16_d64"); {paged}: "_paged" for a paged-cache entry; {tile}: "_m{Br}n{Bc}w{W}s{S}";
+# {dec}: "_n{Bc}s{S}"; {causal}: "_causal" for an entry selected by causal = 1; {sfx}: the row's
+# suffix.  Names are for people: hosts select entries by the manifest's columns.
+KINDS = {
+    "prefill": ({"cuda": "FLASH_FWD_ENTRY", "tornado": "FLASH_FWD_TORNADO_ENTRY"},
+                "flash_fwd_{dt}{tile}{sfx}"),
+    "decode-split": ({"cuda": "FLASH_DECODE_SPLIT_ENTRY"}, "flash_decode_split_{dt}{dec}"),
+    "decode-combine": ({"cuda": "FLASH_DECODE_COMBINE_ENTRY"}, "flash_decode_combine_{dt}"),
+    "decode-fused": ({"tornado": "FLASH_DECODE_FUSED_ENTRY"}, "flash_decode_fused_{dt}{dec}"),
+    "cache-decode-split": ({"cuda": "FLASH_CACHE_SPLIT_ENTRY"}, "flash_cache_decode_split{paged}_{dt}"),
+    "cache-decode-combine": ({"cuda": "FLASH_CACHE_COMBINE_ENTRY"}, "flash_cache_decode_combine_{dt}"),
+    "cache-prefill": ({"cuda": "FLASH_CACHE_FWD_ENTRY", "tornado": "FLASH_CACHE_FWD_TORNADO_ENTRY"},
+                      "flash_cache_fwd{paged}_{dt}{causal}"),
+    "cache-decode-fused": ({"tornado": "FLASH_CACHE_FUSED_ENTRY"}, "flash_cache_decode_fused{paged}_{dt}"),
+    "cache-append-decode-fused": ({"tornado": "FLASH_CACHE_APPEND_FUSED_ENTRY"},
+                                  "flash_cache_append_decode_fused{paged}_{dt}"),
+    "cache-staged-decode-fused": ({"tornado": "FLASH_CACHE_STAGED_FUSED_ENTRY"},
+                                  "flash_cache_staged_decode_fused{paged}_{dt}"),
+    "cache-append": ({"cuda": "FLASH_KV_APPEND_ENTRY"}, "kv_cache_append{tag}"),
+    "merge-states": ({"cuda": "FLASH_MERGE_STATES_ENTRY"}, "attention_merge_states{tag}"),
+}
+# Kinds without a tile (their macros take the element type and the head dim).
+PLAIN_KINDS = ("decode-combine", "cache-decode-combine", "cache-append", "merge-states")
+# Kinds whose entries read a KV cache in the row's layout (contiguous or paged).
+CACHE_LAYOUT_KINDS = ("cache-decode-split", "cache-prefill", "cache-decode-fused", "cache-append-decode-fused",
+                      "cache-staged-decode-fused")
+# ABI -> (array header bytes, entry-name tail) of each entry it gets.
+ABIS = {"cuda": ((0, ""),), "tornado": ((16, "_tornado"), (128, "_tornado_h128"))}
+CUDA, TORNADO, BOTH = ("cuda",), ("tornado",), ("cuda", "tornado")
+MODES = {"contiguous": "flash::kCacheContig", "paged": "flash::kCachePaged"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    module: str
+    kind: str
+    tile: Tile = None         # None for PLAIN_KINDS
+    d: int = 0                # head dim of a plain kind (0 = any)
+    causal: str = None        # which causal flag selects it: "0", "1", "any"; None = not selected (bench-only)
+    layout: str = "none"      # cache kinds: "contiguous" or "paged"
+    abis: tuple = CUDA
+    dtypes: tuple = ("fp16",)
+    suffix: str = ""          # prefill names: what the tile numbers do not say (_qs, _dyn, an ablation)
+    why: str = ""             # one line for people: why this configuration
+
+    def head_dim(self):
+        return self.tile.d if self.tile else self.d
+
+
+# ---- the table ------------------------------------------------------------------------------
+# The shipped tiles (picked on an H200 with harness/run_gpu.sh --tuning; all fit 48 KB of static
+# shared memory, so both hosts run the same kernels).
+FWD_D64 = Tile(64, 128, 64, 4, 2, 2)
+FWD_D128_CAUSAL = Tile(128, 64, 48, 4, 2, 3, opt=LAZY)
+FWD_D128 = Tile(128, 128, 32, 4, 1, 2, q_in_regs=False)
+FWD_D128_LAZY = dataclasses.replace(FWD_D128, opt=LAZY)
+DEC_D128 = Tile(128, 16, 32, 1, 2, 6)
+DEC_D64 = Tile(64, 16, 64, 1, 2, 6)
+
+ROWS = []
+
+
+def rows(*rs):
+    ROWS.extend(rs)
+
+
+# flash_fwd: dense prefill.
+rows(
+    Row("flash_fwd", "prefill", FWD_D64, causal="any", abis=BOTH,
+        why="4 warps x 2 row groups, Q in registers, 2 K/V stages, 32 KB; eager rescale measured faster"),
+    Row("flash_fwd", "prefill", FWD_D128_CAUSAL, causal="1", abis=BOTH,
+        why="Bc=48: the largest key tile whose two stages fit 48 KB (Q overlaps stage 1); 168 registers, "
+            "3 CTAs/SM; lazy rescale keeps it spill-free; ~1.02x SDPA FLASH on causal shapes"),
+    Row("flash_fwd", "prefill", FWD_D128, causal="0", abis=BOTH, suffix="_qs_eager",
+        why="2 row groups per warp (every K/V fragment feeds two mmas), Q in shared memory, one K and one V "
+            "buffer loaded apart, eager rescale, 255 registers, 2 CTAs/SM: 0.95-0.96x SDPA FLASH where Br=64 gave "
+            "0.84-0.91x"),
+)
+
+# flash_decode: split-KV decode (one warp per CTA, 16 packed rows = query heads of one KV head x
+# Sq), its combine (CUDA driver), and the two in one launch (TornadoVM).
+rows(
+    Row("flash_decode", "decode-split", DEC_D128, causal="any"),
+    Row("flash_decode", "decode-split", DEC_D64, causal="any"),
+    Row("flash_decode", "decode-combine", d=128, causal="any"),
+    Row("flash_decode", "decode-combine", d=64, causal="any"),
+    Row("flash_decode", "decode-fused", DEC_D128, causal="any", abis=TORNADO),
+    Row("flash_decode", "decode-fused", DEC_D64, causal="any", abis=TORNADO),
+)
+
+# flash_cache: attention over a contiguous or paged KV cache (CUDA driver): the shipped tiles in
+# their cache modes, the combine (split count by value), append and merge.
+rows(
+    Row("flash_cache", "cache-decode-split", DEC_D128, causal="any", layout="contiguous"),
+    Row("flash_cache", "cache-decode-split", DEC_D64, causal="any", layout="contiguous"),
+    Row("flash_cache", "cache-decode-split", DEC_D128, causal="any", layout="paged"),
+    Row("flash_cache", "cache-decode-split", DEC_D64, causal="any", layout="paged"),
+    Row("flash_cache", "cache-decode-combine", d=128, causal="any"),
+    Row("flash_cache", "cache-decode-combine", d=64, causal="any"),
+    Row("flash_cache", "cache-prefill", FWD_D64, causal="any", layout="contiguous"),
+    Row("flash_cache", "cache-prefill", FWD_D128, causal="0", layout="contiguous"),
+    Row("flash_cache", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="contiguous"),
+    Row("flash_cache", "cache-prefill", FWD_D64, causal="any", layout="paged"),
+    Row("flash_cache", "cache-prefill", FWD_D128, causal="0", layout="paged"),
+    Row("flash_cache", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="paged"),
+    Row("flash_cache", "cache-append", causal="any"),
+    Row("flash_cache", "merge-states", causal="any"),
+)
+
+# flash_cache_tornado: the TornadoVM twins of the cache kernels (a module of their own: the
+# CUDA-driver host JITs the whole module it loads).
+rows(
+    Row("flash_cache_tornado", "cache-decode-fused", DEC_D128, causal="any", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-decode-fused", DEC_D64, causal="any", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-decode-fused", DEC_D128, causal="any", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-decode-fused", DEC_D64, causal="any", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-prefill", FWD_D64, causal="any", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-prefill", FWD_D128_LAZY, causal="0", layout="contiguous", abis=TORNADO,
+        why="FWD_D128 sits at 255 registers on sm_90 and the step array's offsets pointer spills 8 bytes there; "
+            "the lazy rescale fits (249)"),
+    Row("flash_cache_tornado", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-prefill", FWD_D64, causal="any", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-prefill", FWD_D128, causal="0", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D128, causal="any", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D64, causal="any", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D128, causal="any", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D64, causal="any", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D128, causal="any", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D64, causal="any", layout="contiguous", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D128, causal="any", layout="paged", abis=TORNADO),
+    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D64, causal="any", layout="paged", abis=TORNADO),
+)
+
+# flash_fwd_ablation (benchmark only): each shipped dense prefill tile with exactly one
+# optimisation switched off (the lazy rescale follows the shipped tile).
+for _tile in (FWD_D64, FWD_D128_CAUSAL):
+    for _switch in ABLATIONS:
+        rows(Row("flash_fwd_ablation", "prefill", ablation(_tile, _switch), suffix="_" + _switch))
+
+# flash_fwd_tuning (benchmark only): D=128 candidates beside the shipped D=128 entries
+# (harness/check_and_time.py --tuning; the reasons: harness/tuning-results.md).  Launch bounds:
+# 128 threads x 2 CTAs/SM leave 255 registers per thread, 256 x 1 the same; Bc=48/64 with two row
+# groups sit at 255 and may spill a few bytes.
+_T = Tile(128, 128, 32, 4, 1, 2, q_in_regs=False, opt=LAZY)
+rows(
+    Row("flash_fwd_tuning", "prefill", _T, suffix="_qs",
+        why="2 row groups, Q in shared memory, split K/V pipeline, 48 KB static (its eager twin ships)"),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=48, dyn_smem=True), suffix="_qs_dyn",
+        why="split pipeline, Bc=48: 56 KB"),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=64, dyn_smem=True), suffix="_qs_dyn",
+        why="split pipeline, Bc=64 (FA2 sm80/sm90): 64 KB"),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, stages=2, dyn_smem=True), suffix="_qs_dyn",
+        why="2-stage ring, Bc=32: 64 KB"),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=64, stages=2, dyn_smem=True), suffix="_qs_dyn",
+        why="2-stage ring, Bc=64: 96 KB"),
+    Row("flash_fwd_tuning", "prefill", Tile(128, 64, 64, 4, 1, 2, opt=LAZY),
+        why="Br=64, Q in registers, split pipeline, Bc=64 in 48 KB (FA2's sm86/sm89 causal tile); 3 CTAs/SM spill"),
+    Row("flash_fwd_tuning", "prefill", Tile(128, 128, 32, 8, 2, 1, opt=LAZY),
+        why="8 warps x 1 row group, Q in registers overlapping ring stage 1, 48 KB"),
+    Row("flash_fwd_tuning", "prefill", Tile(128, 128, 48, 8, 2, 1, dyn_smem=True, opt=LAZY), suffix="_dyn",
+        why="8 warps x 1 row group, Bc=48: 56 KB"),
+    # Spill-free rebuilds of the Q-in-shared-memory candidates (Opt::kLean, kernel_traits.cuh): same
+    # tiles and layout, only the code inside a K/V tile differs.  lean 5 = kLeanKsLoop | kLeanKRoles
+    # (S = Q K^T k-step loop unrolled by 4, K read with the Q/V lane roles), 2 = kLeanHalves (each
+    # 64-key tile as two chunks of 32), 16 = kLeanKsLoop2 (k-step loop unrolled by 2).
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=64, stages=2, dyn_smem=True, lean=5),
+        suffix="_qs_dyn_v2"),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=64, stages=2, dyn_smem=True, lean=2),
+        suffix="_qs_dyn_h2"),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=48, dyn_smem=True, lean=16), suffix="_qs_dyn_v2"),
+)
+
+
+# ---- generation ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """One (row, dtype): a configuration, its traits and its entries."""
+    row: Row
+    dtype: str
+    config: str    # the configuration's name (its CUDA-driver entry's name, without an ABI tail)
+    entries: tuple  # (entry name, abi, header bytes)
+
+
+def base_name(row, dtype):
+    tag = DTYPES[dtype][1]
+    t = row.tile
+    fields = {
+        "dt": (tag + "_" if tag else "") + "d%d" % row.head_dim(),
+        "tag": "_" + tag if tag else "",
+        "paged": "_paged" if row.layout == "paged" else "",
+        "tile": "_m%dn%dw%ds%d" % (t.br, t.bc, t.warps, t.stages) if t else "",
+        "dec": "_n%ds%d" % (t.bc, t.stages) if t else "",
+        "causal": "_causal" if row.causal == "1" else "",
+        "sfx": row.suffix,
+    }
+    return KINDS[row.kind][1].format(**fields)
+
+
+def instances():
+    modules = {m.name: m for m in MODULES}
+    out = []
+    for row in ROWS:
+        module = modules[row.module]
+        assert row.kind in KINDS, row.kind
+        assert (row.tile is None) == (row.kind in PLAIN_KINDS), row
+        assert module.bench_only or row.causal in ("0", "1", "any"), "shipped entries need a causal selection: %s" % (row,)
+        assert row.causal in (None, "0", "1", "any"), row
+        assert (row.layout in MODES) == (row.kind in CACHE_LAYOUT_KINDS), row
+        for abi in row.abis:
+            assert abi in KINDS[row.kind][0], "%s has no %s entry" % (row.kind, abi)
+            assert abi != "tornado" or not row.tile.dyn_smem, "TornadoVM launches with static shared memory only"
+        for dtype in row.dtypes:
+            config = base_name(row, dtype)
+            entries = tuple((config + tail, abi, hdr) for abi in row.abis for hdr, tail in ABIS[abi])
+            out.append(Instance(row, dtype, config, entries))
+    names = [e[0] for i in out for e in i.entries]
+    dup = {n for n in names if names.count(n) > 1}
+    assert not dup, "two entries named %s" % sorted(dup)
+    for m in MODULES:
+        configs = [i.config for i in out if i.row.module == m.name]
+        assert len(configs) == len(set(configs)), "two configurations of one name in %s" % m.name
+    return out
+
+
+def manifest_layout(row):
+    """The manifest's layout column of the row's entries (src/flash_manifest.cuh computes the same)."""
+    if row.kind in CACHE_LAYOUT_KINDS:
+        return row.layout
+    return "any" if row.kind in ("cache-decode-combine", "cache-append") else "none"
+
+
+def row_text(row, dtype):
+    """The row as one comment line (what the module's stamp hashes besides the code)."""
+    t = row.tile
+    tile = ("d=%d br=%d bc=%d warps=%d stages=%d min_ctas=%d q=%s smem=%s opt=%s%s" % (
+        t.d, t.br, t.bc, t.warps, t.stages, t.min_ctas, "regs" if t.q_in_regs else "smem",
+        "dynamic" if t.dyn_smem else "static", "+".join(t.opt) or "-", " lean=%d" % t.lean if t.lean else "")
+        if t else "d=%d" % row.d)
+    return "%s %s %s layout=%s causal=%s abi=%s" % (row.kind, dtype, tile, manifest_layout(row), row.causal or "-",
+                                                     "+".join(row.abis))
+
+
+def module_inc(module, insts):
+    lines = [
+        "// Generated by generate_kernels.py from its table: do not edit (edit the table, run ./generate.sh).",
+        "// %s: nvcc -arch=%s, arch family %s%s." % (module.name, module.nvcc_arch, module.arch,
+                                                    ", benchmark-only" if module.bench_only else ""),
+        "",
+        "FLASH_MODULE_ARCH(%s)" % module.arch,
+    ]
+    for inst in insts:
+        row, dtype = inst.row, inst.dtype
+        lines.append("")
+        lines.append("// " + row_text(row, dtype))
+        if row.why:
+            lines.append("//   " + row.why)
+        elem = DTYPES[dtype][0]
+        if row.tile:
+            kt = "Kt_" + inst.config
+            lines.append("using %s = %s;" % (kt, row.tile.traits(dtype)))
+            args = [kt] + ([MODES[row.layout]] if row.layout in MODES else [])
+        elif row.kind in ("decode-combine", "cache-decode-combine"):
+            args = [elem, str(row.d)]
+        else:
+            args = [elem]
+        for entry, abi, hdr in inst.entries:
+            macro = KINDS[row.kind][0][abi]
+            lines.append("%s(%s)" % (macro, ", ".join([entry, inst.config] + args + ([str(hdr)] if hdr else []))))
+        if row.causal is not None:
+            lines.append("FLASH_SELECT(%s, %s)" % (inst.config, row.causal))
+    return "\n".join(lines) + "\n"
+
+
+def modules_tsv():
+    lines = ["module\tnvcc_arch\tarch\tbench_only"]
+    for m in MODULES:
+        lines.append("%s\t%s\t%s\t%d" % (m.name, m.nvcc_arch, m.arch, 1 if m.bench_only else 0))
+    return "\n".join(lines) + "\n"
+
+
+def outputs():
+    insts = instances()
+    files = {"modules.tsv": modules_tsv()}
+    for m in MODULES:
+        files[m.name + ".inc"] = module_inc(m, [i for i in insts if i.row.module == m.name])
+    return files
+
+
+def main(argv):
+    mode = argv[1] if len(argv) > 1 else ""
+    if mode not in ("", "--check", "--list"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    if mode == "--list":
+        for i in instances():
+            for entry, abi, hdr in i.entries:
+                print("%s\t%s\t%s\t%s\t%d" % (i.row.module, entry, i.row.kind, i.dtype, hdr))
+        return 0
+    files = outputs()
+    present = set(os.listdir(OUT)) if os.path.isdir(OUT) else set()
+    stale = []
+    for name, text in files.items():
+        path = os.path.join(OUT, name)
+        old = open(path).read() if os.path.exists(path) else None
+        if old != text:
+            stale.append(name)
+            if mode == "":
+                os.makedirs(OUT, exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(text)
+    extra = sorted(present - set(files))
+    for name in extra:
+        stale.append(name)
+        if mode == "":
+            os.remove(os.path.join(OUT, name))
+    if mode == "--check":
+        for name in stale:
+            print("STALE: src/generated/%s differs from what generate_kernels.py writes (run ./generate.sh)" % name)
+        return 1 if stale else 0
+    if stale:
+        print("generate_kernels.py: wrote src/generated/ (%s)" % ", ".join(stale))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
