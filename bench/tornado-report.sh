@@ -44,7 +44,7 @@ if want correctness; then
   tail -n 1 "$OUT/cache-check-twins.log"
   "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED -Dtornado.recover.bailout=False \
     -Dtornado.panama.objectHeader=128 -Dtornado.max.events=1024 \
-    -cp "src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar" \
+    -cp "src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar:tornado-kernels/target/tornado-kernels-tests.jar" \
     io.github.tornadoattention.tornado.engine.EngineTasksCheck "$(echo $BACKENDS | tr ' ' ,)" "$SEED" \
     > "$OUT/engine-tasks.log" 2>&1 || fail=1
   echo "engine task graphs: $(tail -n 1 "$OUT/engine-tasks.log")"
