@@ -73,7 +73,8 @@ public record CacheTileConfig(int maxHeadDim, int rows, int blockKv, int threads
         if (blockKv != 4 * threadsPerRow) {
             throw new IllegalArgumentException("the cache kernels are written for 4 scores per thread: blockKv = 4 threadsPerRow");
         }
-        if (threads() < maxHeadDim || threads() % maxHeadDim != 0 || maxHeadDim % threadsPerRow != 0) {
+        int threads = rows * threadsPerRow;   // (the fields are not set yet: no threads())
+        if (threads < maxHeadDim || threads % maxHeadDim != 0 || maxHeadDim % threadsPerRow != 0) {
             throw new IllegalArgumentException("a thread per column of a row (the Q load and the combine): threads must be"
                     + " a multiple of maxHeadDim, maxHeadDim of threadsPerRow");
         }
