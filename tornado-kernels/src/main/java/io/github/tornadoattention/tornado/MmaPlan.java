@@ -22,18 +22,13 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 final class MmaPlan extends TornadoAttentionPlan {
     private final LongArray o;
 
-    /** The signature every tornado-mma kernel shares (see {@link MmaKernels#attentionD64Pipelined}). */
+    /** The signature every tornado-mma kernel shares (see {@link MmaKernels}). */
     interface Kernel extends Task16<KernelContext, LongArray, LongArray, LongArray, LongArray, FloatArray, FloatArray,
             Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, Integer> {
     }
 
-    /** The kernel for a head dim (64 or 128). */
-    static Kernel kernel(int headDim) {
-        return headDim == 64 ? MmaKernels::attentionD64Pipelined : MmaKernels::attentionD128Pipelined;
-    }
-
     MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
-        this(s, device, options, kernel(s.headDim()));
+        this(s, device, options, MmaKernels.kernel(MmaTileConfig.forHeadDim(s.headDim())));
     }
 
     /**

@@ -6,7 +6,9 @@ import io.github.tornadoattention.PlanOptions;
 /**
  * Kernel traits of tornado-mma (FlashAttention-2's "kernel traits": tile sizes, warps, shared-memory
  * layout, JIT options), kept apart from the kernel body in {@link MmaKernels}; where each element of a tile sits
- * is {@link MmaLayout}'s. The kernels allocate their local arrays with these sizes as literal constants;
+ * is {@link MmaLayout}'s. The configurations that have a kernel are the rows of the variant table
+ * (tornado-kernels/src/main/templates/KernelVariants.java), which the build writes into {@link MmaKernels#CONFIGS}
+ * with one kernel each; the kernels allocate their local arrays with these sizes as literal constants, and
  * {@code MmaKernelsTest} checks that both agree.
  *
  * <p>All tiles are fp16 in the layouts the intrinsics expect, packed two to an {@code int} where an {@code int[]} holds
@@ -20,7 +22,7 @@ import io.github.tornadoattention.PlanOptions;
  *       each ({@code mmaLoadB} and {@code mmaLoadBSwizzled} issue {@code ldmatrix.x2.trans}).</li>
  * </ul>
  *
- * @param headDim   D, 64 or 128
+ * @param headDim   D, a multiple of 16
  * @param blockQ    Br: query rows per tile (one CTA works on one tile at a time); 16 per warp
  * @param blockKv   Bc: keys per K/V tile
  * @param warps     warps per CTA (the kernel is written for 4)
@@ -34,22 +36,20 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, Str
     public static final int MAX_SHARED_BYTES = 48 * 1024;
 
     /**
-     * D = 64 is JIT-compiled with at most 128 registers, so 4 CTAs of 128 threads fit an SM instead of 3 (measured on
-     * an H200 with the pipelined kernel before its row max moved to shuffles: 0.232 ms instead of 0.277 at
-     * (16,8,512,64), 0.157 instead of 0.183 causal; the few spills this causes cost less than the occupancy gains).
+     * The launch table ({@link MmaKernels#CONFIGS}): the configuration of the kernel for {@code headDim}. D = 64 is
+     * JIT-compiled with at most 128 registers, so 4 CTAs of 128 threads fit an SM instead of 3 (measured on an H200
+     * with the pipelined kernel before its row max moved to shuffles: 0.232 ms instead of 0.277 at (16,8,512,64),
+     * 0.157 instead of 0.183 causal; the few spills this causes cost less than the occupancy gains); D = 128 needs its
+     * ~250 registers: no cap.
      */
-    public static final MmaTileConfig D64 = new MmaTileConfig(64, 64, 64, 4,
-            "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128");
-    /** D = 128 needs its ~250 registers: no cap. */
-    public static final MmaTileConfig D128 = new MmaTileConfig(128, 64, 32, 4, null);
-
-    /** The launch table: one configuration per supported head dim. */
     public static MmaTileConfig forHeadDim(int headDim) {
-        return switch (headDim) {
-            case 64 -> D64;
-            case 128 -> D128;
-            default -> throw new InvalidArgumentException("headDim", headDim, "tornado-mma supports 64, 128");
-        };
+        for (MmaTileConfig config : MmaKernels.CONFIGS) {
+            if (config.headDim() == headDim) {
+                return config;
+            }
+        }
+        throw new InvalidArgumentException("headDim", headDim, "tornado-mma supports " + String.join(", ",
+                MmaKernels.CONFIGS.stream().map(c -> String.valueOf(c.headDim())).toList()));
     }
 
     /** The JIT options a plan loads the kernels with: {@code options}' if it sets some ("" for none), else {@link #jitFlags()}. */

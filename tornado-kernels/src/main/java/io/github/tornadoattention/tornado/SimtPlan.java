@@ -8,7 +8,9 @@ import java.util.List;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task15;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
@@ -16,6 +18,11 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /** The tornado-simt kernel task for one shape (see {@link TornadoAttentionPlan} for the graphs around it). */
 final class SimtPlan extends TornadoAttentionPlan {
     private final ShortArray o;
+
+    /** The signature every tornado-simt kernel shares (see {@link SimtKernels}). */
+    interface Kernel extends Task15<KernelContext, HalfFloatArray, HalfFloatArray, HalfFloatArray, ShortArray, FloatArray,
+            Integer, Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float> {
+    }
 
     SimtPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
         super(Backends.TORNADO_SIMT, s, options);
@@ -36,13 +43,8 @@ final class SimtPlan extends TornadoAttentionPlan {
             KernelContext kc = new KernelContext();
             // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
             graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
-            if (config == SimtTileConfig.UP_TO_64) {
-                graph.task("flash", SimtKernels::attentionUpTo64, kc, q, k, v, o, lseArray, s.batch(), s.heads(),
-                        s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-            } else {
-                graph.task("flash", SimtKernels::attentionUpTo128, kc, q, k, v, o, lseArray, s.batch(), s.heads(),
-                        s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-            }
+            graph.task("flash", SimtKernels.kernel(config), kc, q, k, v, o, lseArray, s.batch(), s.heads(),
+                    s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
         }, null);
     }
 

@@ -3,7 +3,9 @@ package io.github.tornadoattention.tornado;
 import io.github.tornadoattention.InvalidArgumentException;
 
 /**
- * Kernel traits of tornado-simt, kept apart from the kernel body in {@link SimtKernels}: one workgroup of
+ * Kernel traits of tornado-simt, kept apart from the kernel body in {@link SimtKernels} (the configurations that have a
+ * kernel are the rows of the variant table, tornado-kernels/src/main/templates/KernelVariants.java, which the build
+ * writes into {@link SimtKernels#CONFIGS} with one kernel each): one workgroup of
  * {@code blockQ * threadsPerRow} threads per (query tile, batch x head); {@code threadsPerRow} threads
  * share a query row. Shared memory holds Q (fp32, Br x (maxHeadDim + 1)), K (Bc x (maxHeadDim + 1)),
  * V (Bc x maxHeadDim), P (Br x (Bc + 1)) and a reduction buffer; the +1 pads rows so that threads reading
@@ -18,18 +20,20 @@ import io.github.tornadoattention.InvalidArgumentException;
 public record SimtTileConfig(int maxHeadDim, int blockQ, int blockKv, int threadsPerRow) {
     public static final int MAX_SHARED_BYTES = 48 * 1024;
 
-    public static final SimtTileConfig UP_TO_64 = new SimtTileConfig(64, 32, 32, 8);
-    public static final SimtTileConfig UP_TO_128 = new SimtTileConfig(128, 16, 16, 16);
-
-    /** The launch table. */
+    /** The launch table ({@link SimtKernels#CONFIGS}): the configuration with the smallest maxHeadDim >= {@code headDim}. */
     public static SimtTileConfig forHeadDim(int headDim) {
-        if (headDim >= 1 && headDim <= 64) {
-            return UP_TO_64;
+        SimtTileConfig chosen = null;
+        for (SimtTileConfig config : SimtKernels.CONFIGS) {
+            if (headDim >= 1 && headDim <= config.maxHeadDim()
+                    && (chosen == null || config.maxHeadDim() < chosen.maxHeadDim())) {
+                chosen = config;
+            }
         }
-        if (headDim > 64 && headDim <= 128) {
-            return UP_TO_128;
+        if (chosen == null) {
+            int largest = SimtKernels.CONFIGS.stream().mapToInt(SimtTileConfig::maxHeadDim).max().orElse(0);
+            throw new InvalidArgumentException("headDim", headDim, "tornado-simt supports 1.." + largest);
         }
-        throw new InvalidArgumentException("headDim", headDim, "tornado-simt supports 1..128");
+        return chosen;
     }
 
     public int threads() {

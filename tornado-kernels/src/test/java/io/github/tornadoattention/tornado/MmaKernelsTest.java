@@ -240,14 +240,13 @@ class MmaKernelsTest {
     }
 
     /**
-     * The shipped kernel ({@link MmaPlan#kernel}) or the synchronous one ({@link MmaSynchronousKernels#kernel}) for a
+     * The shipped kernel ({@link MmaKernels#kernel}) or the synchronous one ({@link MmaSynchronousKernels#kernel}) for a
      * head dim, with the float semantics of TornadoVM's PTX ({@link KernelEmulator#ptxKernel}).
      */
     static MmaPlan.Kernel kernel(int headDim, boolean synchronous) {
         return KERNELS.computeIfAbsent(headDim + (synchronous ? " synchronous" : ""), key -> synchronous
                 ? KernelEmulator.ptxKernel(MmaSynchronousKernels.class, headDim == 64 ? "attentionD64" : "attentionD128")
-                : KernelEmulator.ptxKernel(MmaKernels.class,
-                        headDim == 64 ? "attentionD64Pipelined" : "attentionD128Pipelined"));
+                : KernelEmulator.ptxKernel(MmaKernels.class, MmaKernels.kernelName(MmaTileConfig.forHeadDim(headDim))));
     }
 
     /** The shipped kernel for the shape's head dim, on at most {@code maxGrid} CTAs. */
@@ -256,7 +255,7 @@ class MmaKernelsTest {
     }
 
     /**
-     * {@code synchronous}: {@link MmaSynchronousKernels}' kernel, else the shipped one ({@link MmaPlan#kernel}); both with
+     * {@code synchronous}: {@link MmaSynchronousKernels}' kernel, else the shipped one ({@link MmaKernels#kernel}); both with
      * the float semantics of the PTX ({@link #kernel(int, boolean)}).
      */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean synchronous) {

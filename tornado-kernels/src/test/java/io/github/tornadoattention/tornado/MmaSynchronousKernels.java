@@ -62,7 +62,7 @@ final class MmaSynchronousKernels {
         return 4 * (ints + floats);
     }
 
-    /** {@link MmaTileConfig#D64}'s tiles: D = 64, Br = 64, Bc = 64, 4 warps (128 threads). */
+    /** The tiles of {@code MmaTileConfig.forHeadDim(64)}: D = 64, Br = 64, Bc = 64, 4 warps (128 threads). */
     public static void attentionD64(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
                                     FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
                                     int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
@@ -306,7 +306,7 @@ final class MmaSynchronousKernels {
         }
     }
 
-    /** {@link MmaTileConfig#D128}'s tiles: D = 128, Br = 64, Bc = 32, 4 warps (128 threads). */
+    /** The tiles of {@code MmaTileConfig.forHeadDim(128)}: D = 128, Br = 64, Bc = 32, 4 warps (128 threads). */
     public static void attentionD128(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
                                     FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
                                     int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {

@@ -98,15 +98,10 @@ class SimtKernelsTest {
         HalfFloatArray v = EmulatedInputs.halves(in.v());
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
-        KernelEmulator.launch(config.workgroups(s.batch(), s.heads(), s.queryLength()), config.threads(), kc -> {
-            if (config == SimtTileConfig.UP_TO_64) {
-                SimtKernels.attentionUpTo64(kc, q, k, v, o, lse, s.batch(), s.heads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-            } else {
-                SimtKernels.attentionUpTo128(kc, q, k, v, o, lse, s.batch(), s.heads(), s.kvHeads(),
-                        s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
-            }
-        });
+        SimtPlan.Kernel kernel = SimtKernels.kernel(config);
+        KernelEmulator.launch(config.workgroups(s.batch(), s.heads(), s.queryLength()), config.threads(),
+                kc -> kernel.apply(kc, q, k, v, o, lse, s.batch(), s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(),
+                        s.headDim(), causal, bshd, s.scale()));
         assertEquals(config.sharedMemoryBytes(), KernelEmulator.localBytesOfLastLaunch(),
                 "SimtTileConfig and the kernel's local arrays disagree");
     }

@@ -1,6 +1,7 @@
 package io.github.tornadoattention.tornado;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -8,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.PlanOptions;
+import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -18,25 +20,39 @@ import org.junit.jupiter.params.provider.ValueSource;
  * in {@link MmaKernelsTest} and {@link SimtKernelsTest}.
  */
 class TileConfigTest {
+    private static final MmaTileConfig D64 = MmaTileConfig.forHeadDim(64);
+    private static final MmaTileConfig D128 = MmaTileConfig.forHeadDim(128);
+    private static final SimtTileConfig UP_TO_64 = SimtTileConfig.forHeadDim(64);
+    private static final SimtTileConfig UP_TO_128 = SimtTileConfig.forHeadDim(128);
 
+    /** The rows of the variant table (KernelVariants), as the generated kernel classes carry them. */
     @Test
-    void mmaLaunchTableHasOneConfigurationPerHeadDim() {
-        assertSame(MmaTileConfig.D64, MmaTileConfig.forHeadDim(64));
-        assertSame(MmaTileConfig.D128, MmaTileConfig.forHeadDim(128));
-        assertEquals(new MmaTileConfig(64, 64, 64, 4, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
-                MmaTileConfig.D64);
-        assertEquals(new MmaTileConfig(128, 64, 32, 4, null), MmaTileConfig.D128);
+    void launchTablesHoldTheVariantTable() {
+        assertEquals(List.of(new MmaTileConfig(64, 64, 64, 4, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
+                new MmaTileConfig(128, 64, 32, 4, null)), MmaKernels.CONFIGS);
+        assertEquals(List.of(new SimtTileConfig(64, 32, 32, 8), new SimtTileConfig(128, 16, 16, 16)), SimtKernels.CONFIGS);
+        for (MmaTileConfig c : MmaKernels.CONFIGS) {
+            assertSame(c, MmaTileConfig.forHeadDim(c.headDim()));
+            assertTrue(MmaKernels.kernelName(c).contains(String.valueOf(c.headDim())), MmaKernels.kernelName(c));
+            assertNotNull(MmaKernels.kernel(c));
+        }
+        for (SimtTileConfig c : SimtKernels.CONFIGS) {
+            assertSame(c, SimtTileConfig.forHeadDim(c.maxHeadDim()));
+            assertNotNull(SimtKernels.kernel(c));
+        }
+        assertThrows(IllegalArgumentException.class, () -> MmaKernels.kernel(new MmaTileConfig(96, 64, 32, 4, null)));
+        assertThrows(IllegalArgumentException.class, () -> SimtKernels.kernel(new SimtTileConfig(256, 8, 16, 16)));
     }
 
     /** The register cap lives with the configuration; PlanOptions.mmaJitFlags replaces it ("" for none). */
     @Test
     void mmaJitFlagsComeFromTheConfigurationUnlessTheOptionsSetThem() {
-        assertEquals("CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128", MmaTileConfig.D64.jitFlags(PlanOptions.defaults()));
-        assertNull(MmaTileConfig.D128.jitFlags(PlanOptions.defaults()), "D = 128: TornadoVM's JIT options");
+        assertEquals("CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128", D64.jitFlags(PlanOptions.defaults()));
+        assertNull(D128.jitFlags(PlanOptions.defaults()), "D = 128: TornadoVM's JIT options");
         PlanOptions tuning = PlanOptions.builder().mmaJitFlags("CU_JIT_MAX_REGISTERS,168").build();
-        assertEquals("CU_JIT_MAX_REGISTERS 168", MmaTileConfig.D64.jitFlags(tuning));
-        assertEquals("CU_JIT_MAX_REGISTERS 168", MmaTileConfig.D128.jitFlags(tuning));
-        assertNull(MmaTileConfig.D64.jitFlags(PlanOptions.builder().mmaJitFlags("").build()), "none at all");
+        assertEquals("CU_JIT_MAX_REGISTERS 168", D64.jitFlags(tuning));
+        assertEquals("CU_JIT_MAX_REGISTERS 168", D128.jitFlags(tuning));
+        assertNull(D64.jitFlags(PlanOptions.builder().mmaJitFlags("").build()), "none at all");
     }
 
     @ParameterizedTest
@@ -51,7 +67,7 @@ class TileConfigTest {
 
     @Test
     void mmaConfigurationsFitStaticSharedMemory() {
-        for (MmaTileConfig c : new MmaTileConfig[] {MmaTileConfig.D64, MmaTileConfig.D128}) {
+        for (MmaTileConfig c : MmaKernels.CONFIGS) {
             for (int bytes : new int[] {c.sharedMemoryBytes(), MmaSynchronousKernels.sharedMemoryBytes(c)}) {
                 assertTrue(bytes <= MmaTileConfig.MAX_SHARED_BYTES, c + ": " + bytes);
                 assertEquals(0, bytes % 16, "shared arrays must keep 16-byte alignment");
@@ -59,30 +75,30 @@ class TileConfigTest {
             assertEquals(128, c.threads());
         }
         // Q^T 8 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 8 KB + ones 512 B + flag 16 B + row max 256 B
-        assertEquals(35_152, MmaTileConfig.D64.sharedMemoryBytes());
+        assertEquals(35_152, D64.sharedMemoryBytes());
         // Q^T 16 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
-        assertEquals(39_312, MmaTileConfig.D128.sharedMemoryBytes());
+        assertEquals(39_312, D128.sharedMemoryBytes());
         // The synchronous kernels of the tests: Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(35_408, MmaSynchronousKernels.sharedMemoryBytes(MmaTileConfig.D64));
+        assertEquals(35_408, MmaSynchronousKernels.sharedMemoryBytes(D64));
         // Q^T 16 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 4 KB + ones 256 B + flag 16 B + row max 256 B
-        assertEquals(39_568, MmaSynchronousKernels.sharedMemoryBytes(MmaTileConfig.D128));
+        assertEquals(39_568, MmaSynchronousKernels.sharedMemoryBytes(D128));
     }
 
     @Test
     void mmaScratchLayout() {
-        MmaTileConfig c = MmaTileConfig.D64;
+        MmaTileConfig c = D64;
         assertEquals(64 * 64 + 64 * 64 + 64 * (64 + 8), c.scratchFloatsPerCta());
         assertEquals(0, c.scoresOffset(0));
         assertEquals(64 * 64, c.scoresOffset(1));
         assertEquals(2 * 64 * 64, c.outputOffset());
-        MmaTileConfig d = MmaTileConfig.D128;
+        MmaTileConfig d = D128;
         assertEquals(32 * 64 + 64 * 32 + 64 * (128 + 8), d.scratchFloatsPerCta());
         assertEquals(2 * 32 * 64, d.outputOffset());
     }
 
     @Test
     void mmaGridIsOneCtaPerTileUpToTheCap() {
-        MmaTileConfig c = MmaTileConfig.D64;
+        MmaTileConfig c = D64;
         assertEquals(8, c.queryTiles(512));
         assertEquals(9, c.queryTiles(513));
         assertEquals(1, c.queryTiles(1));
@@ -90,8 +106,8 @@ class TileConfigTest {
         assertEquals(1024, c.gridSize(16, 8, 512));
         assertEquals(2 * 5 * 2, c.gridSize(2, 5, 77));
         // (4, 16, 2048, 128): 2048 tiles on 1024 CTAs, each loops over two
-        assertEquals(2048, MmaTileConfig.D128.tiles(4, 16, 2048));
-        assertEquals(MmaTileConfig.MAX_CTAS, MmaTileConfig.D128.gridSize(4, 16, 2048));
+        assertEquals(2048, D128.tiles(4, 16, 2048));
+        assertEquals(MmaTileConfig.MAX_CTAS, D128.gridSize(4, 16, 2048));
     }
 
     @Test
@@ -104,13 +120,13 @@ class TileConfigTest {
     @ParameterizedTest
     @ValueSource(ints = {1, 8, 32, 63, 64})
     void simtUsesTheSmallConfigurationUpTo64(int headDim) {
-        assertSame(SimtTileConfig.UP_TO_64, SimtTileConfig.forHeadDim(headDim));
+        assertSame(UP_TO_64, SimtTileConfig.forHeadDim(headDim));
     }
 
     @ParameterizedTest
     @ValueSource(ints = {65, 80, 96, 127, 128})
     void simtUsesTheLargeConfigurationUpTo128(int headDim) {
-        assertSame(SimtTileConfig.UP_TO_128, SimtTileConfig.forHeadDim(headDim));
+        assertSame(UP_TO_128, SimtTileConfig.forHeadDim(headDim));
     }
 
     @ParameterizedTest
@@ -124,12 +140,12 @@ class TileConfigTest {
 
     @Test
     void simtGeometry() {
-        SimtTileConfig small = SimtTileConfig.UP_TO_64;
+        SimtTileConfig small = UP_TO_64;
         assertEquals(256, small.threads());
         assertEquals(4, small.keysPerThread());
         assertEquals(8, small.columnsPerThread());
         assertEquals(16 * 8 * 16, small.workgroups(16, 8, 512));
-        SimtTileConfig large = SimtTileConfig.UP_TO_128;
+        SimtTileConfig large = UP_TO_128;
         assertEquals(256, large.threads());
         assertEquals(1, large.keysPerThread());
         assertEquals(8, large.columnsPerThread());

@@ -34,6 +34,7 @@ final class JavaCacheTasks {
 
     private final CacheAttentionSpec spec;
     private final KvCacheSpec cacheSpec;
+    private final CacheTileConfig config;
     private final int computeUnits;
     private final int sq;
     private final int rowBlocks;
@@ -59,29 +60,32 @@ final class JavaCacheTasks {
         }
         this.spec = spec;
         this.cacheSpec = cacheSpec;
+        this.config = CacheTileConfig.forHeadDim(spec.headDim());
         this.computeUnits = computeUnits;
         this.sq = Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
-        this.rowBlocks = (spec.groupSize() * sq + CacheKernels.ROWS - 1) / CacheKernels.ROWS;
+        this.rowBlocks = (spec.groupSize() * sq + config.rows() - 1) / config.rows();
         long perSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
         this.splits = splits > 0 ? splits : DecodeSplitPolicy.gridSplits(cacheSpec.capacity(), perSplit, computeUnits);
-        if (decodeWorkspaceFloats() > Integer.MAX_VALUE || decodeGroups() > Integer.MAX_VALUE / CacheKernels.THREADS) {
+        if (decodeWorkspaceFloats() > Integer.MAX_VALUE || decodeGroups() > Integer.MAX_VALUE / config.threads()) {
             throw new InvalidArgumentException("batch*heads*maxQueryLength*headDim", denseLseElements() * spec.headDim(),
                     "too large for the decode workspace's 32-bit indices with " + this.splits + " splits");
         }
     }
 
-    /** Throws unless the Java cache kernels serve this spec and cache (fp16, head dim 16, 32, 64 or 128). */
+    /** Throws unless the Java cache kernels serve this spec and cache (fp16, a head dim {@link CacheTileConfig#forHeadDim} serves). */
     static void checkSupported(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         InvalidArgumentException.requireNonNull("spec", spec);
         InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
         spec.checkCache(cacheSpec);
-        int d = spec.headDim();
-        if (d < 16 || d > CacheKernels.MAX_D || (d & (d - 1)) != 0) {
-            throw new InvalidArgumentException("headDim", d, "the Java cache kernels support 16, 32, 64, 128");
-        }
+        CacheTileConfig.forHeadDim(spec.headDim());
         if (spec.dtype() != DType.FP16) {
             throw new InvalidArgumentException("dtype", spec.dtype(), "the Java cache kernels are fp16");
         }
+    }
+
+    /** The tile configuration of the decode split and prefill kernels for the spec's head dim. */
+    CacheTileConfig config() {
+        return config;
     }
 
     /** Dense queries per slot of the decode: maxQueryLength, at most 16; q and o [B, Hq, this, D] in the spec's layout. */
@@ -106,7 +110,7 @@ final class JavaCacheTasks {
         return splits;
     }
 
-    /** Decode row blocks per KV head: ceil(G * maxQueryLength / 16). */
+    /** Decode row blocks per KV head: ceil(G * maxQueryLength / rows). */
     int rowBlocks() {
         return rowBlocks;
     }
@@ -120,7 +124,7 @@ final class JavaCacheTasks {
     }
 
     int prefillGroups() {
-        return Math.toIntExact(((long) spec.maxTotalQueries() + CacheKernels.ROWS - 1) / CacheKernels.ROWS * spec.heads());
+        return Math.toIntExact(((long) spec.maxTotalQueries() + config.rows() - 1) / config.rows() * spec.heads());
     }
 
     int copyGroups() {
@@ -232,9 +236,9 @@ final class JavaCacheTasks {
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, ws);
         String split = taskPrefix + "DecodeSplit";
         String combine = taskPrefix + "DecodeCombine";
-        grid(s, graphName, split, Math.toIntExact(decodeGroups()), CacheKernels.THREADS);
-        grid(s, graphName, combine, combineGroups(), CacheKernels.THREADS);
-        g.task(split, CacheKernels::decodeSplit, context(g), q, kCache, vCache, step, blockTable, params, ws,
+        grid(s, graphName, split, Math.toIntExact(decodeGroups()), config.threads());
+        grid(s, graphName, combine, combineGroups(), config.threads());   // at least D threads: one per column
+        g.task(split, CacheKernels.decodeSplit(config), context(g), q, kCache, vCache, step, blockTable, params, ws,
                 spec.scale());
         g.task(combine, CacheKernels::decodeCombine, context(g), ws, step, params, o, lse);
     }
@@ -247,8 +251,8 @@ final class JavaCacheTasks {
         FloatArray ws = new FloatArray(Math.toIntExact(spec.packedQueryElements()));
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, ws);
         String name = taskPrefix + "Prefill";
-        grid(s, graphName, name, prefillGroups(), CacheKernels.THREADS);
-        g.task(name, CacheKernels::prefill, context(g), q, kCache, vCache, step, blockTable, params, ws, o, lse,
+        grid(s, graphName, name, prefillGroups(), config.threads());
+        g.task(name, CacheKernels.prefill(config), context(g), q, kCache, vCache, step, blockTable, params, ws, o, lse,
                 spec.scale());
     }
 

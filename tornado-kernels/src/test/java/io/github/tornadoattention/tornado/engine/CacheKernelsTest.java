@@ -145,10 +145,11 @@ class CacheKernelsTest {
         FloatArray ws = poisonedFloats(Math.toIntExact(tasks.decodeWorkspaceFloats()));
         IntArray params = tasks.attentionParams(true);
         float scale = spec.scale();
-        EmulatorAccess.launch(Math.toIntExact(tasks.decodeGroups()), CacheKernels.THREADS,
-                kc -> CacheKernels.decodeSplit(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, scale));
+        CacheKernels.DecodeSplit split = CacheKernels.decodeSplit(tasks.config());
+        EmulatorAccess.launch(Math.toIntExact(tasks.decodeGroups()), tasks.config().threads(),
+                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, scale));
         assertTrue(EmulatorAccess.localBytesOfLastLaunch() <= 48 * 1024);
-        EmulatorAccess.launch(tasks.combineGroups(), CacheKernels.THREADS,
+        EmulatorAccess.launch(tasks.combineGroups(), tasks.config().threads(),
                 kc -> CacheKernels.decodeCombine(kc, ws, f.step, params, o, lse));
         CpuReference.Result ref = CpuReference.cached(spec, floats(q), false, f.source(f.k), f.source(f.v), f.lengths,
                 f.newTokens);
@@ -165,8 +166,9 @@ class CacheKernelsTest {
         FloatArray ws = poisonedFloats(Math.toIntExact(spec.packedQueryElements()));
         IntArray params = tasks.attentionParams(true);
         float scale = spec.scale();
-        EmulatorAccess.launch(tasks.prefillGroups(), CacheKernels.THREADS,
-                kc -> CacheKernels.prefill(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, o, lse, scale));
+        CacheKernels.Prefill kernel = CacheKernels.prefill(tasks.config());
+        EmulatorAccess.launch(tasks.prefillGroups(), tasks.config().threads(),
+                kc -> kernel.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, o, lse, scale));
         CpuReference.Result ref = CpuReference.cached(spec, floats(q), true, f.source(f.k), f.source(f.v), f.lengths,
                 f.newTokens);
         int total = Arrays.stream(f.newTokens).sum();
@@ -285,9 +287,10 @@ class CacheKernelsTest {
         FloatArray lse = poisonedFloats(Math.toIntExact(f.spec.denseLseElements()));
         FloatArray ws = poisonedFloats(Math.toIntExact(tasks.decodeWorkspaceFloats()));
         IntArray params = tasks.attentionParams(true);
-        EmulatorAccess.launch(Math.toIntExact(tasks.decodeGroups()), CacheKernels.THREADS,
-                kc -> CacheKernels.decodeSplit(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, f.spec.scale()));
-        EmulatorAccess.launch(tasks.combineGroups(), CacheKernels.THREADS,
+        CacheKernels.DecodeSplit split = CacheKernels.decodeSplit(tasks.config());
+        EmulatorAccess.launch(Math.toIntExact(tasks.decodeGroups()), tasks.config().threads(),
+                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, f.spec.scale()));
+        EmulatorAccess.launch(tasks.combineGroups(), tasks.config().threads(),
                 kc -> CacheKernels.decodeCombine(kc, ws, f.step, params, o, lse));
         int d = 64;
         for (int h = 0; h < 2; h++) {
@@ -440,15 +443,15 @@ class CacheKernelsTest {
     void localArraysMatchTheDeclaredSizes() {
         Fixture f = new Fixture(111, 64, 1, 1, 1, 1, 1, 32, 0, true, Layout.BHSD, new int[] {3}, new int[] {1});
         decode(f, JavaCacheTasks.withSplits(f.spec, f.cacheSpec, 1));
-        int expected = 4 * (CacheKernels.QS_FLOATS + CacheKernels.KS_FLOATS + CacheKernels.VS_FLOATS
-                + CacheKernels.PS_FLOATS + CacheKernels.THREADS) + 4 * 2 * CacheKernels.BC;
         // Re-run the split pass alone: the last launch above was the combine, which has no local arrays.
         JavaCacheTasks tasks = JavaCacheTasks.withSplits(f.spec, f.cacheSpec, 1);
+        int expected = tasks.config().sharedMemoryBytes();
         FloatArray ws = poisonedFloats(Math.toIntExact(tasks.decodeWorkspaceFloats()));
         HalfFloatArray q = randomHalves(f.random, 64);
         IntArray params = tasks.attentionParams(false);
-        EmulatorAccess.launch(1, CacheKernels.THREADS,
-                kc -> CacheKernels.decodeSplit(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, 0.125f));
+        CacheKernels.DecodeSplit split = CacheKernels.decodeSplit(tasks.config());
+        EmulatorAccess.launch(1, tasks.config().threads(),
+                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, 0.125f));
         assertEquals(expected, EmulatorAccess.localBytesOfLastLaunch());
         assertTrue(expected <= 48 * 1024);
     }

@@ -1,0 +1,121 @@
+import java.util.EnumSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * The variant table of the Java TornadoVM kernels: one row per kernel that {@link GenerateKernels} writes from its
+ * family's template, with the head dim and tile sizes as constants. The generated class carries its family's rows as
+ * its launch table ({@code CONFIGS}, and {@code kernel(config)} for the method), which the tile configurations'
+ * {@code forHeadDim} read: this table is the one place that says which head dims have a kernel.
+ *
+ * <p>A new head dim is a row here, plus what its tile configuration needs: shared memory within 48 KB (TornadoVM
+ * launches with static shared memory only), and for tornado-mma a K/V staging map for a new Bc x D ({@code MmaLayout})
+ * and a choice of the traits below. The tests run every generated kernel against the CPU reference and check its local
+ * arrays against its tile configuration.
+ */
+final class KernelVariants {
+    private KernelVariants() {
+    }
+
+    /** tornado-simt ({@code SimtKernels}, {@code SimtTileConfig}): the smallest row whose maxHeadDim >= D runs D. */
+    static final List<Simt> SIMT = List.of(
+            new Simt(64, 32, 32, 8),
+            new Simt(128, 16, 16, 16));
+
+    /** tornado-mma ({@code MmaKernels}, {@code MmaTileConfig}): one row per head dim it runs. */
+    static final List<Mma> MMA = List.of(
+            // At most 128 registers: 4 CTAs of 128 threads per SM instead of 3; the few spills cost less than the
+            // occupancy gains (MmaTileConfig).
+            new Mma(64, 64, 64, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128",
+                    EnumSet.of(MmaTrait.HOLD_QUERY_FRAGMENTS, MmaTrait.HOLD_ONES_FRAGMENT, MmaTrait.SOFTMAX_BY_KEY_BLOCK)),
+            // Needs its ~250 registers: no cap.
+            new Mma(128, 64, 32, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)));
+
+    /** The KV-cache kernels' decode split and prefill ({@code CacheKernels}, {@code CacheTileConfig}); D <= maxHeadDim. */
+    static final List<Cache> CACHE = List.of(
+            new Cache(128, 16, 32, 8));
+
+    /** The rows of the family whose template makes class {@code className}, as the template's names. */
+    static List<Map<String, Object>> rowsOf(String className) {
+        return switch (className) {
+            case "SimtKernels" -> SIMT.stream().map(Simt::names).toList();
+            case "MmaKernels" -> MMA.stream().map(Mma::names).toList();
+            case "CacheKernels" -> CACHE.stream().map(Cache::names).toList();
+            default -> throw new IllegalArgumentException("no variant table for " + className);
+        };
+    }
+
+    /**
+     * tornado-simt: one workgroup of blockQ x threadsPerRow threads per query tile; each thread owns
+     * blockKv / threadsPerRow scores and maxHeadDim / threadsPerRow output columns.
+     */
+    record Simt(int maxHeadDim, int blockQ, int blockKv, int threadsPerRow) {
+        Map<String, Object> names() {
+            return Map.of("MAX_D", maxHeadDim, "BQ", blockQ, "BKV", blockKv, "TPR", threadsPerRow);
+        }
+    }
+
+    /**
+     * Register-pressure choices of a tornado-mma kernel, each measured per head dim (the kernel comments give the
+     * numbers): holding a fragment saves loads and costs registers.
+     */
+    enum MmaTrait {
+        /**
+         * The warp's Q^T fragments (2 x D / 16) are read once per K/V tile and held through S^T; without it they are
+         * read per key block, two chains of mma over one K fragment at a time.
+         */
+        HOLD_QUERY_FRAGMENTS,
+        /** The A fragment of the tile of ones is read once per K/V tile; without it, once per key block of P V. */
+        HOLD_ONES_FRAGMENT,
+        /**
+         * V is loaded into registers right after S^T, landing during the softmax, and stored after it; without it V is
+         * loaded after the softmax, right before it is stored.
+         */
+        PREFETCH_VALUES,
+        /**
+         * The softmax loops over key blocks outermost, with the lane's four -m read once per tile; without it, over the
+         * lane's rows outermost, reading each row's -m once.
+         */
+        SOFTMAX_BY_KEY_BLOCK;
+
+        /** Its name in the template: HOLD_QUERY_FRAGMENTS is holdQueryFragments. */
+        String templateName() {
+            StringBuilder name = new StringBuilder();
+            for (String word : name().toLowerCase().split("_")) {
+                name.append(name.isEmpty() ? word : Character.toUpperCase(word.charAt(0)) + word.substring(1));
+            }
+            return name.toString();
+        }
+    }
+
+    /** tornado-mma: 4 warps, each owning 16 of the blockQ = 64 query rows; jitFlags as MmaTileConfig's (null: none). */
+    record Mma(int headDim, int blockQ, int blockKv, String jitFlags, Set<MmaTrait> traits) {
+        Map<String, Object> names() {
+            Map<String, Object> names = new LinkedHashMap<>();
+            names.put("D", headDim);
+            names.put("BQ", blockQ);
+            names.put("BKV", blockKv);
+            names.put("JIT_FLAGS", jitFlags == null ? "null" : '"' + jitFlags + '"');
+            for (MmaTrait trait : MmaTrait.values()) {
+                names.put(trait.templateName(), traits.contains(trait));
+            }
+            return names;
+        }
+    }
+
+    /**
+     * The cache kernels: one workgroup of rows x threadsPerRow threads per row block; K/V tiles of blockKv keys, each
+     * thread owning blockKv / threadsPerRow scores and maxHeadDim / threadsPerRow output columns.
+     */
+    record Cache(int maxHeadDim, int rows, int blockKv, int threadsPerRow) {
+        Map<String, Object> names() {
+            // The decode split loads K and V in trips of this many keys per thread, all loads of a trip issued before
+            // its first store: half the tile per trip at D = maxHeadDim (threads / D threads share a key).
+            int loadsPerTrip = blockKv * maxHeadDim / (rows * threadsPerRow) / 2;
+            return Map.of("MAX_D", maxHeadDim, "ROWS", rows, "BC", blockKv, "TPR", threadsPerRow,
+                    "LOADS_PER_TRIP", loadsPerTrip);
+        }
+    }
+}
