@@ -3,7 +3,6 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
-import io.github.tornadoattention.measure.BenchmarkHooks;
 import io.github.tornadoattention.verify.CorrectnessSuite;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.RandomInputs;
@@ -48,7 +47,7 @@ public final class DeviceDiagnostics {
             o.fill(Float.NaN);
             plan.forward(in.q(), in.k(), in.v(), o, lse);
             report("same inputs again", CorrectnessSuite.compareWithOracle(backend, shape, in, o, lse));
-            BenchmarkHooks.of(plan).rerunOnDevice();
+            plan.benchmarkHooks().rerunOnDevice();
             SplittableRandom random = new SplittableRandom(2);
             in.q().copyFrom(gaussian(in.q().length(), random));
             o.fill(Float.NaN);

@@ -111,7 +111,7 @@ public abstract class AttentionPlan implements AutoCloseable {
 
     /**
      * The benchmark hooks of this plan (rerun on device-resident inputs, device-timed batches, the last call's device
-     * time): {@link BenchmarkHooks#of(AttentionPlan)}. Not needed for computing attention.
+     * time): {@link BenchmarkHooks}. Not needed for computing attention.
      */
     public final BenchmarkHooks benchmarkHooks() {
         return hooks;

@@ -127,7 +127,7 @@ final class RunCommand implements Callable<Integer> {
         TimingStats perLaunch = null;
         if (!onCpu) {
             double[] kernelMillis = new double[iters];
-            BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+            BenchmarkHooks hooks = plan.benchmarkHooks();
             hooks.rerunOnDevice();   // untimed: TornadoVM-hosted plans build their rerun plan here
             resident = time(i -> {
                 hooks.rerunOnDevice();

@@ -1,6 +1,5 @@
 package io.github.tornadoattention.measure;
 
-import io.github.tornadoattention.AttentionPlan;
 import java.util.OptionalDouble;
 
 /**
@@ -10,17 +9,12 @@ import java.util.OptionalDouble;
  *
  * <pre>{@code
  * plan.forward(q, k, v, o, null);                      // sends the inputs
- * BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+ * BenchmarkHooks hooks = plan.benchmarkHooks();
  * hooks.rerunOnDevice();                               // kernels only: no host<->device copy
  * OptionalDouble kernelMillis = hooks.lastDeviceMillis();
  * }</pre>
  */
 public interface BenchmarkHooks {
-
-    /** The hooks of {@code plan}. */
-    static BenchmarkHooks of(AttentionPlan plan) {
-        return plan.benchmarkHooks();
-    }
 
     /**
      * Runs the computation of the plan's last host-tensor {@code forward} call again on the inputs already on the

@@ -61,7 +61,7 @@ class CpuReferenceBackendTest {
             HalfTensor closed = HalfTensor.allocate(shape.queryElements());
             closed.close();
             assertThrows(InvalidArgumentException.class, () -> plan.forward(closed, in.k(), in.v(), o, null));
-            BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+            BenchmarkHooks hooks = plan.benchmarkHooks();
             assertThrows(IllegalStateException.class, () -> hooks.timeOnDevice(5), "no forward call yet");
             assertThrows(IllegalStateException.class, hooks::rerunOnDevice, "no forward call yet");
             plan.forward(in.q(), in.k(), in.v(), o, null);

@@ -63,7 +63,7 @@ public class AttentionBenchmark {
         BenchShape s = BenchShape.parse(shape);
         boolean keepKernelTimes = System.getProperty(KERNEL_TIMES_PROPERTY) != null;
         plan = Backends.get(backend).plan(s.toShape(), PlanOptions.builder().profile(keepKernelTimes).build());
-        hooks = BenchmarkHooks.of(plan);
+        hooks = plan.benchmarkHooks();
         inputs = RandomInputs.generate(s.toShape(), System.nanoTime());
         output = RandomInputs.poisonedOutput(s.toShape());
         plan.forward(inputs.q(), inputs.k(), inputs.v(), output, null);

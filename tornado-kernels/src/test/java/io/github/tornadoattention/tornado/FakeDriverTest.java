@@ -213,7 +213,7 @@ class FakeDriverTest {
                     k2.copyFromBits(in.k().toBitsArray());
                     mark(id, "plan");
                     AttentionPlan plan = backend.plan(SHAPE);
-                    BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+                    BenchmarkHooks hooks = plan.benchmarkHooks();
                     mark(id, "first");
                     plan.forward(in.q(), in.k(), in.v(), o, null);
                     mark(id, "same");
@@ -246,7 +246,7 @@ class FakeDriverTest {
                     mark(id, "profiled-plan");
                     try (AttentionPlan profiled = backend.plan(SHAPE, PlanOptions.builder().profile(true).build())) {
                         profiled.forward(in.q(), in.k(), in.v(), o, null);
-                        mark(id, "millis-profiled " + BenchmarkHooks.of(profiled).lastDeviceMillis().isPresent());
+                        mark(id, "millis-profiled " + profiled.benchmarkHooks().lastDeviceMillis().isPresent());
                         mark(id, "close-profiled");
                     }
                 } catch (RuntimeException e) {

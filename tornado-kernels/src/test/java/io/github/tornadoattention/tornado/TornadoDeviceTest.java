@@ -157,7 +157,7 @@ class TornadoDeviceTest {
         try (RandomInputs in = RandomInputs.generate(shape, 4);
              HalfTensor o = HalfTensor.allocate(shape.outputElements())) {
             AttentionPlan plan = backend.plan(shape);
-            BenchmarkHooks hooks = BenchmarkHooks.of(plan);
+            BenchmarkHooks hooks = plan.benchmarkHooks();
             TornadoAttentionPlan p = (TornadoAttentionPlan) plan;
             plan.forward(in.q(), in.k(), in.v(), o, null);
             short[] first = o.toBitsArray();
@@ -193,14 +193,14 @@ class TornadoDeviceTest {
              HalfTensor o = HalfTensor.allocate(shape.outputElements())) {
             try (AttentionPlan plain = backend.plan(shape)) {
                 plain.forward(in.q(), in.k(), in.v(), o, null);
-                assertTrue(BenchmarkHooks.of(plain).lastDeviceMillis().isEmpty(), "no profiler by default");
+                assertTrue(plain.benchmarkHooks().lastDeviceMillis().isEmpty(), "no profiler by default");
             }
             short[] expected = o.toBitsArray();
             try (AttentionPlan profiled = backend.plan(shape, PlanOptions.builder().profile(true).build())) {
                 profiled.forward(in.q(), in.k(), in.v(), o, null);
-                assertTrue(BenchmarkHooks.of(profiled).lastDeviceMillis().orElse(-1) >= 0, "profiled kernel time");
-                BenchmarkHooks.of(profiled).rerunOnDevice();
-                assertTrue(BenchmarkHooks.of(profiled).lastDeviceMillis().orElse(-1) >= 0, "profiled rerun");
+                assertTrue(profiled.benchmarkHooks().lastDeviceMillis().orElse(-1) >= 0, "profiled kernel time");
+                profiled.benchmarkHooks().rerunOnDevice();
+                assertTrue(profiled.benchmarkHooks().lastDeviceMillis().orElse(-1) >= 0, "profiled rerun");
             }
             o.fill(Float.NaN);
             try (AttentionPlan graphs = backend.plan(shape, PlanOptions.builder().cudaGraph(true).build())) {
