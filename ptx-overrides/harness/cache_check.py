@@ -44,15 +44,13 @@ import traceback
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PTX = os.path.join(os.path.dirname(HERE), "ptx", "flash_cache.ptx")
-TWINS_PTX = os.path.join(os.path.dirname(HERE), "ptx", "flash_cache_tornado.ptx")
+import manifest
+import split_policy
+
 OUT = os.environ.get("OUT", "./out")
 LOG2E = 1.4426950408889634
 NAN = float("nan")
 NEG_INF = float("-inf")
-SPLIT_GRANULE = 256   # the ptx-cuda host's keys-per-split granule (CudaCachePlan)
-MAX_SPLITS = 128
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -63,10 +61,10 @@ ap.add_argument("--tornado-twins", action="store_true", help="check only the Tor
 ap.add_argument("--ptx", default=None, help="another build of flash_cache.cu (or, with --tornado-twins, of "
                                             "flash_cache_tornado.cu) to check")
 ARGS = ap.parse_args()
-if ARGS.ptx:
-    PTX = ARGS.ptx
-elif ARGS.tornado_twins:
-    PTX = TWINS_PTX
+# The manifest's module this run checks; --ptx is another build of that module, with its entries.
+MODULE = "flash_cache_tornado.ptx" if ARGS.tornado_twins else "flash_cache.ptx"
+PTX = ARGS.ptx or os.path.join(manifest.PTX_DIR, MODULE)
+MANIFEST = manifest.load()
 if ARGS.tornado_twins and ARGS.emulate:
     sys.exit("--tornado-twins needs a GPU (the twins have no Python model)")
 DEV = "cpu" if ARGS.emulate else "cuda"
@@ -75,6 +73,17 @@ os.makedirs(OUT, exist_ok=True)
 
 def log(*a):
     print(" ".join(str(x) for x in a), flush=True)
+
+
+def layout_of(ps):
+    """The cache layout of a page size (0: a contiguous cache)."""
+    return "paged" if ps else "contiguous"
+
+
+def select(kind, D, causal, layout="none", hdr=0):
+    """The manifest entry a host runs for this fp16 variant (hdr 0: the CUDA driver's ABI, else a TornadoVM
+    twin's header); the harness never names an entry by its parts."""
+    return manifest.select_variant(MANIFEST, kind, "fp16", D, causal, layout, hdr)
 
 
 def f32_bits(x):
@@ -204,13 +213,13 @@ def _emu_rows(qd, kd, vd, key0, causal, scale, Lb, n, G):
     return torch.matmul(p, v), lse
 
 
-def emu_decode_split(grid, a):
+def emu_decode_split(grid, a, br):
     q, k, v, op, lp, prm, lens, bt, kps = a
     P = _prm(prm)
     B, Hq, Hkv, Sq, D = P["B"], P["Hq"], P["Hkv"], P["Sq"], P["D"]
     G = Hq // Hkv
     S = grid[0]
-    assert grid[1] == math.ceil(G * Sq / 16) and grid[2] == B * Hkv
+    assert grid[1] == math.ceil(G * Sq / br) and grid[2] == B * Hkv
     opv = op.view(S, B, Hq, Sq, D)
     lpv = lp.view(S, B, Hq, Sq)
     ln = lens.tolist()
@@ -267,11 +276,11 @@ def emu_fwd(grid, a, br):
             _strided(lse, (Hq, n), (P["Sq"], 1), qo[b]).copy_(l_.float())
 
 
-def emu_append(grid, a):
+def emu_append(grid, a, threads):
     (kc, vc, nk, nv, lens, bt, noff, B, Hkv, D, max_new, nsb, nsh, nsr, csb, csh, csr, ps, pps) = a
     B, Hkv, D, ps, pps = B.v, Hkv.v, D.v, ps.v, pps.v
     ln = lens.tolist()
-    assert grid[1] == Hkv and grid[2] == B and grid[0] * (128 // (D // 8)) >= max_new.v
+    assert grid[1] == Hkv and grid[2] == B and grid[0] * (threads // (D // 8)) >= max_new.v
     for b in range(B):
         n = ln[B + b]
         for j in range(n):
@@ -300,13 +309,17 @@ def emu_merge(grid, a):
 
 
 # --------------------------------------------------------------------------- kernels
-FWD_BR = {"d64": 128, "d128": 128, "d128_causal": 64}
-
-
 class Kernels:
+    """The manifest's entries of MODULE that the PTX holds; launches take a manifest entry (its threads
+    from the manifest)."""
+
     def __init__(self):
         self.entries = {}
         self.names = re.findall(r"\.entry\s+(\w+)\s*\(", open(PTX).read())
+        rows = {e.entry: e for e in MANIFEST if e.module == MODULE}
+        unlisted = [n for n in self.names if n not in rows]
+        if unlisted:
+            log(f"  note: {os.path.basename(PTX)} entries the manifest does not list (not checked): {unlisted}")
         if ARGS.emulate:
             self.drv = None
             return
@@ -315,40 +328,40 @@ class Kernels:
         mod = self.drv.load(PTX)
         log(f"JIT of {os.path.basename(PTX)} ({len(self.names)} entries): {time.time() - t0:.1f}s")
         for n in self.names:
+            if n not in rows:
+                continue
             f = self.drv.function(mod, n)
-            thr = self.threads(n)
+            thr = rows[n].threads
             self.entries[n] = dict(f=f, threads=thr, regs=self.drv.attr(f, 4), smem=self.drv.attr(f, 1),
                                    local=self.drv.attr(f, 3), occ=self.drv.occupancy(f, thr))
 
-    @staticmethod
-    def threads(name):
-        return 32 if name.startswith(("flash_cache_decode_split", "flash_cache_decode_fused",
-                                      "flash_cache_append_decode_fused", "flash_cache_staged_decode_fused")) else 128
-
-    def launch(self, name, grid, args):
-        assert name in self.names, f"no entry {name} in {os.path.basename(PTX)}"
+    def launch(self, e, grid, args):
+        """Launches manifest entry e (--emulate: the Python model of its kind)."""
+        assert e.module == MODULE and e.entry in self.names, f"no entry {e.entry} in {os.path.basename(PTX)}"
         if ARGS.emulate:
-            if name.startswith("flash_cache_decode_split"):
-                emu_decode_split(grid, args)
-            elif name.startswith("flash_cache_decode_combine"):
+            if e.kind == manifest.CACHE_SPLIT:
+                emu_decode_split(grid, args, e.br)
+            elif e.kind == manifest.CACHE_COMBINE:
                 emu_decode_combine(grid, args)
-            elif name.startswith("flash_cache_fwd"):
-                emu_fwd(grid, args, FWD_BR[name.replace("flash_cache_fwd_", "").replace("paged_", "")])
-            elif name == "kv_cache_append":
-                emu_append(grid, args)
-            elif name == "attention_merge_states":
+            elif e.kind == manifest.CACHE_PREFILL:
+                emu_fwd(grid, args, e.br)
+            elif e.kind == manifest.CACHE_APPEND:
+                emu_append(grid, args, e.threads)
+            elif e.kind == manifest.MERGE_STATES:
                 emu_merge(grid, args)
+            else:
+                raise NotImplementedError(f"{e.entry}: no Python model of {e.kind}")
             return
-        e = self.entries[name]
-        self.drv.launch_prepared(e["f"], grid, e["threads"], self.drv.prepare(args))
+        k = self.entries[e.entry]
+        self.drv.launch_prepared(k["f"], grid, k["threads"], self.drv.prepare(args))
 
-    def launcher(self, name, grid, args):
-        """A closure that launches with pre-built arguments (for timing)."""
+    def launcher(self, e, grid, args):
+        """A closure that launches manifest entry e with pre-built arguments (for timing)."""
         if ARGS.emulate:
-            return lambda: self.launch(name, grid, args)
-        e = self.entries[name]
+            return lambda: self.launch(e, grid, args)
+        k = self.entries[e.entry]
         prep = self.drv.prepare(args)
-        return lambda: self.drv.launch_prepared(e["f"], grid, e["threads"], prep)
+        return lambda: self.drv.launch_prepared(k["f"], grid, k["threads"], prep)
 
 
 # --------------------------------------------------------------------------- problem set-up
@@ -494,19 +507,6 @@ class Results:
 
 
 # --------------------------------------------------------------------------- decode / prefill runs
-def host_keys_per_split(lens, news, Hkv, row_blocks, sms, cap):
-    """CudaCachePlan.keysPerSplit: about four one-warp CTAs per SM over all the work, in granules."""
-    granules, max_len = 0, 0
-    for Lb, n in zip(lens, news):
-        if n > 0:
-            granules += math.ceil(Lb / SPLIT_GRANULE)
-            max_len = max(max_len, Lb)
-    max_splits = max(1, min(MAX_SPLITS, math.ceil(cap / SPLIT_GRANULE)))
-    per = max(1, round(granules * Hkv * row_blocks / (4 * sms)))
-    by_cap = math.ceil(max_len / (max_splits * SPLIT_GRANULE))
-    return max(per, by_cap, 1) * SPLIT_GRANULE
-
-
 class Decode:
     """One dense decode call over a cache: q [B, Hq, Sq, D] (BHSD or BSHD storage), o the same."""
 
@@ -517,7 +517,9 @@ class Decode:
         self.B, self.Hq, self.Sq, self.D, self.causal, self.layout = B, Hq, Sq, D, causal, layout
         self.scale = 1.0 / math.sqrt(D)
         G = Hq // Hkv
-        self.row_blocks = math.ceil(G * Sq / 16)
+        self.split = select(manifest.CACHE_SPLIT, D, causal, layout_of(cache.ps))
+        self.comb = select(manifest.CACHE_COMBINE, D, causal, layout_of(cache.ps))
+        self.row_blocks = math.ceil(G * Sq / self.split.br)
         # storage: BHSD [B, Hq, Sq, D] or BSHD [B, Sq, Hq, D]; absent queries hold NaN
         if layout == "bhsd":
             self.qs = (Hq * Sq * D, Sq * D, D)
@@ -533,18 +535,18 @@ class Decode:
         self.ov = self.o if layout == "bhsd" else self.o.permute(0, 2, 1, 3)
         self.lse = None if lse_null else torch.empty(B, Hq, Sq, device=DEV, dtype=torch.float32)
         self.lens_t = torch.tensor(self.lens + self.news, dtype=torch.int32, device=DEV)
-        self.kps = kps if kps is not None else host_keys_per_split(lens, news, Hkv, self.row_blocks, sms, cache.cap)
+        # The ptx-cuda host's keys per split (CudaCachePlan.splits). The splits cover every length, where the
+        # host's cover those with queries: at most a few more splits, empty ones.
+        self.kps = kps if kps is not None else \
+            split_policy.for_lengths(lens, news, Hkv * self.row_blocks, sms, cache.cap)[0]
         self.splits = max(1, math.ceil(max(self.lens) / self.kps))
         self.prm = params(B, Hq, Hkv, Sq, cache.cap, D, causal, self.scale, self.qs, cache.strides, self.qs, cache.ps,
                           cache.pps, int(write_lse))
         rows = B * Hq * Sq
         self.op = torch.empty(self.splits * rows * D, device=DEV, dtype=torch.float32)
         self.lp = torch.empty(self.splits * rows, device=DEV, dtype=torch.float32)
-        paged = "_paged" if cache.ps else ""
-        self.split_name = f"flash_cache_decode_split{paged}_d{D}"
-        self.comb_name = f"flash_cache_decode_combine_d{D}"
         self.g1 = (self.splits, self.row_blocks, B * Hkv)
-        self.g2 = (math.ceil(rows / (128 // (D // 8))), 1, 1)
+        self.g2 = (math.ceil(rows / self.comb.br), 1, 1)
         self.a1 = [self.q, cache.k, cache.v, self.op, self.lp, self.prm, self.lens_t, cache.bt_arg(), I(self.kps)]
         self.a2 = [self.op, self.lp, self.o, self.lse, self.prm, I(self.splits)]
 
@@ -554,12 +556,12 @@ class Decode:
                 t.fill_(NAN)
 
     def run(self):
-        self.K.launch(self.split_name, self.g1, self.a1)
-        self.K.launch(self.comb_name, self.g2, self.a2)
+        self.K.launch(self.split, self.g1, self.a1)
+        self.K.launch(self.comb, self.g2, self.a2)
 
     def launcher(self):
-        f1 = self.K.launcher(self.split_name, self.g1, self.a1)
-        f2 = self.K.launcher(self.comb_name, self.g2, self.a2)
+        f1 = self.K.launcher(self.split, self.g1, self.a1)
+        f2 = self.K.launcher(self.comb, self.g2, self.a2)
 
         def go():
             f1()
@@ -583,9 +585,10 @@ class Decode:
 
 
 class Prefill:
-    """A varlen prefill over a cache: q packed [totalQ, Hq, D], lse [Hq, Sq_plan]."""
+    """A varlen prefill over a cache: q packed [totalQ, Hq, D], lse [Hq, Sq_plan]. entry: the manifest entry to run,
+    by default the one the host selects for this call (a check may run another entry of the cache's layout)."""
 
-    def __init__(self, K, cache, lens, news, Hq, causal, gen, entry_cfg, write_lse=True, extra_rows=3, q=None):
+    def __init__(self, K, cache, lens, news, Hq, causal, gen, entry=None, write_lse=True, extra_rows=3, q=None):
         B, Hkv, D = cache.B, cache.Hkv, cache.D
         self.K, self.cache, self.lens, self.news = K, cache, list(lens), list(news)
         self.B, self.Hq, self.D, self.causal = B, Hq, D, causal
@@ -604,17 +607,15 @@ class Prefill:
         qs = (self.sq_plan * Hq * D, D, Hq * D)  # the host's packed params: batch stride unused
         self.prm = params(B, Hq, Hkv, self.sq_plan, cache.cap, D, causal, self.scale, qs, cache.strides, qs, cache.ps,
                           cache.pps, int(write_lse))
-        paged = "paged_" if cache.ps else ""
-        self.name = f"flash_cache_fwd_{paged}{entry_cfg}"
-        br = FWD_BR[entry_cfg]
-        self.grid = (max(1, math.ceil(max(news) / br)), B * Hq, 1)
+        self.entry = entry or select(manifest.CACHE_PREFILL, D, causal, layout_of(cache.ps))
+        self.grid = (max(1, math.ceil(max(news) / self.entry.br)), B * Hq, 1)
         self.args = [self.q, cache.k, cache.v, self.o, self.lse, self.prm, self.qoff_t, self.lens_t, cache.bt_arg()]
 
     def check(self):
         self.o.fill_(NAN)
         if self.lse is not None:
             self.lse.fill_(NAN)
-        self.K.launch(self.name, self.grid, self.args)
+        self.K.launch(self.entry, self.grid, self.args)
         if DEV == "cuda":
             torch.cuda.synchronize()
         refs = reference([self.q[self.offs[b]:self.offs[b + 1]].transpose(0, 1) for b in range(self.B)], self.cache,
@@ -673,12 +674,20 @@ def check_decode(K, res, rng, gen, sms):
                 res.error(f"decode d{D} {'paged' if ps else 'contig'}", tag, ex)
 
 
+def prefill_configs(hdr):
+    """The cache-prefill configurations of one ABI as {layout: entry} (manifest.layout_configs). The checks run
+    each under both causal flags, not only the flag the host selects it for: a configuration is correct for
+    either."""
+    return manifest.layout_configs(MANIFEST, manifest.CACHE_PREFILL, hdr)
+
+
 def check_prefill(K, res, rng, gen):
-    cfgs = [("d64", 64), ("d128", 128), ("d128_causal", 128)]
-    for cfg, D in cfgs:
+    for cfg in prefill_configs(0):
+        D = cfg["contiguous"].head_dim
         for (Hq, Hkv) in ((32, 8), (8, 8)):
             for causal in (False, True):
                 for ps in (0, 16, 64):
+                    e = cfg[layout_of(ps)]
                     B = 5
                     news = [rng.choice([0, 1, 77, 129, 300, 513]) if rng.random() < 0.5 else rng.randint(2, 700)
                             for _ in range(B)]
@@ -689,13 +698,13 @@ def check_prefill(K, res, rng, gen):
                     cap = max(lens) + rng.randint(0, 40)
                     cache = Cache(B, Hkv, cap, D, ps, gen)
                     cache.fill(lens, gen)
-                    tag = (f"{cfg} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
+                    tag = (f"Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
                            f"L={lens} n={news}")
                     try:
-                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, cfg, write_lse=(rng.random() < 0.85))
-                        res.add(f"prefill {cfg} {'paged' if ps else 'contig'}", tag, pf.check())
+                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, e, write_lse=(rng.random() < 0.85))
+                        res.add(f"prefill {e.entry}", tag, pf.check())
                     except Exception as ex:  # noqa
-                        res.error(f"prefill {cfg} {'paged' if ps else 'contig'}", tag, ex)
+                        res.error(f"prefill {e.entry}", tag, ex)
 
 
 def check_append(K, res, rng, gen, sms):
@@ -746,9 +755,10 @@ def check_append(K, res, rng, gen, sms):
                                 cache.write(b, ctx[b], new_k[b], new_v[b])
                         cache.k, cache.v = saved
                         lens_t = torch.tensor(lens + news, dtype=torch.int32, device=DEV)
-                        rows_per_block = 128 // (D // 8)
+                        append = select(manifest.CACHE_APPEND, D, False, layout_of(ps))
+                        rows_per_block = append.threads // (D // 8)  # one 16-byte chunk per thread
                         grid = (max(1, math.ceil(max_new / rows_per_block)), Hkv, B)
-                        K.launch("kv_cache_append", grid,
+                        K.launch(append, grid,
                                  [cache.k, cache.v, nk, nv, lens_t, cache.bt_arg(), noff, I(B), I(Hkv), I(D), I(max_new),
                                   I(nstr[0]), I(nstr[1]), I(nstr[2]), I(cache.strides[0]), I(cache.strides[1]),
                                   I(cache.strides[2]), I(ps), I(cache.pps)])
@@ -766,8 +776,7 @@ def check_append(K, res, rng, gen, sms):
                             dec = Decode(K, cache, lens, news, Hq, 4, causal, gen, sms=sms)
                             res.add("append+decode", tag, dec.check())
                         else:
-                            cfg = "d64" if D == 64 else ("d128_causal" if causal else "d128")
-                            pf = Prefill(K, cache, lens, news, Hq, causal, gen, cfg)
+                            pf = Prefill(K, cache, lens, news, Hq, causal, gen)
                             res.add("append+prefill", tag, pf.check())
                     except Exception as ex:  # noqa
                         res.error("append", tag, ex)
@@ -787,8 +796,9 @@ def check_merge(K, res, rng, gen):
                     lp[0, 7:12] = 80.0  # one dominant part
                 o = torch.full((rows, D), NAN, device=DEV, dtype=torch.half)
                 lse = torch.full((rows,), NAN, device=DEV, dtype=torch.float32) if parts != 3 else None
-                grid = (math.ceil(rows / (128 // (D // 8))), 1, 1)
-                K.launch("attention_merge_states", grid, [op, lp, o, lse, I(parts), L(rows), I(D)])
+                merge = select(manifest.MERGE_STATES, D, False)
+                grid = (math.ceil(rows / (merge.threads // (D // 8))), 1, 1)  # one 16-byte chunk per thread
+                K.launch(merge, grid, [op, lp, o, lse, I(parts), L(rows), I(D)])
                 if DEV == "cuda":
                     torch.cuda.synchronize()
                 l64 = lp.double()
@@ -893,7 +903,8 @@ def timing(K, gen, sms, peak):
                        gbs=kv_bytes / ms / 1e6, pct_peak=(kv_bytes / ms / 1e9 / peak * 1e12 * 100) if peak else NAN)
             if kind == "contig" and label in ("uniform 32K",):
                 for mult in (0.5, 2):
-                    kps2 = max(SPLIT_GRANULE, int(dec.kps * mult) // SPLIT_GRANULE * SPLIT_GRANULE)
+                    g = split_policy.GRANULE
+                    kps2 = max(g, int(dec.kps * mult) // g * g)
                     d2 = Decode(K, cache, lens, [1] * B, Hq, 1, False, gen, q=q.clone(), kps=kps2)
                     m2, _, _ = time_fn(d2.launcher(), reps)
                     row[f"kps{kps2}"] = m2
@@ -915,11 +926,10 @@ def timing(K, gen, sms, peak):
         for ps in (0, 16):
             cache = Cache(Bp, Hp, n, 128, ps, gen, fill=None)
             cache.truth = [None] * Bp
-            cfg = "d128_causal" if causal else "d128"
-            pf = Prefill(K, cache, [n] * Bp, [n] * Bp, Hp, causal, gen, cfg)
-            ms, _, _ = time_fn(lambda: K.launch(pf.name, pf.grid, pf.args), 20 if DEV == "cuda" else 1)
+            pf = Prefill(K, cache, [n] * Bp, [n] * Bp, Hp, causal, gen)
+            ms, _, _ = time_fn(lambda: K.launch(pf.entry, pf.grid, pf.args), 20 if DEV == "cuda" else 1)
             fl = 4.0 * Bp * Hp * n * n * 128 / (2 if causal else 1)
-            row = dict(cfg=pf.name, causal=causal, ms=ms, tflops=fl / ms / 1e9)
+            row = dict(cfg=pf.entry.entry, causal=causal, ms=ms, tflops=fl / ms / 1e9)
             if ps == 0:
                 qd = pf.q.view(Bp, n, Hp, 128).transpose(1, 2)
                 kd = cache.k  # [B, H, n, D]
@@ -927,7 +937,7 @@ def timing(K, gen, sms, peak):
                 sm, _, _ = time_fn(fn, 20 if DEV == "cuda" else 1)
                 row["sdpa_ms"] = sm
             pre.append(row)
-            log(f"  prefill {pf.name:36s} {'causal' if causal else 'full':6s}: {ms:.4f} ms {row['tflops']:.0f} TFLOP/s"
+            log(f"  prefill {pf.entry.entry:36s} {'causal' if causal else 'full':6s}: {ms:.4f} ms {row['tflops']:.0f} TFLOP/s"
                 + (f"  SDPA FLASH (dense BSHD q) {row['sdpa_ms']:.4f} ms" if "sdpa_ms" in row else ""))
             del cache, pf
     return rows, pre, copy_bw
@@ -943,10 +953,6 @@ def behind_header(t, hdr):
     view = buf[hdr:hdr + nbytes].view(t.dtype).view(t.shape)
     view.copy_(t)
     return buf, view
-
-
-def twin_name(base, hdr):
-    return base + ("_tornado" if hdr == 16 else "_tornado_h128")
 
 
 def check_tornado_decode(K, res, rng, gen, sms, hdr):
@@ -971,6 +977,8 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
         cap = max(lens) + rng.randint(0, 40)
         cache = Cache(B, Hkv, cap, D, ps, gen)
         cache.fill(lens, gen)
+        twin = select(manifest.CACHE_FUSED, D, causal, layout_of(ps), hdr)
+        row_blocks = math.ceil(Hq // Hkv * Sq / twin.br)
         group = f"fused twin h{hdr} d{D} {'paged' if ps else 'contig'}"
         tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} Sq{Sq} "
                f"L={lens} n={news}")
@@ -990,14 +998,13 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
                 bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
                 hb, _ = behind_header(bt, hdr)
                 hw, _ = behind_header(torch.full((dec.splits * rows * (D + 1),), NAN, device=DEV), hdr)
-                nt = dec.row_blocks * B * Hkv
+                nt = row_blocks * B * Hkv
                 ht, tv = behind_header(torch.zeros(nt, dtype=torch.int32, device=DEV), hdr)
-                name = twin_name(f"flash_cache_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
                 args = [None, hq, hk, hv, ho, hl, hp, hn, hb, hw, ht]
                 for launch in range(2):
                     ov.fill_(NAN)
                     lv.fill_(NAN)
-                    K.launch(name, dec.g1, args)
+                    K.launch(twin, (dec.splits, row_blocks, B * Hkv), args)
                     torch.cuda.synchronize()
                     dec.o.copy_(ov)
                     dec.lse.copy_(lv)
@@ -1030,9 +1037,10 @@ def decode_reference(dec, cache, lens, news):
 
 
 def derived_kps(lens, news, splits, bc):
-    """The device's keys per split for params[25] = 0 (flash_cache_tornado.cu, ABI 6)."""
+    """The device's keys per split for params[25] = 0 (flash_cache_tornado.cu, ABI 6), from the longest length
+    with queries."""
     m = max([Lb for Lb, n in zip(lens, news) if n > 0], default=0)
-    return math.ceil(math.ceil(m / splits) / bc) * bc
+    return split_policy.derived_keys_per_split(m, splits, bc)
 
 
 def check_tornado_decode_derived(K, res, rng, gen, hdr):
@@ -1042,13 +1050,13 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
     longer than every active one, and a length at the capacity."""
     B, cap = 5, 2100
     for D in (64, 128):
-        bc = 32 if D == 128 else 64  # the decode tiles' Bc (DecodeTraits)
         for ps in (0, 16, 1):
             for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 8, True, 4), (8, 8, True, 1)):
                 if ps == 1 and Sq == 4:
                     continue
-                engine_splits = max(1, min(MAX_SPLITS, math.ceil(cap / SPLIT_GRANULE)))
-                for S in sorted({1, 5, engine_splits}):
+                twin = select(manifest.CACHE_FUSED, D, causal, layout_of(ps), hdr)
+                row_blocks = math.ceil(Hq // Hkv * Sq / twin.br)
+                for S in sorted({1, 5, split_policy.max_splits(cap)}):
                     group = f"fused twin kps=0 h{hdr} d{D} {'paged' if ps else 'contig'}"
                     steps = [
                         ("ragged", ragged(rng, B, cap)),
@@ -1087,16 +1095,15 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
                                 bufs["o"] = behind_header(torch.full_like(dec.o, NAN), hdr)
                                 bufs["l"] = behind_header(torch.full((B, Hq, Sq), NAN, device=DEV), hdr)
                                 bufs["w"] = behind_header(torch.full((S * rows * (D + 1),), NAN, device=DEV), hdr)
-                                bufs["t"] = behind_header(torch.zeros(dec.row_blocks * B * Hkv, dtype=torch.int32,
+                                bufs["t"] = behind_header(torch.zeros(row_blocks * B * Hkv, dtype=torch.int32,
                                                                       device=DEV), hdr)
                             else:  # a step: new contents in the same buffers
                                 for key, t in contents.items():
                                     bufs[key][1].copy_(t)
                             bufs["o"][1].fill_(NAN)
                             bufs["l"][1].fill_(NAN)
-                            name = twin_name(f"flash_cache_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
                             args = [None] + [bufs[key][0] for key in ("q", "k", "v", "o", "l", "p", "n", "b", "w", "t")]
-                            K.launch(name, (S, dec.row_blocks, B * Hkv), args)
+                            K.launch(twin, (S, row_blocks, B * Hkv), args)
                             torch.cuda.synchronize()
                             dec.o.copy_(bufs["o"][1])
                             dec.lse.copy_(bufs["l"][1])
@@ -1106,19 +1113,20 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
                                 r.update(ok=False, why=r["why"] + " tickets not reset")
                             if not all(bool((bufs[key][0][:hdr] == 0xA5).all()) for key in ("o", "l", "w", "t")):
                                 r.update(ok=False, why=r["why"] + " a header was written")
-                            res.add(group, f"{tag} kps={derived_kps(lens, news, S, bc)}", r)
+                            res.add(group, f"{tag} kps={derived_kps(lens, news, S, twin.bc)}", r)
                         except Exception as ex:  # noqa
                             res.error(group, tag, ex)
 
 
 def check_tornado_prefill(K, res, rng, gen, hdr):
-    """flash_cache_fwd[_paged]_d{64,128}[_causal] twins: packed prompts (ragged, some 0, a few past one query
-    tile), lens and offsets from one step array [3*B + 1], causal and not, contiguous and paged, D 64/128,
-    a grid fixed for the largest prompt planned (more tiles than any prompt needs), launched twice."""
-    cfgs = [("d64", 64), ("d128", 128), ("d128_causal", 128)]
-    for cfg, D in cfgs:
+    """The cache-prefill twins (prefill_configs): packed prompts (ragged, some 0, a few past one query tile), lens
+    and offsets from one step array [3*B + 1], causal and not, contiguous and paged, D 64/128, a grid fixed for
+    the largest prompt planned (more tiles than any prompt needs), launched twice."""
+    for cfg in prefill_configs(hdr):
+        D = cfg["contiguous"].head_dim
         for causal in (False, True):
             for ps in (0, 16, 64):
+                twin = cfg[layout_of(ps)]
                 for (Hq, Hkv) in ((32, 8), (8, 8)):
                     if Hq == 8 and ps == 64:
                         continue
@@ -1131,16 +1139,16 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
                     lens = [c + n for c, n in zip(ctx, news)]
                     cap = max(lens) + rng.randint(0, 40)
                     wlse = rng.random() < 0.85
-                    group = f"prefill twin h{hdr} {cfg} {'paged' if ps else 'contig'}"
-                    tag = (f"{cfg} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
+                    group = f"prefill twin {twin.entry}"
+                    tag = (f"Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
                            f"lse={int(wlse)} L={lens} n={news}")
                     try:
                         cache = Cache(B, Hkv, cap, D, ps, gen)
                         cache.fill(lens, gen)
-                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, cfg, write_lse=wlse)
+                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, twin, write_lse=wlse)  # its inputs
                         total = pf.offs[-1]
                         max_q = 640  # the engine's planned largest prompt: grid.x fixed by it, not by this step
-                        grid = (math.ceil(max_q / FWD_BR[cfg]), B * Hq, 1)
+                        grid = (math.ceil(max_q / twin.br), B * Hq, 1)
                         step = torch.tensor(lens + news + pf.offs, dtype=torch.int32, device=DEV)
                         bt = cache.bt_arg() if ps else torch.full((4,), -1, dtype=torch.int32, device=DEV)
                         hq, _ = behind_header(pf.q, hdr)
@@ -1151,7 +1159,6 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
                         hp, _ = behind_header(pf.prm, hdr)
                         hs, _ = behind_header(step, hdr)
                         hb, _ = behind_header(bt, hdr)
-                        name = twin_name(f"flash_cache_fwd_{'paged_' if ps else ''}{cfg}", hdr)
                         refs = reference([pf.q[pf.offs[b]:pf.offs[b + 1]].transpose(0, 1) for b in range(B)], cache,
                                          lens, news, causal, pf.scale, Hq)
                         oref = torch.cat([o_.transpose(0, 1) for o_, _ in refs], 0)
@@ -1159,7 +1166,7 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
                         for launch in range(2):
                             ov.fill_(NAN)
                             lv.fill_(NAN)
-                            K.launch(name, grid, [None, hq, hk, hv, ho, hl, hp, hs, hb])
+                            K.launch(twin, grid, [None, hq, hk, hv, ho, hl, hp, hs, hb])
                             torch.cuda.synchronize()
                             r = compare(ov[:total], lv[:, :total] if wlse else None, oref, lref)
                             if wlse and not torch.isnan(lv[:, total:]).all():
@@ -1209,12 +1216,14 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
     loop (only the new-row strides are read)."""
     B, cap, steps = 5, 600, 6
     loop = 0
+    kind = manifest.CACHE_STAGED_FUSED if staged else manifest.CACHE_APPEND_FUSED
     for D in (64, 128):
-        bc = 32 if D == 128 else 64  # the decode tiles' Bc (DecodeTraits)
         for ps in (0, 16, 1):
             for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 4, True, 4), (16, 2, False, 3), (8, 8, True, 1)):
+                twin = select(kind, D, causal, layout_of(ps), hdr)
+                bc = twin.bc
                 G = Hq // Hkv
-                row_blocks = math.ceil(G * Sq / 16)
+                row_blocks = math.ceil(G * Sq / twin.br)
                 for S, kps_given in ((1, 0), (5, 0), (9, 0), (math.ceil(cap / 64), 64)):
                     loop += 1
                     group = f"{'staged' if staged else 'append+decode'} twin h{hdr} d{D} {'paged' if ps else 'contig'}"
@@ -1257,10 +1266,8 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                                 s=(sbuf, sview), n=(sbuf, sview[:2 * (3 * B + 1)].view(torch.int32)),
                                 q=(sbuf, sview[q0:k0].view(B, Hq, Sq, D)),
                                 nk=(sbuf, sview[k0:v0].view(B, Hkv, Sq, D)), nv=(sbuf, sview[v0:].view(B, Hkv, Sq, D)))
-                            name = twin_name(f"flash_cache_staged_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
                             order = ("s", "k", "v", "o", "l", "p", "b", "w", "t", "ap")
                         else:
-                            name = twin_name(f"flash_cache_append_decode_fused{'_paged' if ps else ''}_d{D}", hdr)
                             order = ("q", "k", "v", "o", "l", "p", "n", "b", "w", "t", "nk", "nv", "ap")
                         args = [None] + [bufs[key][0] for key in order]
                         prev = list(ctx)
@@ -1316,7 +1323,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                                 bufs[key][1].copy_(t)
                             bufs["o"][1].fill_(NAN)
                             bufs["l"][1].fill_(NAN)
-                            K.launch(name, (S, row_blocks, B * Hkv), args)
+                            K.launch(twin, (S, row_blocks, B * Hkv), args)
                             torch.cuda.synchronize()
                             prev = lens
                             dec.o.copy_(bufs["o"][1])

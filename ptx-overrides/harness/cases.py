@@ -4,6 +4,8 @@ suite of the tuning candidates, the timing shapes, and the decode split count.
 A case is (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag)."""
 import math
 
+import split_policy
+
 # Prefill timing shapes (B, H, S, D), causal and not; decode timing: B=8, Hq=32, Hkv=8, D=128.
 TIMING_SHAPES = [(16, 8, 512, 64), (4, 16, 2048, 128), (4, 16, 2048, 64), (1, 32, 4096, 128)]
 DECODE_TIMING_KV = (4096, 8192, 16384, 32768)
@@ -11,13 +13,11 @@ ABLATION_SHAPE = (4, 16, 2048)  # (B, H, S) at the variant's head dim, causal an
 TUNING_SHAPES = [(4, 16, 2048, 128), (1, 32, 4096, 128)]  # (B, H, S, D), causal and not
 
 
-def num_splits_for(B, Hkv, G, Sq, Skv, rows_per_block, num_sms, waves=4.0, min_keys=256, max_splits=128):
-    """The split count the hosts choose for split-KV decode (LaunchTable.decodeSplits in Java):
-    about `waves` one-warp blocks per SM, at least min_keys keys per split, at most max_splits.
+def num_splits_for(B, Hkv, G, Sq, Skv, rows_per_block, num_sms):
+    """The split count the hosts choose for split-KV decode (LaunchTable.decodeSplits in Java): the grid of
+    B x Hkv x packed row blocks is fixed by the shape (split_policy.grid_splits).
     rows_per_block: the split entry's packed rows per block (its Br in the manifest)."""
-    ctas = B * Hkv * math.ceil(G * Sq / rows_per_block)
-    want = max(1, round(waves * num_sms / ctas))
-    return max(1, min(want, math.ceil(Skv / min_keys), max_splits))
+    return split_policy.grid_splits(Skv, B * Hkv * math.ceil(G * Sq / rows_per_block), num_sms)
 
 
 def suite(quick, rng):

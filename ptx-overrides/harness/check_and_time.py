@@ -41,7 +41,7 @@ def default_entries(entries):
 
 def tuning_entries(entries):
     """The shipped D=128 CUDA-driver entries (non-causal, causal), then the tuning candidates."""
-    baselines = [manifest.select(entries, manifest.PREFILL, 128, causal) for causal in (False, True)]
+    baselines = [manifest.select_variant(entries, manifest.PREFILL, "fp16", 128, causal) for causal in (False, True)]
     return baselines + [e for e in entries if e.module == manifest.TUNING_MODULE and e.kind == manifest.PREFILL
                         and not e.tornado]
 
