@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Before/after on a GPU host: the correctness suite + random shapes on every GPU backend of this tree, then kernel
-# times of BEFORE (an unpacked older build: bin/, src/target, tornado-kernels/target) and of this tree, interleaved
+# times of BEFORE (an unpacked older build: bin/, src/target, src/cli/target, tornado-kernels/target) and of this tree, interleaved
 # shape by shape in one run, with PyTorch SDPA (FLASH) on the same shapes for scale; then a decode token through the
 # Java API (B=8, Hq=32, Hkv=8, D=128, DECODE_LAYERS layers) at each of DECODE_CONTEXTS, before and after, with
 # PyTorch (index write + SDPA) doing the same. Needs the packed runtime (.gpu/gpu-bundle.tar.xz) and this tree's

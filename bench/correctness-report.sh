@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU backend against the CPU reference, in one command on a GPU host with PyTorch, given the packed runtime
-# (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM SDK) and the jars built with TORNADOVM_HOME (src/target,
+# (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM SDK) and the jars built with TORNADOVM_HOME (src/target, src/cli/target,
 # tornado-kernels/target). From the repository root:
 #
 #   bench/correctness-report.sh         # BACKENDS="ptx-cuda ptx-tornado tornado-mma tornado-simt" SEED=...
@@ -52,7 +52,7 @@ backend_checks() {
   if [ -n "$tornado" ]; then
     "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED -Dtornado.recover.bailout=False \
       -Dtornado.panama.objectHeader=128 -Dtornado.max.events=1024 \
-      -cp "src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar:tornado-kernels/target/tornado-kernels-tests.jar" \
+      -cp "src/cli/target/tornado-attention-cli.jar:src/cli/target/lib/*:tornado-kernels/target/tornado-kernels.jar:tornado-kernels/target/tornado-kernels-tests.jar" \
       io.github.tornadoattention.tornado.engine.EngineTasksCheck "$tornado" "$SEED" > "$OUT/engine-tasks.log" 2>&1
     echo "engine tasks|$tornado (EngineTasksCheck)|$?|$(tail -n 1 "$OUT/engine-tasks.log")"
   fi

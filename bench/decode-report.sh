@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The inference report, in one command on a GPU host with PyTorch, given a JDK 25 (the packed runtime
-# .gpu/gpu-bundle.tar.xz, or JAVA_HOME) and the jars built here (src/target). From the repository root:
+# .gpu/gpu-bundle.tar.xz, or JAVA_HOME) and the jars built here (src/target, src/cli/target). From the repository root:
 #
 #   bench/decode-report.sh                 # CONTEXTS="4096 32768" LAYERS=32 STEPS=64
 #

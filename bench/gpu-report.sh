@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU report, in one command on a GPU host that has PyTorch, given the packed runtime
 # (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM PTX SDK) and the jars built on a build machine
-# (src/target, tornado-kernels/target, bench/target). From the repository root:
+# (src/target, src/cli/target, tornado-kernels/target, bench/target). From the repository root:
 #
 #   bench/gpu-report.sh                # every GPU backend, every shape, 50 random correctness shapes
 #   BACKENDS=ptx-cuda SHAPES=prefill RANDOM_SHAPES=10 bench/gpu-report.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The TornadoVM inference report (issue 14), in one command on a GPU host with PyTorch, given the packed runtime
 # (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM SDK, or JAVA_HOME and TORNADOVM_HOME) and the jars built with
-# TORNADOVM_HOME (src/target, tornado-kernels/target, examples/target). From the repository root:
+# TORNADOVM_HOME (src/target, src/cli/target, tornado-kernels/target, examples/target). From the repository root:
 #
 #   bench/tornado-report.sh            # PHASES="correctness decode demo" CONTEXTS="4096 32768" LAYERS=8 STEPS=100 WARMUP=300
 #
@@ -44,7 +44,7 @@ if want correctness; then
   tail -n 1 "$OUT/cache-check-twins.log"
   "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED -Dtornado.recover.bailout=False \
     -Dtornado.panama.objectHeader=128 -Dtornado.max.events=1024 \
-    -cp "src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar:tornado-kernels/target/tornado-kernels-tests.jar" \
+    -cp "src/cli/target/tornado-attention-cli.jar:src/cli/target/lib/*:tornado-kernels/target/tornado-kernels.jar:tornado-kernels/target/tornado-kernels-tests.jar" \
     io.github.tornadoattention.tornado.engine.EngineTasksCheck "$(echo $BACKENDS | tr ' ' ,)" "$SEED" \
     > "$OUT/engine-tasks.log" 2>&1 || fail=1
   echo "engine task graphs: $(tail -n 1 "$OUT/engine-tasks.log")"
@@ -92,7 +92,7 @@ fi
 
 if want demo; then
   echo "== layer demo (examples/)"
-  cp="src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar:examples/target/tornado-attention-examples.jar"
+  cp="src/cli/target/tornado-attention-cli.jar:src/cli/target/lib/*:tornado-kernels/target/tornado-kernels.jar:examples/target/tornado-attention-examples.jar"
   demo() { timeout "${DEMO_TIMEOUT:-560}" "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
     -Dtornado.recover.bailout=False -Dtornado.panama.objectHeader=128 -Dtornado.max.events=1024 -cp "$cp" \
     io.github.tornadoattention.examples.llama.LlamaDecoderDemo "$@"; }

@@ -6,7 +6,7 @@
 #   2. correctness: `selftest --random 50` for both backends against the CPU reference,
 #   3. timing: `run --json` for (16,8,512,64) and (4,16,2048,128), causal and not, both backends.
 # Build first, here: bin/build (with TORNADOVM_HOME set), then run from the repository root with
-#   .gpu/gpu-bundle.tar.xz, src/target and tornado-kernels/target present (carried to the device).
+#   .gpu/gpu-bundle.tar.xz, src/target, src/cli/target and tornado-kernels/target present (carried to the device).
 #   tornado-kernels/gpu-check.sh [all|ptx|diag|correct|time] ...
 # Output goes to $OUT (default ./out/gpu-check); the last lines printed are a summary.
 set -uo pipefail
@@ -53,7 +53,7 @@ fi
 if want diag; then
   # Step-by-step checks of a plan's life, then several plans in one JVM (tools/DeviceDiagnostics.java,
   # compiled into tornado-kernels/target/diag by the build machine).
-  cp_diag="tornado-kernels/target/diag:src/target/tornado-attention.jar:src/target/lib/*:tornado-kernels/target/tornado-kernels.jar"
+  cp_diag="tornado-kernels/target/diag:src/cli/target/tornado-attention-cli.jar:src/cli/target/lib/*:tornado-kernels/target/tornado-kernels.jar"
   best=0; best_opts=""
   for variant in "tornado-mma" "tornado-simt" "tornado-mma noreuse"; do
     read -r backend extra <<< "$variant"

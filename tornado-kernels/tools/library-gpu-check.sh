@@ -7,7 +7,7 @@
 #                                   5.2.0-jdk25 SDK with the CUDA backend: jars, libtornado-cuda.so,
 #                                   tornado-argfile.template)
 #   .gpu/libcheck/libcheck.jar      the compiled LibraryGpuCheck classes
-#   src/target/tornado-attention.jar, src/target/lib/*.jar, tornado-kernels/target/tornado-kernels.jar
+#   src/target/tornado-attention.jar, src/cli/target/lib/*.jar (its dependencies), tornado-kernels/target/tornado-kernels.jar
 # Arguments go to LibraryGpuCheck ([--steps N] [--seed S] [--timing N] [--case NAME]...).
 # Logs under $OUT (default out/libcheck): libcheck.log (everything), env.txt.
 # Environment: LIBCHECK_DIR (.gpu/libcheck), LIBCHECK_WORK (unpack folder, /tmp/libcheck),
@@ -23,7 +23,7 @@ log=$out/libcheck.log
 say() { echo "$*" | tee -a "$log"; }
 : > "$log"
 
-for f in "$dir/tvm-cuda.tar.xz" "$dir/libcheck.jar" src/target/tornado-attention.jar tornado-kernels/target/tornado-kernels.jar; do
+for f in "$dir/tvm-cuda.tar.xz" "$dir/libcheck.jar" src/target/tornado-attention.jar src/cli/target/tornado-attention-cli.jar tornado-kernels/target/tornado-kernels.jar; do
   [ -f "$f" ] || { say "FAIL setup: $f is missing (run from the repository root with the carried files)"; exit 2; }
 done
 
@@ -54,7 +54,7 @@ if ldd "$TORNADOVM_HOME/lib/libtornado-cuda.so" | grep -q 'not found'; then
 fi
 
 cp=$root/src/target/tornado-attention.jar
-for j in "$root"/src/target/lib/*.jar; do cp=$cp:$j; done
+for j in "$root"/src/cli/target/lib/*.jar; do cp=$cp:$j; done
 cp=$cp:$root/tornado-kernels/target/tornado-kernels.jar:$dir/libcheck.jar
 # TornadoVM's argfile puts "." on the module path: run from an empty folder.
 cwd=$work/cwd && mkdir -p "$cwd" && cd "$cwd"

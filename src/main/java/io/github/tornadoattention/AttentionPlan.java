@@ -1,6 +1,5 @@
 package io.github.tornadoattention;
 
-import io.github.tornadoattention.measure.BenchmarkHooks;
 import java.util.OptionalDouble;
 
 /**

@@ -16,7 +16,7 @@ import java.util.List;
  *                    plan is made, naming {@code cudaDevice}
  * @param profile     TornadoVM backends (tornado-simt, tornado-mma, ptx-tornado): time every call's kernels on the
  *                    device with TornadoVM's profiler, reported by
- *                    {@link io.github.tornadoattention.measure.BenchmarkHooks#lastDeviceMillis()}. Off by default: the
+ *                    {@link io.github.tornadoattention.BenchmarkHooks#lastDeviceMillis()}. Off by default: the
  *                    profiler adds events and bookkeeping to every call. (ptx-cuda always times with CUDA events.)
  * @param cudaGraph   TornadoVM backends: replay the plan's task graph as CUDA graphs (TornadoVM's
  *                    {@code withCUDAGraph}); off by default

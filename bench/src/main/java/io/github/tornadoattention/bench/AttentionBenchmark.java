@@ -5,7 +5,7 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.PlanOptions;
-import io.github.tornadoattention.measure.BenchmarkHooks;
+import io.github.tornadoattention.BenchmarkHooks;
 import io.github.tornadoattention.verify.RandomInputs;
 import java.io.IOException;
 import java.nio.file.Files;

@@ -10,7 +10,7 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.PlanOptions;
-import io.github.tornadoattention.measure.BenchmarkHooks;
+import io.github.tornadoattention.BenchmarkHooks;
 import io.github.tornadoattention.verify.RandomInputs;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;

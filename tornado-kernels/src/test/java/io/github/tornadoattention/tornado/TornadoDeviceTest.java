@@ -13,7 +13,7 @@ import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.PlanOptions;
-import io.github.tornadoattention.measure.BenchmarkHooks;
+import io.github.tornadoattention.BenchmarkHooks;
 import io.github.tornadoattention.verify.CorrectnessSuite;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.RandomInputs;

@@ -22,7 +22,7 @@ import org.junit.jupiter.api.io.TempDir;
  * bin/build that prints Maven's kind of lines and packs this build's classes, so the test takes seconds.
  */
 class LauncherTest {
-    private static final Path REPOSITORY = Path.of("").toAbsolutePath().getParent();
+    private static final Path REPOSITORY = Path.of("").toAbsolutePath().getParent().getParent();
 
     private record Result(int exit, String out, String err) {
     }
@@ -33,11 +33,11 @@ class LauncherTest {
         Result first = launch(tree);
         assertEquals(0, first.exit(), first.err());
         assertEquals("tornado-attention 0.1.0", first.out().strip());
-        assertTrue(first.err().startsWith("building tornado-attention (first run): Maven compiles the core library and CLI"),
+        assertTrue(first.err().startsWith("building tornado-attention (first run): Maven compiles the core library, then the CLI"),
                 first.err());
         assertTrue(first.err().contains("about 1-3 minutes"), first.err());
-        assertTrue(first.err().contains("building tornado-attention core and CLI 0.1.0"), first.err());
-        assertTrue(first.err().contains("tornado-attention: maven-compiler-plugin:3.13.0:compile"), first.err());
+        assertTrue(first.err().contains("building tornado-attention CLI and verification suites 0.1.0"), first.err());
+        assertTrue(first.err().contains("tornado-attention-cli: maven-compiler-plugin:3.13.0:compile"), first.err());
         assertTrue(first.err().contains("build SUCCESS"), first.err());
         assertFalse(first.err().contains("Downloading"), "Maven's download lines are not shown:\n" + first.err());
 
@@ -63,32 +63,39 @@ class LauncherTest {
             Files.copy(REPOSITORY.resolve("bin").resolve(script), bin.resolve(script), StandardCopyOption.COPY_ATTRIBUTES);
         }
         Path classes = Path.of(Main.class.getProtectionDomain().getCodeSource().getLocation().getPath());
+        // The core library as this test sees it: its jar (reactor, packaged) or its classes folder (packed here).
+        Path core = Path.of(io.github.tornadoattention.AttentionPlan.class.getProtectionDomain().getCodeSource()
+                .getLocation().getPath());
         StringBuilder libs = new StringBuilder();
         for (String entry : System.getProperty("java.class.path").split(File.pathSeparator)) {
             if (entry.matches(".*/(picocli|jackson-[a-z-]+|slf4j-[a-z]+)-[0-9.]+\\.jar")) {
                 libs.append(" '").append(entry).append("'");
             }
         }
+        String coreCopy = Files.isDirectory(core)
+                ? "\"$JAVA_HOME/bin/jar\" cf \"$here/src/cli/target/lib/tornado-attention.jar\" -C '" + core + "' ."
+                : "cp '" + core + "' \"$here/src/cli/target/lib/\"";
         String build = """
                 #!/usr/bin/env bash
                 set -e
                 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
                 echo "[INFO] Scanning for projects..."
                 echo "[INFO] Downloading from central: https://repo.maven.apache.org/maven2/info/picocli/picocli/4.7.6/picocli-4.7.6.pom"
-                echo "[INFO] Building tornado-attention core and CLI 0.1.0-SNAPSHOT             [2/3]"
-                echo "[INFO] --- maven-compiler-plugin:3.13.0:compile (default-compile) @ tornado-attention ---"
-                echo "[INFO] Compiling 60 source files with javac [debug release 25] to target/classes"
+                echo "[INFO] Building tornado-attention CLI and verification suites 0.1.0-SNAPSHOT [3/4]"
+                echo "[INFO] --- maven-compiler-plugin:3.13.0:compile (default-compile) @ tornado-attention-cli ---"
+                echo "[INFO] Compiling 20 source files with javac [debug release 25] to target/classes"
                 if [ "%s" != 0 ]; then
                   echo "[ERROR] COMPILATION ERROR :"
                   echo "[INFO] BUILD FAILURE"
                   exit %s
                 fi
-                mkdir -p "$here/src/target/lib"
-                "$JAVA_HOME/bin/jar" cf "$here/src/target/tornado-attention.jar" -C '%s' .
-                cp %s "$here/src/target/lib/"
+                mkdir -p "$here/src/cli/target/lib"
+                "$JAVA_HOME/bin/jar" cf "$here/src/cli/target/tornado-attention-cli.jar" -C '%s' .
+                %s
+                cp %s "$here/src/cli/target/lib/"
                 echo "[INFO] BUILD SUCCESS"
                 echo "[INFO] Total time:  1.234 s"
-                """.formatted(buildExit, buildExit, classes, libs);
+                """.formatted(buildExit, buildExit, classes, coreCopy, libs);
         Files.writeString(bin.resolve("build"), build);
         Files.setPosixFilePermissions(bin.resolve("build"), PosixFilePermissions.fromString("rwxr-xr-x"));
     }

@@ -1,4 +1,4 @@
-package io.github.tornadoattention.measure;
+package io.github.tornadoattention;
 
 import java.util.OptionalDouble;
 

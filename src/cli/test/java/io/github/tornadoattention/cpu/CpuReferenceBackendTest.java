@@ -9,7 +9,7 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.InvalidArgumentException;
-import io.github.tornadoattention.measure.BenchmarkHooks;
+import io.github.tornadoattention.BenchmarkHooks;
 import io.github.tornadoattention.verify.CorrectnessSuite;
 import io.github.tornadoattention.verify.ErrorStats;
 import io.github.tornadoattention.verify.RandomInputs;
