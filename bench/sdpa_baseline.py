@@ -56,8 +56,8 @@ def main():
                 def call():
                     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=hq != hkv)
                 # The backend is selected once, around the whole timing: entering sdpa_kernel on every call costs
-                # host time that, on a slow host, exceeds a small shape's kernel (H100 host, session 3:
-                # 0.074 ms instead of 0.038 at (16,8,512,64)), and back-to-back calls then time the host.
+                # host time that, on a slow host, exceeds a small shape's kernel (measured on an H100 host: 0.074 ms
+                # instead of 0.038 at (16,8,512,64)), and back-to-back calls then time the host.
                 with sdpa_kernel(backend):
                     call()
                     entry["samples_ms"] = time_samples(call)

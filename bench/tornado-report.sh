@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The TornadoVM inference report (issue 14), in one command on a GPU host with PyTorch, given the packed runtime
+# The TornadoVM inference report, in one command on a GPU host with PyTorch, given the packed runtime
 # (.gpu/gpu-bundle.tar.xz: JDK 25 + TornadoVM SDK, or JAVA_HOME and TORNADOVM_HOME) and the jars built with
 # TORNADOVM_HOME (src/target, src/cli/target, tornado-kernels/target, examples/target). From the repository root:
 #

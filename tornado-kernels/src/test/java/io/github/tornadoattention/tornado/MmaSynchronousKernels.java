@@ -19,7 +19,7 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 
 /**
  * The synchronous tornado-mma kernels, from which {@link MmaKernels}' pipelined ones were derived: the measured
- * baseline of the pipelining (GPU, session 3: suite + 20 random shapes, 42/42; tornado-kernels/README.md) and, in the
+ * baseline of the pipelining (checked on a GPU: suite + 20 random shapes, 42/42) and, in the
  * tests, the reference of the pipelined kernels' shuffled row max. They compute O = P V: V staged row-major as the B
  * operand ({@link #vSubTile}, rows in P's column order, {@link #valueRow}), P encoded as fp16 bits by hand
  * ({@link #fp16Pow2}, keys g and g + 8 packed into one int of P) as the A operand, O fragment by fragment through the

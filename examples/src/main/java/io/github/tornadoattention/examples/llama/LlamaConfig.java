@@ -4,8 +4,8 @@ import io.github.tornadoattention.InvalidArgumentException;
 
 /**
  * The decoder's shape. Llama 3 8B's attention (hidden 4096, 32 query heads over 8 key/value heads of 128) on
- * fewer layers; {@code ffnDim} 0 leaves the feed-forward block out (the layer is then what issue 14 asks for:
- * RMSNorm, QKV projection, RoPE + cache write, attention, output projection), 14336 gives Llama 3 8B's SwiGLU.
+ * fewer layers; {@code ffnDim} 0 leaves the feed-forward block out (the layer is then the attention half of a
+ * decoder layer: RMSNorm, QKV projection, RoPE + cache write, attention, output projection), 14336 gives Llama 3 8B's SwiGLU.
  * {@code maxLength} is the KV cache capacity (prompt + generated tokens).
  */
 public record LlamaConfig(int layers, int dim, int heads, int kvHeads, int headDim, int ffnDim, int vocab, int maxLength,
