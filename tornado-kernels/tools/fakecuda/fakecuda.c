@@ -207,3 +207,21 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     }
     return CUDA_SUCCESS;
 }
+
+/* TornadoVM's CUDA backend (libtornado-cuda.so, with tools/fakenvrtc standing in for NVRTC) needs these too. */
+CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+CUresult cuGetErrorName(CUresult e, const char **s) { *s = e ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return CUDA_SUCCESS; }
+CUresult cuGetErrorString(CUresult e, const char **s) { *s = e ? "fake error" : "no error"; return CUDA_SUCCESS; }
+CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info) { return CUDA_SUCCESS; }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    check_range("cuMemcpyDtoD destination", (uintptr_t) dst, n);
+    check_range("cuMemcpyDtoD source", (uintptr_t) src, n);
+    memmove((void *) dst, (const void *) src, n);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
+    check_range("cuMemsetD8", (uintptr_t) dst, n);
+    memset((void *) dst, v, n);
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamCreate(CUstream *s, unsigned int flags) { *s = dummy(); return CUDA_SUCCESS; }
