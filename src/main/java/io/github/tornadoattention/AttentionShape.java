@@ -1,5 +1,8 @@
 package io.github.tornadoattention;
 
+import java.util.ArrayList;
+import java.util.List;
+
 /**
  * One attention call's shape: the single place where shapes are validated.
  *
@@ -10,11 +13,23 @@ package io.github.tornadoattention;
  * {@code j} iff {@code j <= i + (kvLength - queryLength)} (bottom-right aligned); a row that sees no
  * key gives O = 0 and logsumexp = -infinity.
  *
+ * <p>Optional features, as FlashAttention defines them (off by default):
+ * <ul>
+ * <li>{@code window(left, right)}: query {@code i} sees key {@code j} only when
+ * {@code i + Skv - Sq - left <= j <= i + Skv - Sq + right}; -1 leaves that side unbounded. With causal, the
+ * visible keys are those both allow. {@link #firstVisibleKey}/{@link #lastVisibleKey} are the one statement
+ * of which keys a row sees.</li>
+ * <li>{@code softcap(c)}: a score {@code s = scale * q.k} becomes {@code c * tanh(s / c)} before the softmax.</li>
+ * <li>{@code sinks}: one logit per query head that joins every row's softmax denominator and adds no value;
+ * the logsumexp includes it, and a row that sees no key then gives O = 0 and logsumexp = the sink.</li>
+ * </ul>
+ *
  * <p>Build one with {@link #builder()}; the canonical constructor validates every field and throws
  * {@link InvalidArgumentException} naming the first bad one.
  */
 public record AttentionShape(int batch, int heads, int kvHeads, int queryLength, int kvLength,
-                             int headDim, boolean causal, float scale, Layout layout) {
+                             int headDim, boolean causal, float scale, Layout layout,
+                             int windowLeft, int windowRight, float softcap, List<Float> sinks) {
 
     /** Kernels index tensors with 32-bit element offsets. */
     public static final long MAX_TENSOR_ELEMENTS = Integer.MAX_VALUE;
@@ -37,6 +52,36 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
         InvalidArgumentException.requireNonNull("layout", layout);
         requireAddressable("q", (long) batch * heads * queryLength * headDim);
         requireAddressable("k", (long) batch * kvHeads * kvLength * headDim);
+        requireWindowSide("window.left", windowLeft);
+        requireWindowSide("window.right", windowRight);
+        if (!(softcap == 0f || softcap > 0f && Float.isFinite(softcap))) { // NaN fails too
+            throw new InvalidArgumentException("softcap", softcap, "must be 0 (off) or a finite number > 0");
+        }
+        softcap = softcap == 0f ? 0f : softcap; // -0 is off too
+        sinks = sinks == null ? List.of() : sinks;
+        if (!sinks.isEmpty() && sinks.size() != heads) {
+            throw new InvalidArgumentException("sinks", "length " + sinks.size(),
+                    "must hold one logit per query head: length heads = " + heads);
+        }
+        for (int h = 0; h < sinks.size(); h++) {
+            Float logit = sinks.get(h);
+            if (logit == null || !Float.isFinite(logit)) {
+                throw new InvalidArgumentException("sinks", "[" + h + "] = " + logit, "every sink logit must be finite");
+            }
+        }
+        sinks = List.copyOf(sinks);
+    }
+
+    /** A shape without window, softcap or sinks. */
+    public AttentionShape(int batch, int heads, int kvHeads, int queryLength, int kvLength, int headDim, boolean causal,
+                          float scale, Layout layout) {
+        this(batch, heads, kvHeads, queryLength, kvLength, headDim, causal, scale, layout, -1, -1, 0f, List.of());
+    }
+
+    private static void requireWindowSide(String argument, int value) {
+        if (value < -1) {
+            throw new InvalidArgumentException(argument, value, "must be -1 (unbounded) or a number of keys >= 0");
+        }
     }
 
     private static void requirePositive(String argument, int value) {
@@ -71,7 +116,77 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
 
     public Builder toBuilder() {
         return new Builder().batch(batch).heads(heads).kvHeads(kvHeads).queryLength(queryLength)
-                .kvLength(kvLength).headDim(headDim).causal(causal).scale(scale).layout(layout);
+                .kvLength(kvLength).headDim(headDim).causal(causal).scale(scale).layout(layout)
+                .window(windowLeft, windowRight).softcap(softcap).sinks(sinkArray());
+    }
+
+    /** True when a window bounds either side. */
+    public boolean hasWindow() {
+        return windowLeft >= 0 || windowRight >= 0;
+    }
+
+    public boolean hasSoftcap() {
+        return softcap > 0f;
+    }
+
+    public boolean hasSinks() {
+        return !sinks.isEmpty();
+    }
+
+    /** The sink logit of query head {@code queryHead}, or -infinity without sinks (a sink that adds nothing). */
+    public double sink(int queryHead) {
+        return sinks.isEmpty() ? Double.NEGATIVE_INFINITY : sinks.get(queryHead);
+    }
+
+    /** The sink logits as an array, or null without sinks. */
+    public float[] sinkArray() {
+        if (sinks.isEmpty()) {
+            return null;
+        }
+        float[] a = new float[sinks.size()];
+        for (int i = 0; i < a.length; i++) {
+            a[i] = sinks.get(i);
+        }
+        return a;
+    }
+
+    /**
+     * The features set beyond the plain definition, by the names their errors use: "window", "softcap",
+     * "sinks", in that order; empty when none is.
+     */
+    public List<String> features() {
+        List<String> names = new ArrayList<>(3);
+        if (hasWindow()) {
+            names.add("window");
+        }
+        if (hasSoftcap()) {
+            names.add("softcap");
+        }
+        if (hasSinks()) {
+            names.add("sinks");
+        }
+        return List.copyOf(names);
+    }
+
+    /** A feature's value as errors and descriptions show it: {@code (left, right)}, the cap, or the logits. */
+    public String featureValue(String feature) {
+        return switch (feature) {
+            case "window" -> "(" + windowLeft + ", " + windowRight + ")";
+            case "softcap" -> String.valueOf(softcap);
+            case "sinks" -> sinks.toString();
+            default -> throw new IllegalArgumentException("no feature " + feature);
+        };
+    }
+
+    /**
+     * Throws for the first feature set on this shape: for a backend that serves none of them. Names the backend,
+     * the feature and what the backend serves.
+     */
+    public void requireNoFeatures(String backendId) {
+        for (String feature : features()) {
+            throw new InvalidArgumentException(feature, featureValue(feature), backendId
+                    + " serves dense attention without window, softcap or sinks (cpu-reference serves them)");
+        }
     }
 
     public long queryElements() {
@@ -110,32 +225,58 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
     }
 
     /**
-     * The last key that query {@code row} sees, or -1 if it sees none (causal with more queries
-     * than keys).
+     * The first key that query {@code row} sees (the window's left edge, else 0). Row {@code row} sees keys
+     * {@code firstVisibleKey(row)..lastVisibleKey(row)}, none when that range is empty.
+     */
+    public int firstVisibleKey(int row) {
+        if (windowLeft < 0) {
+            return 0;
+        }
+        long first = (long) row + kvLength - queryLength - windowLeft;
+        return (int) Math.min(kvLength, Math.max(0, first));
+    }
+
+    /**
+     * The last key that query {@code row} sees (causal and the window's right edge both bound it), or -1 if
+     * it sees none (causal with more queries than keys).
      */
     public int lastVisibleKey(int row) {
-        if (!causal) {
-            return kvLength - 1;
+        long diagonal = (long) row + kvLength - queryLength;
+        long last = kvLength - 1;
+        if (causal) {
+            last = Math.min(last, diagonal);
         }
-        long last = (long) row + kvLength - queryLength;
-        return (int) Math.min(kvLength - 1, Math.max(-1, last));
+        if (windowRight >= 0) {
+            last = Math.min(last, diagonal + windowRight);
+        }
+        return (int) Math.max(-1, last);
+    }
+
+    /** How many keys query {@code row} sees. */
+    public int visibleKeys(int row) {
+        return Math.max(0, lastVisibleKey(row) - firstVisibleKey(row) + 1);
+    }
+
+    /** True when query {@code row} sees key {@code key}. */
+    public boolean sees(int row, int key) {
+        return key >= firstVisibleKey(row) && key <= lastVisibleKey(row);
     }
 
     /**
      * FLOPs of the two matrix products, 4*B*Hq*Sq*Skv*D; for causal, half of that when Sq == Skv (the
-     * usual convention), otherwise counted over the (query, key) pairs that are actually visible.
+     * usual convention), otherwise (and with a window) counted over the (query, key) pairs that are visible.
      */
     public double flops() {
         double perPair = 4.0 * batch * heads * headDim;
-        if (!causal) {
+        if (!hasWindow() && !causal) {
             return perPair * queryLength * kvLength;
         }
-        if (queryLength == kvLength) {
+        if (!hasWindow() && queryLength == kvLength) {
             return perPair * queryLength * kvLength / 2;
         }
         double visiblePairs = 0;
         for (int i = 0; i < queryLength; i++) {
-            visiblePairs += lastVisibleKey(i) + 1;
+            visiblePairs += visibleKeys(i);
         }
         return perPair * visiblePairs;
     }
@@ -166,12 +307,17 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
         }
     }
 
-    /** A compact description such as {@code B=2 Hq=8 Hkv=8 Sq=512 Skv=512 D=64 causal bhsd}. */
+    /**
+     * A compact description such as {@code B=2 Hq=8 Hkv=8 Sq=512 Skv=512 D=64 causal bhsd}, with
+     * {@code window=(L,R)}, {@code softcap=C} and {@code sinks} when set.
+     */
     @Override
     public String toString() {
         return "B=" + batch + " Hq=" + heads + " Hkv=" + kvHeads + " Sq=" + queryLength + " Skv=" + kvLength
                 + " D=" + headDim + (causal ? " causal" : " non-causal") + " " + layout.name().toLowerCase()
-                + (scale == defaultScale(headDim) ? "" : " scale=" + scale);
+                + (scale == defaultScale(headDim) ? "" : " scale=" + scale)
+                + (hasWindow() ? " window=(" + windowLeft + "," + windowRight + ")" : "")
+                + (hasSoftcap() ? " softcap=" + softcap : "") + (hasSinks() ? " sinks" : "");
     }
 
     /** Builds a shape; key/value heads and length default to the query's, scale to 1/sqrt(headDim). */
@@ -185,6 +331,10 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
         private boolean causal;
         private Float scale;
         private Layout layout = Layout.BHSD;
+        private int windowLeft = -1;
+        private int windowRight = -1;
+        private float softcap;
+        private float[] sinks;
 
         public Builder batch(int batch) {
             this.batch = batch;
@@ -234,10 +384,52 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
             return this;
         }
 
+        /**
+         * FlashAttention's {@code window_size}: query i sees keys j with
+         * {@code i + Skv - Sq - left <= j <= i + Skv - Sq + right}; -1 leaves a side unbounded (default (-1, -1)).
+         * With causal, a key must satisfy both.
+         */
+        public Builder window(int left, int right) {
+            this.windowLeft = left;
+            this.windowRight = right;
+            return this;
+        }
+
+        /** Softcap c: a score s becomes c * tanh(s / c) before the softmax; 0 (the default) is off. */
+        public Builder softcap(float softcap) {
+            this.softcap = softcap;
+            return this;
+        }
+
+        /**
+         * One sink logit per query head (length heads, finite), joining every row's softmax denominator; null
+         * (the default) means none. The values are copied.
+         */
+        public Builder sinks(float[] perQueryHead) {
+            this.sinks = perQueryHead == null ? null : perQueryHead.clone();
+            return this;
+        }
+
+        private List<Float> sinkList() {
+            if (sinks == null) {
+                return List.of();
+            }
+            if (sinks.length == 0) { // an empty list is how the record says "none"
+                throw new InvalidArgumentException("sinks", "length 0",
+                        "must hold one logit per query head: length heads = " + heads + " (or pass null for none)");
+            }
+            List<Float> list = new ArrayList<>(sinks.length);
+            for (float f : sinks) {
+                list.add(f);
+            }
+            return list;
+        }
+
         public AttentionShape build() {
             return new AttentionShape(batch, heads, kvHeads == null ? heads : kvHeads, queryLength,
                     kvLength == null ? queryLength : kvLength, headDim, causal,
-                    scale == null ? (headDim > 0 ? defaultScale(headDim) : 1f) : scale, layout);
+                    scale == null ? (headDim > 0 ? defaultScale(headDim) : 1f) : scale, layout,
+                    windowLeft, windowRight, softcap, sinkList());
         }
     }
 }

@@ -38,8 +38,9 @@ public final class CpuReference {
         int kvHead = s.kvHeadOf(h);
         double[] scores = new double[s.kvLength()];
         for (int i = 0; i < s.queryLength(); i++) {
-            lse[(b * s.heads() + h) * s.queryLength() + i] = softmaxRow(s.scale(), q, qs.rowStart(b, h, i), k, v,
-                    j -> kvs.rowStart(b, kvHead, j), s.lastVisibleKey(i), scores, out, s.headDim());
+            lse[(b * s.heads() + h) * s.queryLength() + i] = softmaxRow(s.scale(), s.softcap(), s.sink(h), q,
+                    qs.rowStart(b, h, i), k, v, j -> kvs.rowStart(b, kvHead, j), s.firstVisibleKey(i), s.lastVisibleKey(i),
+                    scores, out, s.headDim());
         }
     }
 
@@ -91,39 +92,44 @@ public final class CpuReference {
                 int lseIndex = packed ? h * spec.maxTotalQueries() + offsets[b] + j
                         : (b * heads + h) * spec.maxQueryLength() + j;
                 int lastKey = spec.causal() ? Math.min(length - 1, length - n + j) : length - 1;
-                lse[lseIndex] = softmaxRow(spec.scale(), q, qRow, k, v, key -> (long) key * d, lastKey, scores, out, d);
+                lse[lseIndex] = softmaxRow(spec.scale(), 0, Double.NEGATIVE_INFINITY, q, qRow, k, v, key -> (long) key * d, 0,
+                        lastKey, scores, out, d);
             }
         });
         return new Result(out, lse);
     }
 
     /**
-     * One query row, the definition: O row = softmax(scale * q k^T) V over keys [0, lastKey] (materialised
-     * scores, double accumulation), added into {@code out} at {@code row}; returns the logsumexp (natural
-     * log), -inf when the row sees no key (O stays 0). Key j's K and V rows start at {@code rowStart(j)}.
+     * One query row, the definition: scores s_j = scale * q.k_j over keys [firstKey, lastKey] (materialised,
+     * double accumulation), each capped to softcap * tanh(s_j / softcap) when softcap > 0; with the sink
+     * logit z (-inf: none) the row's weights are p_j = exp(s_j) / (exp(z) + sum_j exp(s_j)) and O row =
+     * sum_j p_j v_j, added into {@code out} at {@code row}. Returns the logsumexp (natural log, the sink
+     * included): the sink when the row sees no key (O stays 0), so -inf without one. Key j's K and V rows
+     * start at {@code rowStart(j)}.
      */
-    private static double softmaxRow(double scale, float[] q, long row, float[] k, float[] v,
-                                     java.util.function.IntToLongFunction rowStart, int lastKey, double[] scores,
-                                     double[] out, int d) {
-        if (lastKey < 0) {
-            return Double.NEGATIVE_INFINITY;
+    private static double softmaxRow(double scale, double softcap, double sink, float[] q, long row, float[] k,
+                                     float[] v, java.util.function.IntToLongFunction rowStart, int firstKey, int lastKey,
+                                     double[] scores, double[] out, int d) {
+        if (lastKey < firstKey) {
+            return sink;
         }
-        double max = Double.NEGATIVE_INFINITY;
-        for (int j = 0; j <= lastKey; j++) {
+        double max = sink;
+        for (int j = firstKey; j <= lastKey; j++) {
             long kRow = rowStart.applyAsLong(j);
             double dot = 0;
             for (int c = 0; c < d; c++) {
                 dot += (double) q[(int) (row + c)] * k[(int) (kRow + c)];
             }
-            scores[j] = scale * dot;
+            double score = scale * dot;
+            scores[j] = softcap > 0 ? softcap * Math.tanh(score / softcap) : score;
             max = Math.max(max, scores[j]);
         }
-        double sum = 0;
-        for (int j = 0; j <= lastKey; j++) {
+        double sum = Math.exp(sink - max); // 0 without a sink
+        for (int j = firstKey; j <= lastKey; j++) {
             scores[j] = Math.exp(scores[j] - max);
             sum += scores[j];
         }
-        for (int j = 0; j <= lastKey; j++) {
+        for (int j = firstKey; j <= lastKey; j++) {
             long vRow = rowStart.applyAsLong(j);
             double p = scores[j] / sum;
             for (int c = 0; c < d; c++) {

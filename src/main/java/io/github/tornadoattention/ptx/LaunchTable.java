@@ -4,8 +4,12 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.ptx.KernelManifest.Kernel;
+import io.github.tornadoattention.ptx.KernelVariant.Feature;
 import io.github.tornadoattention.ptx.KernelVariant.Kind;
+import java.util.EnumSet;
 import java.util.List;
+import java.util.Locale;
+import java.util.Set;
 
 /**
  * Which hand-tuned kernel runs a shape, and how it is launched, for the CUDA-driver ABI. The
@@ -63,7 +67,11 @@ public final class LaunchTable {
         }
     }
 
-    /** Throws unless the hand-tuned kernels cover {@code shape}. */
+    /**
+     * Throws unless the hand-tuned kernels cover {@code shape}. Window, softcap and sinks are looked up in the
+     * manifest like any variant field; a feature no entry serves is refused by its own name (window, softcap,
+     * sinks), its value and the variants the manifest serves.
+     */
     public static void checkSupported(String backendId, AttentionShape shape) {
         if (!HEAD_DIMS.contains(shape.headDim())) {
             throw new InvalidArgumentException("headDim", shape.headDim(), backendId + " supports head dims " + HEAD_DIMS);
@@ -72,6 +80,30 @@ public final class LaunchTable {
             throw new InvalidArgumentException("batch*heads", (long) shape.batch() * shape.heads(),
                     backendId + " launches one block row per (batch, head): at most " + MAX_GRID_YZ);
         }
+        Kind kind = isDecode(shape) ? Kind.DECODE_SPLIT : Kind.PREFILL;
+        for (String feature : shape.features()) {
+            KernelVariant variant = variant(kind, shape).features(Set.of(feature(feature)));
+            try {
+                KernelManifest.shipped().select(variant);
+            } catch (InvalidArgumentException e) {
+                if (!e.argument().equals("features")) {
+                    throw e;
+                }
+                throw new InvalidArgumentException(feature, shape.featureValue(feature), backendId + " has no kernel with "
+                        + feature + " (" + e.allowed() + "); cpu-reference serves it");
+            }
+        }
+    }
+
+    /** The manifest's features that {@code shape} asks for. */
+    public static Set<Feature> features(AttentionShape shape) {
+        Set<Feature> features = EnumSet.noneOf(Feature.class);
+        shape.features().forEach(f -> features.add(feature(f)));
+        return features;
+    }
+
+    private static Feature feature(String name) {
+        return Feature.valueOf(name.toUpperCase(Locale.ROOT));
     }
 
     /** True when the split-KV decode kernels run this shape: a few queries (decode steps). */
@@ -118,7 +150,11 @@ public final class LaunchTable {
 
     /** The CUDA-driver entry of {@code kind} for a dense fp16 call of this shape. */
     private static Kernel kernel(Kind kind, AttentionShape shape) {
-        return KernelManifest.shipped().select(KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal()));
+        return KernelManifest.shipped().select(variant(kind, shape).features(features(shape)));
+    }
+
+    private static KernelVariant variant(Kind kind, AttentionShape shape) {
+        return KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal());
     }
 
     private static int packedRowBlocks(AttentionShape shape, Kernel split) {

@@ -19,6 +19,7 @@ import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.function.IntConsumer;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
@@ -58,6 +59,9 @@ final class RunCommand implements Callable<Integer> {
     @Option(names = "--layout", paramLabel = "bhsd|bshd", defaultValue = "bhsd", description = "memory layout (default: ${DEFAULT-VALUE})")
     Layout layout;
 
+    @Mixin
+    FeatureOptions features = new FeatureOptions();
+
     @Option(names = "--backend", paramLabel = "ID", defaultValue = Backends.AUTO,
             description = "one of: ptx-cuda, ptx-tornado, tornado-mma, tornado-simt, cpu-reference, auto (default)")
     String backend;
@@ -96,9 +100,11 @@ final class RunCommand implements Callable<Integer> {
     public Integer call() throws IOException {
         Limits.calls("--warmup", warmup, 0);
         Limits.calls("--iters", iters, 1);
-        AttentionShape shape = AttentionShape.builder().batch(batch).heads(heads).kvHeads(kvHeads).queryLength(seq)
-                .kvLength(kvSeq).headDim(dim).causal(causal).scale(Limits.scale(scale, dim)).layout(layout).build();
+        features.validate();
         long inputSeed = seed != null ? seed : System.nanoTime();
+        AttentionShape shape = features.apply(AttentionShape.builder().batch(batch).heads(heads).kvHeads(kvHeads)
+                .queryLength(seq).kvLength(kvSeq).headDim(dim).causal(causal).scale(Limits.scale(scale, dim)).layout(layout)
+                .build(), inputSeed);
         PrintWriter out = spec.commandLine().getOut();
         PlanOptions options = PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).cudaDevice(cudaDevice)
                 .mmaJitFlags(mmaJitFlags).build();
@@ -180,6 +186,7 @@ final class RunCommand implements Callable<Integer> {
         result.put("causal", causal);
         result.put("scale", shape.scale());
         result.put("layout", layout.name().toLowerCase());
+        result.putAll(FeatureOptions.json(shape));
         result.put("seed", inputSeed);
         result.put("warmup", warmup);
         result.put("iters", iters);
@@ -239,6 +246,9 @@ final class RunCommand implements Callable<Integer> {
         s.append(" --dim ").append(dim);
         if (causal) {
             s.append(" --causal");
+        }
+        if (features.window != null) {
+            s.append(" --window ").append(features.window);
         }
         if (onCpu) {
             s.append(" --warmup ").append(warmup).append(" --iters ").append(iters);

@@ -16,6 +16,7 @@ import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.stream.Stream;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
@@ -47,6 +48,9 @@ final class SelftestCommand implements Callable<Integer> {
             description = "run only these cases (1-based, of the suite then the random shapes), e.g. 5 or 3-9")
     String caseRange;
 
+    @Mixin
+    FeatureOptions features = new FeatureOptions();
+
     @Option(names = "--inference", description = "instead: the inference API's scenarios (KV caches contiguous and paged,"
             + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, D=64 and 128")
     boolean inference;
@@ -73,9 +77,11 @@ final class SelftestCommand implements Callable<Integer> {
         if (random < 0) {
             throw new InvalidArgumentException("--random", random, "must be >= 0");
         }
+        features.validate();
         List<AttentionBackend> backends = backends();
         long baseSeed = seed != null ? seed : System.nanoTime();
-        List<CorrectnessSuite.Case> suite = CorrectnessSuite.fullSuite();
+        List<CorrectnessSuite.Case> suite = CorrectnessSuite.fullSuite().stream()
+                .map(c -> withFeatures(c, baseSeed)).toList();
         long total = (long) suite.size() + random;
         long[] range = range(caseRange, total);
         long from = range[0];
@@ -88,7 +94,8 @@ final class SelftestCommand implements Callable<Integer> {
         }
         out.printf("seed %d, %d cases%n", baseSeed, count);
         // Random cases are drawn as they are run, so --random N needs no memory for N cases.
-        Iterator<CorrectnessSuite.Case> cases = Stream.concat(suite.stream(), CorrectnessSuite.randomCases(baseSeed))
+        Iterator<CorrectnessSuite.Case> cases = Stream.concat(suite.stream(),
+                        CorrectnessSuite.randomCases(baseSeed).map(c -> withFeatures(c, baseSeed)))
                 .skip(from - 1).limit(count).iterator();
         int[] passed = new int[backends.size()];
         List<Map<String, Object>> caseResults = new ArrayList<>();
@@ -125,6 +132,7 @@ final class SelftestCommand implements Callable<Integer> {
             Map<String, Object> result = new LinkedHashMap<>();
             result.put("seed", baseSeed);
             result.put("random", random);
+            result.putAll(features.typedJson());
             result.put("cases_run", count);
             result.put("passed", passedAll);
             result.put("failed", failed);
@@ -133,6 +141,11 @@ final class SelftestCommand implements Callable<Integer> {
             out.println(JSON.std.asString(result));
         }
         return failed == 0 ? 0 : Main.EXIT_FAILED;
+    }
+
+    /** {@code testCase} with --window, --softcap and --sinks applied (sink logits drawn from the seed and the case name). */
+    private CorrectnessSuite.Case withFeatures(CorrectnessSuite.Case testCase, long baseSeed) {
+        return new CorrectnessSuite.Case(testCase.name(), features.apply(testCase.shape(), baseSeed ^ testCase.name().hashCode()));
     }
 
     /** The ids named by --backend; an empty one (as in "--backend ,") is an error. */

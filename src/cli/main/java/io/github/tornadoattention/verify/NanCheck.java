@@ -51,7 +51,7 @@ public final class NanCheck {
 
     /** Whether query row {@code row} of query head {@code head} in batch {@code batch} sees the NaN key. */
     public static boolean sees(AttentionShape shape, int batch, int head, int row) {
-        return batch == BATCH && shape.kvHeadOf(head) == KV_HEAD && KEY <= shape.lastVisibleKey(row);
+        return batch == BATCH && shape.kvHeadOf(head) == KV_HEAD && shape.sees(row, KEY);
     }
 
     /**

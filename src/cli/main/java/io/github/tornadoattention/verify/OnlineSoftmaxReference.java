@@ -8,7 +8,9 @@ import java.util.stream.IntStream;
 /**
  * A second, independently written formulation of attention, used to check the CPU reference
  * (never checked against itself): FlashAttention's blockwise online softmax in double precision,
- * walking key blocks in the outer loop, with its own index arithmetic and mask.
+ * walking key blocks in the outer loop, with its own index arithmetic; softcap applied per score and the sink
+ * folded into the running denominator at the end. Which keys a row sees is the shape's one definition
+ * ({@link AttentionShape#firstVisibleKey}, {@link AttentionShape#lastVisibleKey}); tests restate it.
  */
 public final class OnlineSoftmaxReference {
     private static final int KEY_BLOCK = 64;
@@ -38,17 +40,19 @@ public final class OnlineSoftmaxReference {
         for (int start = 0; start < skv; start += KEY_BLOCK) {
             int end = Math.min(skv, start + KEY_BLOCK);
             for (int i = 0; i < sq; i++) {
-                for (int j = start; j < end; j++) {
-                    boolean masked = s.causal() && (j - i) > (skv - sq);
-                    if (masked) {
-                        continue;
-                    }
+                // The visible range is the shape's (one definition); the block walk and the softmax are this class's own.
+                int from = Math.max(start, s.firstVisibleKey(i));
+                int to = Math.min(end - 1, s.lastVisibleKey(i));
+                for (int j = from; j <= to; j++) {
                     double score = 0;
                     for (int c = 0; c < d; c++) {
                         score += q[index(s.layout(), b, h, i, c, s.heads(), sq, d)]
                                 * (double) k[index(s.layout(), b, g, j, c, s.kvHeads(), skv, d)];
                     }
                     score *= s.scale();
+                    if (s.softcap() > 0) {
+                        score = s.softcap() * Math.tanh(score / s.softcap());
+                    }
                     double newMax = Math.max(rowMax[i], score);
                     double correction = Math.exp(rowMax[i] - newMax);
                     double p = Math.exp(score - newMax);
@@ -60,12 +64,23 @@ public final class OnlineSoftmaxReference {
                 }
             }
         }
+        double sink = s.hasSinks() ? s.sinks().get(h) : Double.NEGATIVE_INFINITY;
         for (int i = 0; i < sq; i++) {
             boolean seesNothing = rowSum[i] == 0;
+            if (!seesNothing && s.hasSinks()) {
+                // The sink is one more logit in the denominator, with no value row: fold it in last.
+                double newMax = Math.max(rowMax[i], sink);
+                double correction = Math.exp(rowMax[i] - newMax);
+                rowSum[i] = rowSum[i] * correction + Math.exp(sink - newMax);
+                for (int c = 0; c < d; c++) {
+                    acc[i][c] *= correction;
+                }
+                rowMax[i] = newMax;
+            }
             for (int c = 0; c < d; c++) {
                 out[index(s.layout(), b, h, i, c, s.heads(), sq, d)] = seesNothing ? 0 : acc[i][c] / rowSum[i];
             }
-            lse[(b * s.heads() + h) * sq + i] = seesNothing ? Double.NEGATIVE_INFINITY : rowMax[i] + Math.log(rowSum[i]);
+            lse[(b * s.heads() + h) * sq + i] = seesNothing ? sink : rowMax[i] + Math.log(rowSum[i]);
         }
     }
 

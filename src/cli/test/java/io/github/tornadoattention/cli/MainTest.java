@@ -206,6 +206,16 @@ class MainTest {
         "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --page-size 3       | --page-size = 3: must be 0 (contiguous) or a power of two",
         "selftest --inference --backend cpu-reference --lanes -1                              | --lanes = -1: must be 0..16",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --cuda-device -1  | --cuda-device = -1: must be >= 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --window -2        | --window = -2: must be LEFT or LEFT,RIGHT, each -1 (unbounded)",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --window 4,-3      | --window = 4,-3: must be LEFT or LEFT,RIGHT",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --window 1,2,3     | --window = 1,2,3: must be LEFT or LEFT,RIGHT",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --window wide      | --window = wide: must be LEFT or LEFT,RIGHT",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --softcap 0        | --softcap = 0: must be a finite number > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --softcap -5       | --softcap = -5: must be a finite number > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --softcap NaN      | --softcap = NaN: must be a finite number > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --softcap Infinity | --softcap = Infinity: must be a finite number > 0",
+        "selftest --backend cpu-reference --window x                 | --window = x: must be LEFT or LEFT,RIGHT",
+        "selftest --backend cpu-reference --softcap 0                | --softcap = 0: must be a finite number > 0",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
         Result r = run(commandLine.trim().split("\\s+"));
@@ -253,6 +263,73 @@ class MainTest {
                 assertEquals(Boolean.TRUE, json.get("check_passed"), json.toString());
             }
         }
+    }
+
+    /** --window, --softcap and --sinks reach the shape; --check compares cpu-reference with the online reference. */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "--seq 64 --window 5                         | window=(5,-1)   | [5, -1] | 0    | false",
+        "--seq 64 --window 3,2 --kv-seq 90           | window=(3,2)    | [3, 2]  | 0    | false",
+        "--seq 70 --window -1,0 --kv-seq 30          | window=(-1,0)   | [-1, 0] | 0    | false",
+        "--seq 64 --softcap 1.5                      | softcap=1.5     |         | 1.5  | false",
+        "--seq 70 --sinks --causal --kv-seq 30       | sinks           |         | 0    | true",
+        "--seq 64 --window 7,0 --causal --softcap 20 --sinks | window=(7,0) softcap=20.0 sinks | [7, 0] | 20 | true",
+    })
+    void runChecksWindowSoftcapAndSinks(String options, String inShape, String window, double softcap, boolean sinks)
+            throws Exception {
+        List<String> args = new ArrayList<>(List.of("run", "--batch", "2", "--heads", "4", "--kv-heads", "2",
+                "--dim", "32", "--backend", "cpu-reference", "--check", "--warmup", "0", "--iters", "2", "--json"));
+        args.addAll(List.of(options.trim().split("\\s+")));
+        Result r = run(args.toArray(String[]::new));
+        assertEquals(0, r.exit(), r.out() + r.err());
+        assertTrue(r.out().contains("check       PASS"), r.out());
+        assertTrue(r.out().contains(inShape.trim()), r.out());
+        String[] lines = r.outLines();
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals(Boolean.TRUE, json.get("check_passed"), json.toString());
+        assertEquals("online-softmax reference", json.get("checked_against"));
+        assertEquals(window == null ? null : window.trim(), json.containsKey("window") ? json.get("window").toString() : null);
+        assertEquals(softcap, json.containsKey("softcap") ? ((Number) json.get("softcap")).doubleValue() : 0.0, 1e-6);
+        assertEquals(sinks, json.containsKey("sinks"), json.toString());
+        if (sinks) {
+            assertEquals(4, ((List<?>) json.get("sinks")).size(), json.toString());
+        }
+        assertTrue(((Number) json.get("median_ms")).doubleValue() > 0);
+    }
+
+    /** The same seed draws the same sink logits; another seed others. */
+    @Test
+    void sinkLogitsComeFromTheSeed() throws Exception {
+        String[] common = {"run", "--batch", "1", "--heads", "3", "--seq", "8", "--dim", "16", "--backend", "cpu-reference",
+                "--sinks", "--warmup", "0", "--iters", "1", "--json", "--seed"};
+        List<Object> first = sinks(run(append(common, "11")));
+        assertEquals(first, sinks(run(append(common, "11"))));
+        assertFalse(first.equals(sinks(run(append(common, "12")))));
+    }
+
+    private static String[] append(String[] args, String last) {
+        String[] all = java.util.Arrays.copyOf(args, args.length + 1);
+        all[args.length] = last;
+        return all;
+    }
+
+    @SuppressWarnings("unchecked")
+    private static List<Object> sinks(Result r) throws Exception {
+        String[] lines = r.outLines();
+        return (List<Object>) JSON.std.mapFrom(lines[lines.length - 1]).get("sinks");
+    }
+
+    @Test
+    void selftestAppliesTheFeaturesToEveryCase() throws Exception {
+        Result r = run("selftest", "--backend", "cpu-reference", "--cases", "8-11", "--window", "16,0", "--softcap", "30",
+                "--sinks", "--json");
+        assertEquals(0, r.exit(), r.out() + r.err());
+        assertTrue(r.out().contains("4 passed, 0 failed"), r.out());
+        assertTrue(r.out().contains("window=(16,0) softcap=30.0 sinks"), r.out());
+        String[] lines = r.outLines();
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals("[16, 0]", json.get("window").toString());
+        assertEquals(Boolean.TRUE, json.get("sinks"));
     }
 
     /** Without a command the error names every command of the table, so a new one is never left out. */

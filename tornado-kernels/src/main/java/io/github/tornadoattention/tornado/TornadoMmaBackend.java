@@ -30,9 +30,10 @@ public final class TornadoMmaBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
     }
 
-    /** Head dims 64 and 128 ({@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths. */
+    /** Head dims 64 and 128 ({@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; no window, softcap or sinks. */
     @Override
     public void checkSupported(AttentionShape shape) {
+        shape.requireNoFeatures(id());
         MmaTileConfig.forHeadDim(shape.headDim());
     }
 

@@ -25,9 +25,10 @@ public final class TornadoSimtBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.anyDevice().availability());
     }
 
-    /** Head dims 1..128 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths. */
+    /** Head dims 1..128 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; no window, softcap or sinks. */
     @Override
     public void checkSupported(AttentionShape shape) {
+        shape.requireNoFeatures(id());
         SimtTileConfig.forHeadDim(shape.headDim());
     }
 

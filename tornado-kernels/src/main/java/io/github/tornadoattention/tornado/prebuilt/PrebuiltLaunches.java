@@ -46,7 +46,8 @@ public final class PrebuiltLaunches {
 
     /** The dense fp16 variant of {@code kind} for {@code shape} in the twin reading arrays behind {@code headerBytes}. */
     private static KernelVariant twin(Kind kind, AttentionShape shape, long headerBytes) {
-        return KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal()).headerBytes(Math.toIntExact(headerBytes));
+        return KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal()).features(LaunchTable.features(shape))
+                .headerBytes(Math.toIntExact(headerBytes));
     }
 
     /** Ints of the fused decode kernel's ticket array: one per row block (grid y times grid z). */

@@ -1,0 +1,125 @@
+package io.github.tornadoattention.cli;
+
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.InvalidArgumentException;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.SplittableRandom;
+import picocli.CommandLine.Option;
+
+/** {@code --window}, {@code --softcap} and {@code --sinks}: the shape's optional score features, for run and selftest. */
+final class FeatureOptions {
+    /** Mixed into the seed of the sink logits, so they are not the first draws of the inputs' stream. */
+    private static final long SINK_SEED = 0x51A5_0F_5EEDL;
+
+    @Option(names = "--window", paramLabel = "LEFT[,RIGHT]",
+            description = "sliding window (FlashAttention's window_size): query i sees keys i+Skv-Sq-LEFT..i+Skv-Sq+RIGHT;"
+                    + " -1 = unbounded; RIGHT defaults to -1 (0 with --causal has the same effect)")
+    String window;
+
+    @Option(names = "--softcap", paramLabel = "C", description = "softcap: a score s becomes C*tanh(s/C) before the softmax; C > 0")
+    String softcap;
+
+    @Option(names = "--sinks", description = "attention sinks: one random N(0,1) logit per query head (from the seed) in every"
+            + " row's softmax denominator")
+    boolean sinks;
+
+    /** {@code shape} with the features given; the sink logits are drawn from {@code seed}. */
+    AttentionShape apply(AttentionShape shape, long seed) {
+        if (window == null && softcap == null && !sinks) {
+            return shape;
+        }
+        AttentionShape.Builder b = shape.toBuilder();
+        if (window != null) {
+            int[] w = window(window);
+            b.window(w[0], w[1]);
+        }
+        if (softcap != null) {
+            b.softcap(softcap(softcap));
+        }
+        if (sinks) {
+            SplittableRandom random = new SplittableRandom(seed ^ SINK_SEED);
+            float[] logits = new float[shape.heads()];
+            for (int h = 0; h < logits.length; h++) {
+                logits[h] = (float) random.nextGaussian();
+            }
+            b.sinks(logits);
+        }
+        return b.build();
+    }
+
+    /** Checks the typed values before any work (the shape checks them again). */
+    void validate() {
+        if (window != null) {
+            window(window);
+        }
+        if (softcap != null) {
+            softcap(softcap);
+        }
+    }
+
+    /** The features set, for a JSON line: window [left, right], softcap, sinks (the logits). */
+    static Map<String, Object> json(AttentionShape shape) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        if (shape.hasWindow()) {
+            m.put("window", java.util.List.of(shape.windowLeft(), shape.windowRight()));
+        }
+        if (shape.hasSoftcap()) {
+            m.put("softcap", shape.softcap());
+        }
+        if (shape.hasSinks()) {
+            m.put("sinks", shape.sinks());
+        }
+        return m;
+    }
+
+    /** The features as typed, for selftest's JSON line: window [left, right], softcap, sinks true. */
+    Map<String, Object> typedJson() {
+        Map<String, Object> m = new LinkedHashMap<>();
+        if (window != null) {
+            int[] w = window(window);
+            m.put("window", java.util.List.of(w[0], w[1]));
+        }
+        if (softcap != null) {
+            m.put("softcap", softcap(softcap));
+        }
+        if (sinks) {
+            m.put("sinks", true);
+        }
+        return m;
+    }
+
+    static int[] window(String typed) {
+        String allowed = "must be LEFT or LEFT,RIGHT, each -1 (unbounded) or a number of keys >= 0";
+        String[] parts = typed.split(",", -1);
+        if (parts.length > 2) {
+            throw new InvalidArgumentException("--window", typed, allowed);
+        }
+        int[] w = {-1, -1};
+        try {
+            for (int i = 0; i < parts.length; i++) {
+                w[i] = Integer.parseInt(parts[i].trim());
+            }
+        } catch (NumberFormatException e) {
+            throw new InvalidArgumentException("--window", typed, allowed);
+        }
+        if (w[0] < -1 || w[1] < -1) {
+            throw new InvalidArgumentException("--window", typed, allowed);
+        }
+        return w;
+    }
+
+    static float softcap(String typed) {
+        String allowed = "must be a finite number > 0";
+        float value;
+        try {
+            value = Float.parseFloat(typed.trim());
+        } catch (NumberFormatException e) {
+            throw new InvalidArgumentException("--softcap", typed, allowed);
+        }
+        if (!(value > 0f && Float.isFinite(value))) {
+            throw new InvalidArgumentException("--softcap", typed, allowed);
+        }
+        return value;
+    }
+}

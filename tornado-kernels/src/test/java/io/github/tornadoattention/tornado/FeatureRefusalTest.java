@@ -1,0 +1,46 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.InvalidArgumentException;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/** The TornadoVM backends serve no window, softcap or sinks yet: each refuses them by name (no device needed). */
+class FeatureRefusalTest {
+    private static final AttentionShape D64 = AttentionShape.builder().batch(1).heads(2).queryLength(64).headDim(64).build();
+
+    @Test
+    void everyTornadoBackendRefusesEachFeatureByName() {
+        List<AttentionShape> shapes = List.of(D64.toBuilder().window(16, 0).build(), D64.toBuilder().softcap(30f).build(),
+                D64.toBuilder().sinks(new float[] {0.5f, -0.5f}).build());
+        for (AttentionBackend backend : List.of(new TornadoSimtBackend(), new TornadoMmaBackend(), new PtxTornadoBackend())) {
+            backend.checkSupported(D64);
+            for (AttentionShape shape : shapes) {
+                String feature = shape.features().get(0);
+                InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> backend.checkSupported(shape),
+                        backend.id() + " " + shape);
+                assertEquals(feature, e.argument(), e.getMessage());
+                assertEquals(shape.featureValue(feature), e.value());
+                assertTrue(e.allowed().startsWith(backend.id() + " "), e.getMessage());
+                assertTrue(e.allowed().contains("cpu-reference serves"), e.getMessage());
+            }
+        }
+        assertEquals("window = (16, 0): tornado-simt serves dense attention without window, softcap or sinks"
+                + " (cpu-reference serves them)", assertThrows(InvalidArgumentException.class,
+                () -> new TornadoSimtBackend().checkSupported(shapes.get(0))).getMessage());
+    }
+
+    @Test
+    void prebuiltTwinsAreSelectedWithTheShapesFeatures() {
+        AttentionShape windowed = D64.toBuilder().window(16, 0).build();
+        long header = io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches.headerBytes().get(0);
+        assertThrows(InvalidArgumentException.class,
+                () -> io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches.prefill(windowed, header));
+        io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches.prefill(D64, header);
+    }
+}
