@@ -57,7 +57,7 @@ public abstract class AttentionPlan implements AutoCloseable {
      * Stream-ordered attention on device tensors of the plan's {@link #device()}: enqueues the kernels
      * on the device's stream and returns without copying or synchronising; {@code o} (and {@code lse},
      * fp32 [batch, heads, queryLength], when not null) hold the result after
-     * {@link AttentionDevice#synchronize()}. Tensors are fp16 of the shape's sizes.
+     * {@link AttentionDevice#synchronize()}. Tensors are of the shape's sizes and {@link AttentionShape#dtype()}.
      *
      * @throws UnsupportedOperationException if this backend has no device tensors yet
      */
@@ -69,13 +69,13 @@ public abstract class AttentionPlan implements AutoCloseable {
             throw new UnsupportedOperationException(backendId + " plans take host tensors only (device tensors: ptx-cuda,"
                     + " cpu-reference)");
         }
-        InvalidArgumentException.requireNonNull("q", q).require("q", device, DType.FP16, shape.queryElements(),
+        InvalidArgumentException.requireNonNull("q", q).require("q", device, shape.dtype(), shape.queryElements(),
                 "batch*heads*queryLength*headDim");
-        InvalidArgumentException.requireNonNull("k", k).require("k", device, DType.FP16, shape.kvElements(),
+        InvalidArgumentException.requireNonNull("k", k).require("k", device, shape.dtype(), shape.kvElements(),
                 "batch*kvHeads*kvLength*headDim");
-        InvalidArgumentException.requireNonNull("v", v).require("v", device, DType.FP16, shape.kvElements(),
+        InvalidArgumentException.requireNonNull("v", v).require("v", device, shape.dtype(), shape.kvElements(),
                 "batch*kvHeads*kvLength*headDim");
-        InvalidArgumentException.requireNonNull("o", o).require("o", device, DType.FP16, shape.outputElements(),
+        InvalidArgumentException.requireNonNull("o", o).require("o", device, shape.dtype(), shape.outputElements(),
                 "batch*heads*queryLength*headDim");
         if (o == q || o == k || o == v) {
             throw new InvalidArgumentException("o", "the same tensor as an input", "must be a separate tensor");
@@ -98,7 +98,7 @@ public abstract class AttentionPlan implements AutoCloseable {
 
     /** Computes attention into a new tensor, which the caller closes. */
     public final HalfTensor forward(HalfTensor q, HalfTensor k, HalfTensor v) {
-        HalfTensor o = HalfTensor.allocate(shape.outputElements());
+        HalfTensor o = HalfTensor.allocate(shape.dtype(), shape.outputElements());
         try {
             forward(q, k, v, o, null);
             return o;

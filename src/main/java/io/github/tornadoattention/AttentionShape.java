@@ -7,7 +7,7 @@ import java.util.List;
  * One attention call's shape: the single place where shapes are validated.
  *
  * <p>Q is [batch, heads, queryLength, headDim], K and V are [batch, kvHeads, kvLength, headDim],
- * O is shaped like Q, all fp16 in {@link #layout()}; the optional logsumexp is fp32
+ * O is shaped like Q, all of one element type {@link #dtype()} (fp16, the default, or bf16) in {@link #layout()}; the optional logsumexp is fp32
  * [batch, heads, queryLength]. Query head {@code h} reads key/value head
  * {@code h / (heads / kvHeads)} (MHA, GQA, MQA). With {@code causal}, query {@code i} sees key
  * {@code j} iff {@code j <= i + (kvLength - queryLength)} (bottom-right aligned); a row that sees no
@@ -29,7 +29,7 @@ import java.util.List;
  */
 public record AttentionShape(int batch, int heads, int kvHeads, int queryLength, int kvLength,
                              int headDim, boolean causal, float scale, Layout layout,
-                             int windowLeft, int windowRight, float softcap, List<Float> sinks) {
+                             int windowLeft, int windowRight, float softcap, List<Float> sinks, DType dtype) {
 
     /** Kernels index tensors with 32-bit element offsets. */
     public static final long MAX_TENSOR_ELEMENTS = Integer.MAX_VALUE;
@@ -70,9 +70,20 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
             }
         }
         sinks = List.copyOf(sinks);
+        InvalidArgumentException.requireNonNull("dtype", dtype);
+        if (dtype != DType.FP16 && dtype != DType.BF16) {
+            throw new InvalidArgumentException("dtype", dtype.label(), "Q, K, V and O are fp16 or bf16");
+        }
     }
 
-    /** A shape without window, softcap or sinks. */
+    /** An fp16 shape. */
+    public AttentionShape(int batch, int heads, int kvHeads, int queryLength, int kvLength, int headDim, boolean causal,
+                          float scale, Layout layout, int windowLeft, int windowRight, float softcap, List<Float> sinks) {
+        this(batch, heads, kvHeads, queryLength, kvLength, headDim, causal, scale, layout, windowLeft, windowRight, softcap,
+                sinks, DType.FP16);
+    }
+
+    /** An fp16 shape without window, softcap or sinks. */
     public AttentionShape(int batch, int heads, int kvHeads, int queryLength, int kvLength, int headDim, boolean causal,
                           float scale, Layout layout) {
         this(batch, heads, kvHeads, queryLength, kvLength, headDim, causal, scale, layout, -1, -1, 0f, List.of());
@@ -117,7 +128,7 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
     public Builder toBuilder() {
         return new Builder().batch(batch).heads(heads).kvHeads(kvHeads).queryLength(queryLength)
                 .kvLength(kvLength).headDim(headDim).causal(causal).scale(scale).layout(layout)
-                .window(windowLeft, windowRight).softcap(softcap).sinks(sinkArray());
+                .window(windowLeft, windowRight).softcap(softcap).sinks(sinkArray()).dtype(dtype);
     }
 
     /** True when a window bounds either side. */
@@ -281,18 +292,35 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
         return perPair * visiblePairs;
     }
 
-    /** Checks tensors against this shape before a backend writes anything. {@code lse} may be null. */
+    /**
+     * Checks tensors against this shape before a backend writes anything. {@code lse} may be null. Q, K, V and O
+     * share one element type, this shape's {@link #dtype()}: a call mixing types is refused naming each tensor's.
+     */
     public void checkTensors(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
         checkTensor("q", q, queryElements(), "batch*heads*queryLength*headDim");
         checkTensor("k", k, kvElements(), "batch*kvHeads*kvLength*headDim");
         checkTensor("v", v, kvElements(), "batch*kvHeads*kvLength*headDim");
         checkTensor("o", o, outputElements(), "batch*heads*queryLength*headDim");
+        checkElementTypes(q.dtype(), k.dtype(), v.dtype(), o.dtype());
         if (o == q || o == k || o == v) {
             throw new InvalidArgumentException("o", "the same tensor as an input", "must be a separate tensor");
         }
         if (lse != null && lse.length != logSumExpElements()) {
             throw new InvalidArgumentException("lse.length", lse.length,
                     "must equal batch*heads*queryLength = " + logSumExpElements() + " (or pass null)");
+        }
+    }
+
+    /** One element type per call: the plan's. Mixed types name every tensor's type; one other type names the plan's. */
+    private void checkElementTypes(DType q, DType k, DType v, DType o) {
+        if (q != k || q != v || q != o) {
+            throw new InvalidArgumentException("q, k, v, o", "q " + q.label() + ", k " + k.label() + ", v " + v.label()
+                    + ", o " + o.label(), "must share one element type (one type per call; this plan's is "
+                    + dtype.label() + ")");
+        }
+        if (q != dtype) {
+            throw new InvalidArgumentException("q, k, v, o", q.label(), "this plan was made for " + dtype.label()
+                    + " tensors (AttentionShape.dtype)");
         }
     }
 
@@ -317,7 +345,8 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
                 + " D=" + headDim + (causal ? " causal" : " non-causal") + " " + layout.name().toLowerCase()
                 + (scale == defaultScale(headDim) ? "" : " scale=" + scale)
                 + (hasWindow() ? " window=(" + windowLeft + "," + windowRight + ")" : "")
-                + (hasSoftcap() ? " softcap=" + softcap : "") + (hasSinks() ? " sinks" : "");
+                + (hasSoftcap() ? " softcap=" + softcap : "") + (hasSinks() ? " sinks" : "")
+                + (dtype == DType.FP16 ? "" : " " + dtype.label());
     }
 
     /** Builds a shape; key/value heads and length default to the query's, scale to 1/sqrt(headDim). */
@@ -335,6 +364,7 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
         private int windowRight = -1;
         private float softcap;
         private float[] sinks;
+        private DType dtype = DType.FP16;
 
         public Builder batch(int batch) {
             this.batch = batch;
@@ -410,6 +440,12 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
             return this;
         }
 
+        /** The element type of Q, K, V and O: fp16 (the default) or bf16. */
+        public Builder dtype(DType dtype) {
+            this.dtype = dtype;
+            return this;
+        }
+
         private List<Float> sinkList() {
             if (sinks == null) {
                 return List.of();
@@ -429,7 +465,7 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
             return new AttentionShape(batch, heads, kvHeads == null ? heads : kvHeads, queryLength,
                     kvLength == null ? queryLength : kvLength, headDim, causal,
                     scale == null ? (headDim > 0 ? defaultScale(headDim) : 1f) : scale, layout,
-                    windowLeft, windowRight, softcap, sinkList());
+                    windowLeft, windowRight, softcap, sinkList(), dtype);
         }
     }
 }

@@ -60,12 +60,9 @@ public final class DeviceTensor implements AutoCloseable {
         copyFrom(source, 0, 0, checkOpenHost("source", source).length());
     }
 
-    /** Copies {@code count} fp16 elements of {@code source} starting at {@code sourceOffset} to {@code offset}. */
+    /** Copies {@code count} elements of {@code source} (of this tensor's type) starting at {@code sourceOffset} to {@code offset}. */
     public void copyFrom(HalfTensor source, long sourceOffset, long offset, long count) {
         checkOpenHost("source", source);
-        if (dtype != DType.FP16 && dtype != DType.BF16) {
-            throw new InvalidArgumentException("this.dtype", dtype, "copying from a HalfTensor needs an FP16 tensor");
-        }
         checkRange("sourceOffset", sourceOffset, count, source.length());
         copyFrom(source.data().asSlice(2 * sourceOffset, 2 * count), offset);
     }
@@ -94,7 +91,7 @@ public final class DeviceTensor implements AutoCloseable {
                 count * dtype.bytes());
     }
 
-    /** Copies all elements into {@code destination} (fp16); valid after {@link AttentionDevice#synchronize()}. */
+    /** Copies all elements into {@code destination} (of this tensor's type); valid after {@link AttentionDevice#synchronize()}. */
     public void copyTo(HalfTensor destination) {
         copyTo(destination, 0, 0, length);
     }
@@ -146,10 +143,15 @@ public final class DeviceTensor implements AutoCloseable {
         }
     }
 
-    private static HalfTensor checkOpenHost(String argument, HalfTensor tensor) {
+    /** An open host tensor of this tensor's element type: copies move bits, so fp16 and bf16 never meet. */
+    private HalfTensor checkOpenHost(String argument, HalfTensor tensor) {
         InvalidArgumentException.requireNonNull(argument, tensor);
         if (!tensor.isOpen()) {
             throw new InvalidArgumentException(argument, "a closed HalfTensor", "must be open");
+        }
+        if (tensor.dtype() != dtype) {
+            throw new InvalidArgumentException(argument + ".dtype", tensor.dtype().label(),
+                    "must equal this device tensor's " + dtype.label());
         }
         return tensor;
     }

@@ -6,7 +6,8 @@ import java.lang.foreign.ValueLayout;
 import java.lang.ref.Reference;
 
 /**
- * A flat array of IEEE fp16 values in off-heap memory (a {@link MemorySegment}).
+ * A flat array of 16-bit floats in off-heap memory (a {@link MemorySegment}): IEEE fp16 (the default) or bf16,
+ * the tensor's {@link #dtype()}. Floats in are rounded to nearest even in that type; values out are exact.
  *
  * <p>The data starts 64-byte aligned; GPU hosts copy straight from {@link #data()} to the device.
  *
@@ -22,7 +23,7 @@ import java.lang.ref.Reference;
  */
 public final class HalfTensor implements AutoCloseable {
     private static final long ALIGNMENT = 64;
-    private static final ValueLayout.OfShort FP16 = ValueLayout.JAVA_SHORT_UNALIGNED;
+    private static final ValueLayout.OfShort BITS16 = ValueLayout.JAVA_SHORT_UNALIGNED;
     /** The most elements a tensor can hold: its bytes, with room for the alignment, must fit in a {@code long}. */
     public static final long MAX_LENGTH = (Long.MAX_VALUE - ALIGNMENT) / Short.BYTES;
 
@@ -30,9 +31,14 @@ public final class HalfTensor implements AutoCloseable {
     private final LeakGuard guard;
     private final MemorySegment data;
     private final long length;
+    private final DType dtype;
     private long version;
 
-    private HalfTensor(long length) {
+    private HalfTensor(long length, DType dtype) {
+        InvalidArgumentException.requireNonNull("dtype", dtype);
+        if (dtype != DType.FP16 && dtype != DType.BF16) {
+            throw new InvalidArgumentException("dtype", dtype.label(), "a HalfTensor holds fp16 or bf16");
+        }
         if (length <= 0 || length > MAX_LENGTH) {
             throw new InvalidArgumentException("length", length, "must be in 1.." + MAX_LENGTH);
         }
@@ -45,28 +51,49 @@ public final class HalfTensor implements AutoCloseable {
         }
         this.arena = memory;
         this.length = length;
-        this.guard = LeakGuard.register(this, "a HalfTensor of length " + length, memory::close);
+        this.dtype = dtype;
+        this.guard = LeakGuard.register(this, "a " + dtype.label() + " HalfTensor of length " + length, memory::close);
     }
 
-    /** A tensor of {@code length} zeros. */
+    /** An fp16 tensor of {@code length} zeros. */
     public static HalfTensor allocate(long length) {
-        return new HalfTensor(length);
+        return allocate(DType.FP16, length);
     }
 
-    /** A tensor holding {@code values} rounded to fp16. */
+    /** A tensor of {@code length} zeros of {@code dtype} (fp16 or bf16). */
+    public static HalfTensor allocate(DType dtype, long length) {
+        return new HalfTensor(length, dtype);
+    }
+
+    /** An fp16 tensor holding {@code values} rounded to fp16. */
     public static HalfTensor of(float... values) {
+        return of(DType.FP16, values);
+    }
+
+    /** A tensor of {@code dtype} holding {@code values} rounded to it. */
+    public static HalfTensor of(DType dtype, float... values) {
         InvalidArgumentException.requireNonNull("values", values);
-        HalfTensor t = new HalfTensor(values.length);
+        HalfTensor t = new HalfTensor(values.length, dtype);
         t.copyFrom(values);
         return t;
     }
 
-    /** A tensor holding raw fp16 bit patterns. */
+    /** An fp16 tensor holding raw fp16 bit patterns. */
     public static HalfTensor ofBits(short... bits) {
+        return ofBits(DType.FP16, bits);
+    }
+
+    /** A tensor of {@code dtype} holding raw bit patterns of that type. */
+    public static HalfTensor ofBits(DType dtype, short... bits) {
         InvalidArgumentException.requireNonNull("bits", bits);
-        HalfTensor t = new HalfTensor(bits.length);
+        HalfTensor t = new HalfTensor(bits.length, dtype);
         t.copyFromBits(bits);
         return t;
+    }
+
+    /** The element type: {@link DType#FP16} or {@link DType#BF16}. */
+    public DType dtype() {
+        return dtype;
     }
 
     public long length() {
@@ -78,42 +105,42 @@ public final class HalfTensor implements AutoCloseable {
     }
 
     public float get(long index) {
-        return Float.float16ToFloat(getBits(index));
+        return dtype.toFloat(getBits(index));
     }
 
     public short getBits(long index) {
         ensureOpen();
-        short bits = data.getAtIndex(FP16, checkIndex(index));
+        short bits = data.getAtIndex(BITS16, checkIndex(index));
         Reference.reachabilityFence(this); // the cleaner must not free the memory while it is read
         return bits;
     }
 
     public void set(long index, float value) {
-        setBits(index, Float.floatToFloat16(value));
+        setBits(index, dtype.fromFloat(value));
     }
 
     public void setBits(long index, short bits) {
         ensureOpen();
-        data.setAtIndex(FP16, checkIndex(index), bits);
+        data.setAtIndex(BITS16, checkIndex(index), bits);
         version++;
     }
 
     /** Sets every element to {@code value}; NaN is the usual poison for outputs under test. */
     public void fill(float value) {
         ensureOpen();
-        short bits = Float.floatToFloat16(value);
+        short bits = dtype.fromFloat(value);
         for (long i = 0; i < length; i++) {
-            data.setAtIndex(FP16, i, bits);
+            data.setAtIndex(BITS16, i, bits);
         }
         version++;
     }
 
-    /** Copies {@code values} (rounded to nearest fp16) into this tensor; lengths must match. */
+    /** Copies {@code values} (rounded to nearest, ties to even, in this tensor's type) into this tensor; lengths must match. */
     public void copyFrom(float[] values) {
         ensureOpen();
         checkSameLength("values", values == null ? -1 : values.length);
         for (int i = 0; i < values.length; i++) {
-            data.setAtIndex(FP16, i, Float.floatToFloat16(values[i]));
+            data.setAtIndex(BITS16, i, dtype.fromFloat(values[i]));
         }
         version++;
     }
@@ -121,7 +148,7 @@ public final class HalfTensor implements AutoCloseable {
     public void copyFromBits(short[] bits) {
         ensureOpen();
         checkSameLength("bits", bits == null ? -1 : bits.length);
-        MemorySegment.copy(bits, 0, data, FP16, 0, bits.length);
+        MemorySegment.copy(bits, 0, data, BITS16, 0, bits.length);
         version++;
     }
 
@@ -129,7 +156,7 @@ public final class HalfTensor implements AutoCloseable {
         ensureOpen();
         float[] out = new float[checkedArrayLength()];
         for (int i = 0; i < out.length; i++) {
-            out[i] = Float.float16ToFloat(data.getAtIndex(FP16, i));
+            out[i] = dtype.toFloat(data.getAtIndex(BITS16, i));
         }
         Reference.reachabilityFence(this);
         return out;
@@ -138,12 +165,12 @@ public final class HalfTensor implements AutoCloseable {
     public short[] toBitsArray() {
         ensureOpen();
         short[] out = new short[checkedArrayLength()];
-        MemorySegment.copy(data, FP16, 0, out, 0, out.length);
+        MemorySegment.copy(data, BITS16, 0, out, 0, out.length);
         Reference.reachabilityFence(this);
         return out;
     }
 
-    /** The fp16 data, {@code 2 * length()} bytes. */
+    /** The raw 16-bit data, {@code 2 * length()} bytes. */
     public MemorySegment data() {
         return data;
     }

@@ -126,7 +126,7 @@ final class CpuDevice extends AttentionDevice {
         MemorySegment m = tensor(t);
         float[] out = new float[Math.toIntExact(t.length())];
         for (int i = 0; i < out.length; i++) {
-            out[i] = Float.float16ToFloat(m.getAtIndex(JAVA_SHORT_UNALIGNED, i));
+            out[i] = t.dtype().toFloat(m.getAtIndex(JAVA_SHORT_UNALIGNED, i));
         }
         return out;
     }
@@ -140,7 +140,7 @@ final class CpuDevice extends AttentionDevice {
     void writeHalves(DeviceTensor t, double[] values) {
         MemorySegment m = tensor(t);
         for (int i = 0; i < values.length; i++) {
-            m.setAtIndex(JAVA_SHORT_UNALIGNED, i, Float.floatToFloat16((float) values[i]));
+            m.setAtIndex(JAVA_SHORT_UNALIGNED, i, t.dtype().fromDouble(values[i]));
         }
     }
 

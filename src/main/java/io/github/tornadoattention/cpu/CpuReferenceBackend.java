@@ -10,7 +10,7 @@ import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.PlanOptions;
 
-/** {@code cpu-reference}: the oracle as a backend. Any head dim, both layouts, runs anywhere. */
+/** {@code cpu-reference}: the oracle as a backend. Any head dim, both layouts, fp16 and bf16, runs anywhere. */
 public final class CpuReferenceBackend implements AttentionBackend {
 
     @Override
@@ -63,11 +63,11 @@ public final class CpuReferenceBackend implements AttentionBackend {
             protected void compute(HalfTensor q, HalfTensor k, HalfTensor v, HalfTensor o, float[] lse) {
                 CpuReference.Result result = CpuReference.compute(shape, q, k, v);
                 double[] out = result.output();
-                float[] rounded = new float[out.length];
+                short[] rounded = new short[out.length];
                 for (int i = 0; i < out.length; i++) {
-                    rounded[i] = (float) out[i];
+                    rounded[i] = o.dtype().fromDouble(out[i]);
                 }
-                o.copyFrom(rounded);
+                o.copyFromBits(rounded);
                 if (lse != null) {
                     for (int i = 0; i < lse.length; i++) {
                         lse[i] = (float) result.logSumExp()[i];

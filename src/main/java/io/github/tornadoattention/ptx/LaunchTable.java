@@ -81,6 +81,15 @@ public final class LaunchTable {
                     backendId + " launches one block row per (batch, head): at most " + MAX_GRID_YZ);
         }
         Kind kind = isDecode(shape) ? Kind.DECODE_SPLIT : Kind.PREFILL;
+        try {
+            KernelManifest.shipped().select(variant(kind, shape));
+        } catch (InvalidArgumentException e) {
+            if (!e.argument().equals("dtype")) {
+                throw e;
+            }
+            throw new InvalidArgumentException("dtype", shape.dtype().label(), backendId + " has no " + shape.dtype().label()
+                    + " kernel yet (" + e.allowed() + "); cpu-reference serves it");
+        }
         for (String feature : shape.features()) {
             KernelVariant variant = variant(kind, shape).features(Set.of(feature(feature)));
             try {
@@ -148,13 +157,13 @@ public final class LaunchTable {
         return DecodeWorkspace.of(shape, splits);
     }
 
-    /** The CUDA-driver entry of {@code kind} for a dense fp16 call of this shape. */
+    /** The CUDA-driver entry of {@code kind} for a dense call of this shape (its dtype a variant field). */
     private static Kernel kernel(Kind kind, AttentionShape shape) {
         return KernelManifest.shipped().select(variant(kind, shape).features(features(shape)));
     }
 
     private static KernelVariant variant(Kind kind, AttentionShape shape) {
-        return KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal());
+        return KernelVariant.of(kind, shape.dtype(), shape.headDim()).causal(shape.causal());
     }
 
     private static int packedRowBlocks(AttentionShape shape, Kernel split) {

@@ -1,16 +1,24 @@
 package io.github.tornadoattention.cli;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.SplittableRandom;
 import picocli.CommandLine.Option;
 
-/** {@code --window}, {@code --softcap} and {@code --sinks}: the shape's optional score features, for run and selftest. */
+/**
+ * {@code --dtype}, {@code --window}, {@code --softcap} and {@code --sinks}: the shape's element type and optional
+ * score features, for run and selftest.
+ */
 final class FeatureOptions {
     /** Mixed into the seed of the sink logits, so they are not the first draws of the inputs' stream. */
     private static final long SINK_SEED = 0x51A5_0F_5EEDL;
+
+    @Option(names = "--dtype", paramLabel = "fp16|bf16", defaultValue = "fp16",
+            description = "element type of Q, K, V and O (default: ${DEFAULT-VALUE}); bf16 runs on cpu-reference only for now")
+    String dtype = "fp16";
 
     @Option(names = "--window", paramLabel = "LEFT[,RIGHT]",
             description = "sliding window (FlashAttention's window_size): query i sees keys i+Skv-Sq-LEFT..i+Skv-Sq+RIGHT;"
@@ -26,10 +34,11 @@ final class FeatureOptions {
 
     /** {@code shape} with the features given; the sink logits are drawn from {@code seed}. */
     AttentionShape apply(AttentionShape shape, long seed) {
-        if (window == null && softcap == null && !sinks) {
+        DType type = dtype(dtype);
+        if (window == null && softcap == null && !sinks && type == shape.dtype()) {
             return shape;
         }
-        AttentionShape.Builder b = shape.toBuilder();
+        AttentionShape.Builder b = shape.toBuilder().dtype(type);
         if (window != null) {
             int[] w = window(window);
             b.window(w[0], w[1]);
@@ -50,6 +59,7 @@ final class FeatureOptions {
 
     /** Checks the typed values before any work (the shape checks them again). */
     void validate() {
+        dtype(dtype);
         if (window != null) {
             window(window);
         }
@@ -61,6 +71,7 @@ final class FeatureOptions {
     /** The features set, for a JSON line: window [left, right], softcap, sinks (the logits). */
     static Map<String, Object> json(AttentionShape shape) {
         Map<String, Object> m = new LinkedHashMap<>();
+        m.put("dtype", shape.dtype().label());
         if (shape.hasWindow()) {
             m.put("window", java.util.List.of(shape.windowLeft(), shape.windowRight()));
         }
@@ -76,6 +87,7 @@ final class FeatureOptions {
     /** The features as typed, for selftest's JSON line: window [left, right], softcap, sinks true. */
     Map<String, Object> typedJson() {
         Map<String, Object> m = new LinkedHashMap<>();
+        m.put("dtype", dtype(dtype).label());
         if (window != null) {
             int[] w = window(window);
             m.put("window", java.util.List.of(w[0], w[1]));
@@ -87,6 +99,14 @@ final class FeatureOptions {
             m.put("sinks", true);
         }
         return m;
+    }
+
+    static DType dtype(String typed) {
+        return switch (typed == null ? "" : typed.trim().toLowerCase(java.util.Locale.ROOT)) {
+            case "fp16" -> DType.FP16;
+            case "bf16" -> DType.BF16;
+            default -> throw new InvalidArgumentException("--dtype", typed, "must be fp16 or bf16");
+        };
     }
 
     static int[] window(String typed) {

@@ -42,7 +42,7 @@ public final class Main implements Runnable {
             Map.entry("lanes", "--lanes"), Map.entry("cudaDevice", "--cuda-device"),
             Map.entry("mmaJitFlags", "--mma-jit-flags"), Map.entry("layers", "--layers"),
             Map.entry("window.left", "--window"), Map.entry("window.right", "--window"), Map.entry("window", "--window"),
-            Map.entry("softcap", "--softcap"), Map.entry("sinks", "--sinks"));
+            Map.entry("softcap", "--softcap"), Map.entry("sinks", "--sinks"), Map.entry("dtype", "--dtype"));
     /** An API name inside an error's text (e.g. "must divide queryHeads (8)"). */
     private static final Pattern API_NAME = Pattern.compile("\\b[a-z]+(?:[A-Z][a-z]+)+\\b");
 

@@ -263,10 +263,10 @@ final class RunCommand implements Callable<Integer> {
     /** Times plan.forward on device tensors (inputs copied once) followed by a synchronisation, as an engine calls it. */
     private DeviceCall timeDeviceCall(AttentionPlan plan, AttentionShape shape, RandomInputs in) {
         io.github.tornadoattention.AttentionDevice device = plan.device();
-        try (io.github.tornadoattention.DeviceTensor dq = device.allocate(io.github.tornadoattention.DType.FP16, shape.queryElements());
-             io.github.tornadoattention.DeviceTensor dk = device.allocate(io.github.tornadoattention.DType.FP16, shape.kvElements());
-             io.github.tornadoattention.DeviceTensor dv = device.allocate(io.github.tornadoattention.DType.FP16, shape.kvElements());
-             io.github.tornadoattention.DeviceTensor dO = device.allocate(io.github.tornadoattention.DType.FP16, shape.outputElements());
+        try (io.github.tornadoattention.DeviceTensor dq = device.allocate(shape.dtype(), shape.queryElements());
+             io.github.tornadoattention.DeviceTensor dk = device.allocate(shape.dtype(), shape.kvElements());
+             io.github.tornadoattention.DeviceTensor dv = device.allocate(shape.dtype(), shape.kvElements());
+             io.github.tornadoattention.DeviceTensor dO = device.allocate(shape.dtype(), shape.outputElements());
              HalfTensor expected = plan.forward(in.q(), in.k(), in.v());
              HalfTensor actual = RandomInputs.poisonedOutput(shape)) {
             dq.copyFrom(in.q());

@@ -189,8 +189,7 @@ public final class CorrectnessSuite {
         double[][] expectedFor(String backendId) {
             if (backendId.equals(Backends.CPU_REFERENCE)) {
                 if (secondFormulation == null) {
-                    secondFormulation = OnlineSoftmaxReference.compute(shape, in.q().toFloatArray(),
-                            in.k().toFloatArray(), in.v().toFloatArray());
+                    secondFormulation = OnlineSoftmaxReference.compute(shape, in.q(), in.k(), in.v());
                 }
                 return secondFormulation;
             }

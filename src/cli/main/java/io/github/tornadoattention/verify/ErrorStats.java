@@ -1,13 +1,20 @@
 package io.github.tornadoattention.verify;
 
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.HalfTensor;
 
 /**
  * Differences between a result and the reference. A NaN or infinity where the reference is finite
  * (or a finite logsumexp where the reference is -infinity) counts as a bad value and fails. The
- * logsumexp error is measured from the reference rounded to fp32 (the type of the output).
+ * logsumexp error is measured from the reference rounded to fp32 (the type of the output). {@code dtype} is the
+ * output's element type, which picks the {@link Tolerance}.
  */
-public record ErrorStats(double maxAbsError, double relativeError, double maxLseError, long badValues) {
+public record ErrorStats(double maxAbsError, double relativeError, double maxLseError, long badValues, DType dtype) {
+
+    /** Stats of an fp16 output. */
+    public ErrorStats(double maxAbsError, double relativeError, double maxLseError, long badValues) {
+        this(maxAbsError, relativeError, maxLseError, badValues, DType.FP16);
+    }
 
     public static ErrorStats compare(HalfTensor output, double[] expected, float[] lse, double[] expectedLse) {
         if (output.length() != expected.length) {
@@ -45,12 +52,12 @@ public record ErrorStats(double maxAbsError, double relativeError, double maxLse
                 }
             }
         }
-        return new ErrorStats(maxAbs, relative, maxLse, bad);
+        return new ErrorStats(maxAbs, relative, maxLse, bad, output.dtype());
     }
 
     public boolean passes() {
-        return badValues == 0 && maxAbsError <= Tolerance.MAX_ABS_ERROR
-                && relativeError <= Tolerance.MAX_RELATIVE_ERROR && maxLseError <= Tolerance.MAX_LSE_ERROR;
+        return badValues == 0 && maxAbsError <= Tolerance.maxAbsError(dtype)
+                && relativeError <= Tolerance.maxRelativeError(dtype) && maxLseError <= Tolerance.MAX_LSE_ERROR;
     }
 
     @Override

@@ -102,6 +102,6 @@ public final class NanCheck {
             }
         }
         double relative = refSquares == 0 ? Math.sqrt(diffSquares) : Math.sqrt(diffSquares / refSquares);
-        return new ErrorStats(maxAbs, relative, maxLse, bad);
+        return new ErrorStats(maxAbs, relative, maxLse, bad, shape.dtype());
     }
 }

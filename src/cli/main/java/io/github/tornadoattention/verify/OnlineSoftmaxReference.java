@@ -1,6 +1,7 @@
 package io.github.tornadoattention.verify;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.HalfTensor;
 import io.github.tornadoattention.Layout;
 import java.util.Arrays;
 import java.util.stream.IntStream;
@@ -18,7 +19,18 @@ public final class OnlineSoftmaxReference {
     private OnlineSoftmaxReference() {
     }
 
-    /** Same contract as {@code CpuReference.compute}: O indexed like the O tensor, lse [B, Hq, Sq]. */
+    /**
+     * On host tensors of either element type (fp16 or bf16): the values exactly as the tensors hold them, which for
+     * bf16 are the bf16-rounded inputs; tensors of another type than the shape's are refused like a plan does.
+     */
+    public static double[][] compute(AttentionShape s, HalfTensor q, HalfTensor k, HalfTensor v) {
+        try (HalfTensor o = HalfTensor.allocate(s.dtype(), s.outputElements())) {
+            s.checkTensors(q, k, v, o, null);
+        }
+        return compute(s, q.toFloatArray(), k.toFloatArray(), v.toFloatArray());
+    }
+
+    /** Same contract as {@code CpuReference.compute}: O indexed like the O tensor, lse [B, Hq, Sq]; values as given. */
     public static double[][] compute(AttentionShape s, float[] q, float[] k, float[] v) {
         double[] out = new double[q.length];
         double[] lse = new double[s.batch() * s.heads() * s.queryLength()];

@@ -4,26 +4,26 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.HalfTensor;
 import java.util.SplittableRandom;
 
-/** Fresh N(0,1) fp16 inputs for a shape (never zeros), and a NaN-poisoned output to write into. */
+/** Fresh N(0,1) inputs of the shape's dtype (fp16 or bf16; never zeros), and a NaN-poisoned output to write into. */
 public record RandomInputs(HalfTensor q, HalfTensor k, HalfTensor v) implements AutoCloseable {
 
     public static RandomInputs generate(AttentionShape shape, long seed) {
         SplittableRandom random = new SplittableRandom(seed);
-        return new RandomInputs(gaussian(shape.queryElements(), random), gaussian(shape.kvElements(), random),
-                gaussian(shape.kvElements(), random));
+        return new RandomInputs(gaussian(shape, shape.queryElements(), random), gaussian(shape, shape.kvElements(), random),
+                gaussian(shape, shape.kvElements(), random));
     }
 
-    private static HalfTensor gaussian(long length, SplittableRandom random) {
+    private static HalfTensor gaussian(AttentionShape shape, long length, SplittableRandom random) {
         float[] values = new float[Math.toIntExact(length)];
         for (int i = 0; i < values.length; i++) {
             values[i] = (float) random.nextGaussian();
         }
-        return HalfTensor.of(values);
+        return HalfTensor.of(shape.dtype(), values);
     }
 
     /** An output tensor filled with NaN, so an unwritten element cannot pass. */
     public static HalfTensor poisonedOutput(AttentionShape shape) {
-        HalfTensor o = HalfTensor.allocate(shape.outputElements());
+        HalfTensor o = HalfTensor.allocate(shape.dtype(), shape.outputElements());
         o.fill(Float.NaN);
         return o;
     }

@@ -216,6 +216,8 @@ class MainTest {
         "run --batch 1 --heads 8 --seq 4 --dim 64 --softcap Infinity | --softcap = Infinity: must be a finite number > 0",
         "selftest --backend cpu-reference --window x                 | --window = x: must be LEFT or LEFT,RIGHT",
         "selftest --backend cpu-reference --softcap 0                | --softcap = 0: must be a finite number > 0",
+        "run --batch 1 --heads 8 --seq 4 --dim 64 --dtype fp32       | --dtype = fp32: must be fp16 or bf16",
+        "selftest --backend cpu-reference --dtype half               | --dtype = half: must be fp16 or bf16",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
         Result r = run(commandLine.trim().split("\\s+"));
@@ -295,6 +297,29 @@ class MainTest {
             assertEquals(4, ((List<?>) json.get("sinks")).size(), json.toString());
         }
         assertTrue(((Number) json.get("median_ms")).doubleValue() > 0);
+    }
+
+    /** --dtype bf16: cpu-reference computes on bf16 inputs and --check holds it to the bf16 bound. */
+    @Test
+    void runAndSelftestTakeBf16() throws Exception {
+        Result r = run("run", "--batch", "2", "--heads", "4", "--kv-heads", "2", "--seq", "33", "--kv-seq", "47", "--dim", "32",
+                "--causal", "--backend", "cpu-reference", "--dtype", "bf16", "--check", "--warmup", "0", "--iters", "1", "--json");
+        assertEquals(0, r.exit(), r.out() + r.err());
+        assertTrue(r.out().contains("check       PASS"), r.out());
+        assertTrue(r.out().contains("causal bhsd bf16"), r.out());
+        String[] lines = r.outLines();
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals("bf16", json.get("dtype"));
+        assertEquals(Boolean.TRUE, json.get("check_passed"), json.toString());
+        Result auto = run("run", "--batch", "1", "--heads", "2", "--seq", "16", "--dim", "64", "--dtype", "bf16", "--check",
+                "--warmup", "0", "--iters", "1", "--json");
+        assertEquals(0, auto.exit(), auto.out() + auto.err());
+        assertTrue(auto.out().contains("cpu-reference"), auto.out());
+        Result self = run("selftest", "--backend", "cpu-reference", "--cases", "8-9", "--dtype", "bf16", "--json");
+        assertEquals(0, self.exit(), self.out() + self.err());
+        assertTrue(self.out().contains("2 passed, 0 failed"), self.out());
+        String[] selfLines = self.outLines();
+        assertEquals("bf16", JSON.std.mapFrom(selfLines[selfLines.length - 1]).get("dtype"));
     }
 
     /** The same seed draws the same sink logits; another seed others. */

@@ -28,6 +28,10 @@ public final class TornadoSimtBackend implements AttentionBackend {
     /** Head dims 1..128 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; no window, softcap or sinks. */
     @Override
     public void checkSupported(AttentionShape shape) {
+        if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
+            throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
+                    + " serves fp16 (bf16 through TornadoVM's BFloat16Array: planned); cpu-reference serves bf16");
+        }
         shape.requireNoFeatures(id());
         SimtTileConfig.forHeadDim(shape.headDim());
     }

@@ -1,7 +1,6 @@
 package io.github.tornadoattention.tornado.prebuilt;
 
 import io.github.tornadoattention.AttentionShape;
-import io.github.tornadoattention.DType;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelVariant;
 import io.github.tornadoattention.ptx.KernelVariant.Kind;
@@ -44,9 +43,9 @@ public final class PrebuiltLaunches {
                 KernelManifest.shipped().select(twin(Kind.DECODE_FUSED, shape, headerBytes)));
     }
 
-    /** The dense fp16 variant of {@code kind} for {@code shape} in the twin reading arrays behind {@code headerBytes}. */
+    /** The dense variant of {@code kind} for {@code shape} in the twin reading arrays behind {@code headerBytes}. */
     private static KernelVariant twin(Kind kind, AttentionShape shape, long headerBytes) {
-        return KernelVariant.of(kind, DType.FP16, shape.headDim()).causal(shape.causal()).features(LaunchTable.features(shape))
+        return KernelVariant.of(kind, shape.dtype(), shape.headDim()).causal(shape.causal()).features(LaunchTable.features(shape))
                 .headerBytes(Math.toIntExact(headerBytes));
     }
 
