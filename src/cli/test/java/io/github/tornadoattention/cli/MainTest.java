@@ -216,6 +216,10 @@ class MainTest {
         "run --batch 1 --heads 8 --seq 4 --dim 64 --softcap Infinity | --softcap = Infinity: must be a finite number > 0",
         "selftest --backend cpu-reference --window x                 | --window = x: must be LEFT or LEFT,RIGHT",
         "selftest --backend cpu-reference --softcap 0                | --softcap = 0: must be a finite number > 0",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --window -2 | --window = -2: must be LEFT or LEFT,RIGHT",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --softcap 0 | --softcap = 0: must be a finite number > 0",
+        "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --window 1,2,3      | --window = 1,2,3: must be LEFT or LEFT,RIGHT",
+        "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --softcap NaN       | --softcap = NaN: must be a finite number > 0",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
         Result r = run(commandLine.trim().split("\\s+"));
