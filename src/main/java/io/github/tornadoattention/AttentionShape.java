@@ -194,9 +194,15 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
      * the feature and what the backend serves.
      */
     public void requireNoFeatures(String backendId) {
-        for (String feature : features()) {
-            throw new InvalidArgumentException(feature, featureValue(feature), backendId
-                    + " serves dense attention without window, softcap or sinks (cpu-reference serves them)");
+        requireNoFeatures(backendId, "dense attention", features(), this::featureValue);
+    }
+
+    /** The refusal of {@link #requireNoFeatures(String)}, shared with the cache spec ({@code what}: what the backend serves). */
+    static void requireNoFeatures(String backendId, String what, List<String> features,
+                                  java.util.function.UnaryOperator<String> value) {
+        for (String feature : features) {
+            throw new InvalidArgumentException(feature, value.apply(feature), backendId + " serves " + what
+                    + " without window, softcap or sinks (cpu-reference serves them)");
         }
     }
 
@@ -240,11 +246,7 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
      * {@code firstVisibleKey(row)..lastVisibleKey(row)}, none when that range is empty.
      */
     public int firstVisibleKey(int row) {
-        if (windowLeft < 0) {
-            return 0;
-        }
-        long first = (long) row + kvLength - queryLength - windowLeft;
-        return (int) Math.min(kvLength, Math.max(0, first));
+        return firstVisibleKey((long) row + kvLength - queryLength, kvLength, windowLeft);
     }
 
     /**
@@ -252,13 +254,33 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
      * it sees none (causal with more queries than keys).
      */
     public int lastVisibleKey(int row) {
-        long diagonal = (long) row + kvLength - queryLength;
+        return lastVisibleKey((long) row + kvLength - queryLength, kvLength, causal, windowRight);
+    }
+
+    /**
+     * The one rule for which keys a query sees, dense or over a cache: a query at {@code position} (dense row
+     * i: i + Skv - Sq; cache query j of a sequence's n new tokens: L - n + j) among {@code kvLength} keys sees
+     * keys {@code firstVisibleKey(..)..lastVisibleKey(..)}. This is the first: {@code position - left} (-1:
+     * unbounded), clamped to [0, kvLength].
+     */
+    public static int firstVisibleKey(long position, int kvLength, int windowLeft) {
+        if (windowLeft < 0) {
+            return 0;
+        }
+        return (int) Math.min(kvLength, Math.max(0, position - windowLeft));
+    }
+
+    /**
+     * The last key a query at {@code position} among {@code kvLength} keys sees: below kvLength, at most
+     * {@code position} when causal and at most {@code position + right} with a right window side; -1 for none.
+     */
+    public static int lastVisibleKey(long position, int kvLength, boolean causal, int windowRight) {
         long last = kvLength - 1;
         if (causal) {
-            last = Math.min(last, diagonal);
+            last = Math.min(last, position);
         }
         if (windowRight >= 0) {
-            last = Math.min(last, diagonal + windowRight);
+            last = Math.min(last, position + windowRight);
         }
         return (int) Math.max(-1, last);
     }
@@ -347,6 +369,25 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
                 + (hasWindow() ? " window=(" + windowLeft + "," + windowRight + ")" : "")
                 + (hasSoftcap() ? " softcap=" + softcap : "") + (hasSinks() ? " sinks" : "")
                 + (dtype == DType.FP16 ? "" : " " + dtype.label());
+    }
+
+    /**
+     * A builder's sink array as the record holds it: null is none (the empty list); an empty array is refused, as
+     * the record's length check then refuses any length but {@code heads}. Shared by every spec that takes sinks.
+     */
+    static List<Float> sinkList(float[] sinks, int heads) {
+        if (sinks == null) {
+            return List.of();
+        }
+        if (sinks.length == 0) { // an empty list is how the record says "none"
+            throw new InvalidArgumentException("sinks", "length 0",
+                    "must hold one logit per query head: length heads = " + heads + " (or pass null for none)");
+        }
+        List<Float> list = new ArrayList<>(sinks.length);
+        for (float f : sinks) {
+            list.add(f);
+        }
+        return list;
     }
 
     /** Builds a shape; key/value heads and length default to the query's, scale to 1/sqrt(headDim). */
@@ -447,18 +488,7 @@ public record AttentionShape(int batch, int heads, int kvHeads, int queryLength,
         }
 
         private List<Float> sinkList() {
-            if (sinks == null) {
-                return List.of();
-            }
-            if (sinks.length == 0) { // an empty list is how the record says "none"
-                throw new InvalidArgumentException("sinks", "length 0",
-                        "must hold one logit per query head: length heads = " + heads + " (or pass null for none)");
-            }
-            List<Float> list = new ArrayList<>(sinks.length);
-            for (float f : sinks) {
-                list.add(f);
-            }
-            return list;
+            return AttentionShape.sinkList(sinks, heads);
         }
 
         public AttentionShape build() {

@@ -10,8 +10,10 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>The queries of a call are the tokens of the cache's last append: query j of slot b is the j-th
  * token appended to b, and it sees key k iff k < length(b) and, when causal,
- * k <= length(b) - newTokens(b) + j (bottom-right). Rows that see no key (and dense rows past a
- * slot's new tokens) get O = 0 and lse = -inf.
+ * k <= length(b) - newTokens(b) + j (bottom-right), and within the spec's window around that position
+ * ({@link CacheAttentionSpec#firstVisibleKey}/{@link CacheAttentionSpec#lastVisibleKey}); the spec's softcap
+ * and sinks apply as in dense calls. Rows that see no key get O = 0 and lse = -inf (the sink with sinks);
+ * dense rows past a slot's new tokens get O = 0 and lse = -inf.
  */
 public abstract class CacheAttentionPlan implements AutoCloseable {
     private static final String DENSE_ROWS = "batch*heads*maxQueryLength";

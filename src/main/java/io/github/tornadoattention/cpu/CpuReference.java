@@ -52,8 +52,10 @@ public final class CpuReference {
 
     /**
      * The definition of attention over a KV cache: slot b's {@code newTokens[b]} queries over its
-     * {@code lengths[b]} keys; query j sees key k iff k < L_b and, when causal, k <= L_b - n_b + j.
-     * Dense ({@code packed == false}): q and O [batch, heads, maxQueryLength, headDim] in the spec's
+     * {@code lengths[b]} keys; query j, at position p = L_b - n_b + j, sees key k iff k < L_b, when causal
+     * k <= p, and within the spec's window p - left <= k <= p + right ({@link CacheAttentionSpec#firstVisibleKey},
+     * {@link CacheAttentionSpec#lastVisibleKey}); scores are softcapped and the head's sink joins the softmax
+     * denominator and the lse as in the dense definition. Dense ({@code packed == false}): q and O [batch, heads, maxQueryLength, headDim] in the spec's
      * layout, lse [batch, heads, maxQueryLength]; rows j >= n_b give O = 0, lse = -inf. Packed: q and
      * O [maxTotalQueries, heads, headDim] with slot b's rows after those of the slots before it, lse
      * [heads, maxTotalQueries]; rows past the total stay O = 0, lse = -inf.
@@ -91,9 +93,8 @@ public final class CpuReference {
                 long qRow = packed ? ((long) offsets[b] + j) * heads * d + (long) h * d : dense.rowStart(b, h, j);
                 int lseIndex = packed ? h * spec.maxTotalQueries() + offsets[b] + j
                         : (b * heads + h) * spec.maxQueryLength() + j;
-                int lastKey = spec.causal() ? Math.min(length - 1, length - n + j) : length - 1;
-                lse[lseIndex] = softmaxRow(spec.scale(), 0, Double.NEGATIVE_INFINITY, q, qRow, k, v, key -> (long) key * d, 0,
-                        lastKey, scores, out, d);
+                lse[lseIndex] = softmaxRow(spec.scale(), spec.softcap(), spec.sink(h), q, qRow, k, v, key -> (long) key * d,
+                        spec.firstVisibleKey(length, n, j), spec.lastVisibleKey(length, n, j), scores, out, d);
             }
         });
         return new Result(out, lse);

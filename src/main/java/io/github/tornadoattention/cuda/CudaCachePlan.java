@@ -12,6 +12,7 @@ import io.github.tornadoattention.ptx.DecodeSplitPolicy;
 import io.github.tornadoattention.ptx.DecodeSplitPolicy.Splits;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
+import io.github.tornadoattention.ptx.LaunchTable;
 import io.github.tornadoattention.ptx.KernelVariant;
 import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.lang.foreign.Arena;
@@ -50,6 +51,7 @@ final class CudaCachePlan extends CacheAttentionPlan {
         super(device, spec, cacheSpec);
         this.device = device;
         int d = spec.headDim();
+        checkFeatures(device.backendId(), spec, cacheSpec);
         if ((long) spec.batch() * spec.heads() > MAX_GRID_YZ) {
             throw new InvalidArgumentException("batch*heads", (long) spec.batch() * spec.heads(),
                     "the kernels launch one block row per (sequence, head): at most " + MAX_GRID_YZ);
@@ -89,10 +91,21 @@ final class CudaCachePlan extends CacheAttentionPlan {
         device.synchronize();
     }
 
+    /**
+     * Window, softcap and sinks are looked up in the manifest like any variant field, for the decode and the
+     * prefill pass: one no entry serves is refused by its name, its value and what the manifest serves.
+     */
+    static void checkFeatures(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        for (Kind kind : new Kind[] {Kind.CACHE_DECODE_SPLIT, Kind.CACHE_PREFILL}) {
+            LaunchTable.requireFeatures(backendId, variant(spec, cacheSpec).kind(kind), spec.features(),
+                    spec::featureValue);
+        }
+    }
+
     /** The CUDA-driver variant of a cache call of this spec (its kind set per pass). */
     static KernelVariant variant(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         return KernelVariant.of(Kind.CACHE_PREFILL, spec.dtype(), spec.headDim()).causal(spec.causal())
-                .paged(cacheSpec.paged());
+                .paged(cacheSpec.paged()).features(LaunchTable.features(spec.features()));
     }
 
     private DeviceTensor upload(int[] params) {

@@ -90,18 +90,34 @@ public final class LaunchTable {
             throw new InvalidArgumentException("dtype", shape.dtype().label(), backendId + " has no " + shape.dtype().label()
                     + " kernel yet (" + e.allowed() + "); cpu-reference serves it");
         }
-        for (String feature : shape.features()) {
-            KernelVariant variant = variant(kind, shape).features(Set.of(feature(feature)));
+        requireFeatures(backendId, variant(kind, shape), shape.features(), shape::featureValue);
+    }
+
+    /**
+     * Looks each of {@code features} ("window", "softcap", "sinks") up in the manifest as {@code variant} with that
+     * feature, dense or cache; one no entry serves is refused by its own name, its value ({@code value}) and the
+     * variants the manifest serves. Other mismatches of {@code variant} are thrown as the manifest names them.
+     */
+    public static void requireFeatures(String backendId, KernelVariant variant, List<String> features,
+                                       java.util.function.UnaryOperator<String> value) {
+        for (String feature : features) {
             try {
-                KernelManifest.shipped().select(variant);
+                KernelManifest.shipped().select(variant.features(Set.of(feature(feature))));
             } catch (InvalidArgumentException e) {
                 if (!e.argument().equals("features")) {
                     throw e;
                 }
-                throw new InvalidArgumentException(feature, shape.featureValue(feature), backendId + " has no kernel with "
+                throw new InvalidArgumentException(feature, value.apply(feature), backendId + " has no kernel with "
                         + feature + " (" + e.allowed() + "); cpu-reference serves it");
             }
         }
+    }
+
+    /** The manifest's features named {@code names} ("window", "softcap", "sinks"). */
+    public static Set<Feature> features(List<String> names) {
+        Set<Feature> features = EnumSet.noneOf(Feature.class);
+        names.forEach(f -> features.add(feature(f)));
+        return features;
     }
 
     /** The manifest's features that {@code shape} asks for. */

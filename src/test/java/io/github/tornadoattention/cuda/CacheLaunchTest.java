@@ -72,4 +72,24 @@ class CacheLaunchTest {
         assertEquals(128, packed[10]);                   // q head stride
         assertEquals(32 * 128, packed[11]);              // q row stride: packed rows
     }
+
+    @Test
+    void windowSoftcapAndSinksAreRefusedByNameThroughTheManifest() {
+        CacheAttentionSpec plain = CacheAttentionSpec.builder().batch(2).heads(4).kvHeads(2).headDim(64).maxQueryLength(1)
+                .maxLength(256).causal(true).build();
+        for (KvCacheSpec cache : new KvCacheSpec[] {KvCacheSpec.contiguous(2, 2, 256, 64), KvCacheSpec.paged(2, 2, 256, 64, 16)}) {
+            CudaCachePlan.checkFeatures("ptx-cuda", plain, cache);
+            for (CacheAttentionSpec spec : new CacheAttentionSpec[] {plain.toBuilder().window(128, -1).build(),
+                    plain.toBuilder().softcap(50f).build(), plain.toBuilder().sinks(new float[] {1, 2, 3, 4}).build(),
+                    plain.toBuilder().window(8, 0).softcap(50f).build()}) {
+                String feature = spec.features().get(0);
+                InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                        () -> CudaCachePlan.checkFeatures("ptx-cuda", spec, cache));
+                assertEquals(feature, e.argument(), e.getMessage());
+                assertEquals(spec.featureValue(feature), e.value());
+                assertTrue(e.allowed().startsWith("ptx-cuda has no kernel with " + feature), e.getMessage());
+                assertTrue(e.allowed().contains("cpu-reference serves it"), e.getMessage());
+            }
+        }
+    }
 }

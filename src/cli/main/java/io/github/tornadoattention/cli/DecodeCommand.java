@@ -19,6 +19,7 @@ import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
@@ -80,6 +81,9 @@ final class DecodeCommand implements Callable<Integer> {
             + " concurrently (PlanOptions.lanes; default 0: every call completes before it returns)")
     int lanes;
 
+    @Mixin
+    FeatureOptions features = new FeatureOptions();
+
     @Option(names = "--check", description = "check sampled steps' outputs against the CPU reference; exit 1 if out of tolerance")
     boolean check;
 
@@ -105,6 +109,7 @@ final class DecodeCommand implements Callable<Integer> {
             throw new InvalidArgumentException("--heads", heads, "must be >= 1");
         }
         int hkv = kvHeads == null ? heads : kvHeads;
+        features.validate();
         AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).lanes(lanes)
                 .build());
         long inputSeed = seed != null ? seed : System.nanoTime();
@@ -119,7 +124,8 @@ final class DecodeCommand implements Callable<Integer> {
                 (long) warmup + steps + kernelSamples + checkedSteps, checkedSteps, onCpu).check(typedOptions(), force);
         PrintWriter out = spec.commandLine().getOut();
         long plansBefore = Attention.plansCreated();
-        try (DecodeLoop loop = new DecodeLoop(device, batch, heads, hkv, dim, layers, capacity, pageSize, lengths, inputSeed)) {
+        try (DecodeLoop loop = new DecodeLoop(device, batch, heads, hkv, dim, layers, capacity, pageSize, lengths, inputSeed,
+                b -> features.apply(b, heads, inputSeed))) {
             for (int i = 0; i < warmup; i++) {
                 loop.step();
             }
@@ -147,6 +153,10 @@ final class DecodeCommand implements Callable<Integer> {
             out.printf("decode      B=%d Hq=%d Hkv=%d D=%d, %d layer(s), context %s, %s cache, seed %d%n", batch, heads,
                     hkv, dim, layers, ragged ? "ragged " + min(lengths) + ".." + max(lengths) : String.valueOf(context),
                     pageSize == 0 ? "contiguous" : "paged (" + pageSize + " tokens per page)", inputSeed);
+            if (!loop.spec().features().isEmpty()) {
+                out.printf("features    %s%n", String.join(", ", loop.spec().features().stream()
+                        .map(f -> f + " " + loop.spec().featureValue(f)).toList()));
+            }
             out.printf("step        median %.4g ms (95%% CI %.4g..%.4g)  [whole token through the Java API: %d x"
                     + " (append + attention), one synchronisation]%n", step.medianMillis(), step.lowMillis(),
                     step.highMillis(), layers);
@@ -170,6 +180,7 @@ final class DecodeCommand implements Callable<Integer> {
             result.put("context", context);
             result.put("lengths", lengths);
             result.put("page_size", pageSize);
+            result.putAll(FeatureOptions.json(loop.spec()));
             result.put("steps", steps);
             result.put("cuda_graph", cudaGraph);
             result.put("lanes", lanes);
@@ -229,6 +240,7 @@ final class DecodeCommand implements Callable<Integer> {
             s.append(" --page-size ").append(pageSize);
         }
         s.append(" --layers ").append(layers).append(" --steps ").append(steps).append(" --warmup ").append(warmup);
+        features.typed(s);
         return check ? s.append(" --check").toString() : s.toString();
     }
 

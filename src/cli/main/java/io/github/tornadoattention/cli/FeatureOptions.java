@@ -1,6 +1,7 @@
 package io.github.tornadoattention.cli;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import java.util.LinkedHashMap;
@@ -9,8 +10,8 @@ import java.util.SplittableRandom;
 import picocli.CommandLine.Option;
 
 /**
- * {@code --dtype}, {@code --window}, {@code --softcap} and {@code --sinks}: the shape's element type and optional
- * score features, for run and selftest.
+ * {@code --dtype}, {@code --window}, {@code --softcap} and {@code --sinks}: the element type and the optional score
+ * features, for run, selftest, decode and prefill (decode and prefill: fp16 only for now).
  */
 final class FeatureOptions {
     /** Mixed into the seed of the sink logits, so they are not the first draws of the inputs' stream. */
@@ -22,7 +23,8 @@ final class FeatureOptions {
 
     @Option(names = "--window", paramLabel = "LEFT[,RIGHT]",
             description = "sliding window (FlashAttention's window_size): query i sees keys i+Skv-Sq-LEFT..i+Skv-Sq+RIGHT;"
-                    + " -1 = unbounded; RIGHT defaults to -1 (0 with --causal has the same effect)")
+                    + " -1 = unbounded; RIGHT defaults to -1 (0 with --causal has the same effect); decode and prefill: relative to"
+                    + " each sequence's own position")
     String window;
 
     @Option(names = "--softcap", paramLabel = "C", description = "softcap: a score s becomes C*tanh(s/C) before the softmax; C > 0")
@@ -47,14 +49,62 @@ final class FeatureOptions {
             b.softcap(softcap(softcap));
         }
         if (sinks) {
-            SplittableRandom random = new SplittableRandom(seed ^ SINK_SEED);
-            float[] logits = new float[shape.heads()];
-            for (int h = 0; h < logits.length; h++) {
-                logits[h] = (float) random.nextGaussian();
-            }
-            b.sinks(logits);
+            b.sinks(sinkLogits(shape.heads(), seed));
         }
         return b.build();
+    }
+
+    /** The cache spec builder {@code b} (of {@code heads} query heads) with the features given, as {@link #apply}. */
+    CacheAttentionSpec.Builder apply(CacheAttentionSpec.Builder b, int heads, long seed) {
+        if (!dtype.equalsIgnoreCase("fp16")) {
+            throw new InvalidArgumentException("--dtype", dtype, "decode and prefill run fp16 only for now (bf16 KV caches are planned)");
+        }
+        if (window != null) {
+            int[] w = window(window);
+            b.window(w[0], w[1]);
+        }
+        if (softcap != null) {
+            b.softcap(softcap(softcap));
+        }
+        if (sinks) {
+            b.sinks(sinkLogits(heads, seed));
+        }
+        return b;
+    }
+
+    private static float[] sinkLogits(int heads, long seed) {
+        SplittableRandom random = new SplittableRandom(seed ^ SINK_SEED);
+        float[] logits = new float[Math.max(0, heads)];
+        for (int h = 0; h < logits.length; h++) {
+            logits[h] = (float) random.nextGaussian();
+        }
+        return logits;
+    }
+
+    /** The features set on a cache spec, for a JSON line, as {@link #json(AttentionShape)}. */
+    static Map<String, Object> json(CacheAttentionSpec spec) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        if (spec.hasWindow()) {
+            m.put("window", java.util.List.of(spec.windowLeft(), spec.windowRight()));
+        }
+        if (spec.hasSoftcap()) {
+            m.put("softcap", spec.softcap());
+        }
+        if (spec.hasSinks()) {
+            m.put("sinks", spec.sinks());
+        }
+        return m;
+    }
+
+    /** The features as typed, appended to a command line ({@code s}) that refuses too much work. */
+    StringBuilder typed(StringBuilder s) {
+        if (window != null) {
+            s.append(" --window ").append(window);
+        }
+        if (softcap != null) {
+            s.append(" --softcap ").append(softcap);
+        }
+        return sinks ? s.append(" --sinks") : s;
     }
 
     /** Checks the typed values before any work (the shape checks them again). */

@@ -25,6 +25,7 @@ import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
@@ -62,6 +63,9 @@ final class PrefillCommand implements Callable<Integer> {
     @Option(names = "--iters", paramLabel = "N", defaultValue = "20", description = "timed calls (default: ${DEFAULT-VALUE})")
     int iters;
 
+    @Mixin
+    FeatureOptions features = new FeatureOptions();
+
     @Option(names = "--check", description = "compare the output with the CPU reference; exit 1 if out of tolerance")
     boolean check;
 
@@ -90,6 +94,7 @@ final class PrefillCommand implements Callable<Integer> {
             throw new InvalidArgumentException("--heads", heads, "must be >= 1");
         }
         int hkv = kvHeads == null ? heads : kvHeads;
+        features.validate();
         int longest = Math.max(1, Arrays.stream(prompts).max().orElse(1));
         int total = Arrays.stream(prompts).sum();
         AttentionDevice device = Attention.device(backend);
@@ -100,8 +105,9 @@ final class PrefillCommand implements Callable<Integer> {
         Random random = new Random(inputSeed);
         KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, hkv, longest, dim)
                 : KvCacheSpec.paged(batch, hkv, longest, dim, pageSize);
-        CacheAttentionSpec attention = CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(hkv).headDim(dim)
-                .maxQueryLength(longest).maxTotalQueries(Math.max(1, total)).maxLength(longest).causal(true).build();
+        CacheAttentionSpec attention = features.apply(CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(hkv)
+                .headDim(dim).maxQueryLength(longest).maxTotalQueries(Math.max(1, total)).maxLength(longest).causal(true),
+                heads, inputSeed).build();
         PrintWriter out = spec.commandLine().getOut();
         KvCacheModel model = new KvCacheModel(batch, hkv, dim);
         float[] q = KvCacheModel.randomFp16(random, (int) attention.packedQueryElements());
@@ -135,12 +141,18 @@ final class PrefillCommand implements Callable<Integer> {
             TimingStats callStats = TimingStats.of(wall);
             TimingStats kernelStats = Double.isNaN(kernel[0]) ? null : TimingStats.of(kernel);
             double flops = 0;
-            for (int n : prompts) {
-                flops += 2.0 * heads * dim * n * (n + 1); // causal: 4*H*D per visible pair, n(n+1)/2 pairs
+            for (int n : prompts) { // 4*H*D per visible (query, key) pair: n(n+1)/2 causal pairs without a window
+                for (int j = 0; j < n; j++) {
+                    flops += 4.0 * heads * dim * Math.max(0, attention.lastVisibleKey(n, n, j) - attention.firstVisibleKey(n, n, j) + 1);
+                }
             }
             out.printf("backend     %s (%s)%n", device.backendId(), device.name());
             out.printf("prefill     %d prompts %s, Hq=%d Hkv=%d D=%d, %s cache, seed %d%n", batch, lengths, heads, hkv, dim,
                     pageSize == 0 ? "contiguous" : "paged (" + pageSize + ")", inputSeed);
+            if (!attention.features().isEmpty()) {
+                out.printf("features    %s%n", String.join(", ", attention.features().stream()
+                        .map(f -> f + " " + attention.featureValue(f)).toList()));
+            }
             out.printf("call        median %.4g ms (95%% CI %.4g..%.4g), %s  [reset + append + attention +"
                     + " synchronize]%n", callStats.medianMillis(), callStats.lowMillis(), callStats.highMillis(),
                     Numbers.throughput(flops, callStats.medianMillis()));
@@ -155,6 +167,7 @@ final class PrefillCommand implements Callable<Integer> {
             result.put("kv_heads", hkv);
             result.put("dim", dim);
             result.put("page_size", pageSize);
+            result.putAll(FeatureOptions.json(attention));
             result.put("median_ms", Numbers.json(callStats.medianMillis()));
             result.put("ci95_low_ms", Numbers.json(callStats.lowMillis()));
             result.put("ci95_high_ms", Numbers.json(callStats.highMillis()));
@@ -198,6 +211,7 @@ final class PrefillCommand implements Callable<Integer> {
             s.append(" --page-size ").append(pageSize);
         }
         s.append(" --iters ").append(iters);
+        features.typed(s);
         return check ? s.append(" --check").toString() : s.toString();
     }
 }

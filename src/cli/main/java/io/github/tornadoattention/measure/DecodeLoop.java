@@ -61,6 +61,13 @@ public final class DecodeLoop implements AutoCloseable {
      */
     public DecodeLoop(AttentionDevice device, int batch, int heads, int kvHeads, int headDim, int layers, int capacity,
                       int pageSize, int[] lengths, long seed) {
+        this(device, batch, heads, kvHeads, headDim, layers, capacity, pageSize, lengths, seed, b -> b);
+    }
+
+    /** As above, the plan's spec with {@code features} applied (window, softcap, sinks: a layer type's options). */
+    public DecodeLoop(AttentionDevice device, int batch, int heads, int kvHeads, int headDim, int layers, int capacity,
+                      int pageSize, int[] lengths, long seed,
+                      java.util.function.UnaryOperator<CacheAttentionSpec.Builder> features) {
         this.device = device;
         this.prefill = lengths.clone();
         if (layers < 1) {
@@ -68,8 +75,8 @@ public final class DecodeLoop implements AutoCloseable {
         }
         cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
                 : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize);
-        spec = CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(headDim).maxQueryLength(1)
-                .maxLength(capacity).causal(true).build();
+        spec = features.apply(CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(headDim)
+                .maxQueryLength(1).maxLength(capacity).causal(true)).build();
         Random random = new Random(seed);
         int longest = Arrays.stream(lengths).max().orElse(0);
         poolRows = Math.max(1, Math.min(longest, 4096));
@@ -192,7 +199,8 @@ public final class DecodeLoop implements AutoCloseable {
 
     /**
      * The decode step's output by the independent {@link OnlineSoftmaxReference}: per slot, one query per
-     * head over the slot's keys as a dense [1, kvHeads, length, headDim] problem.
+     * head over the slot's keys as a dense [1, kvHeads, length, headDim] problem (the query at position
+     * length - 1, the dense row's too, so the spec's window, softcap and sinks carry over as they are).
      */
     private double[] onlineSoftmax(float[] q, CpuReference.RowSource keys, CpuReference.RowSource values, int[] lengths) {
         int d = cacheSpec.headDim();
@@ -213,7 +221,8 @@ public final class DecodeLoop implements AutoCloseable {
                 }
             }
             AttentionShape shape = AttentionShape.builder().batch(1).heads(heads).kvHeads(kvHeads).queryLength(1)
-                    .kvLength(length).headDim(d).causal(true).scale(spec.scale()).build();
+                    .kvLength(length).headDim(d).causal(true).scale(spec.scale())
+                    .window(spec.windowLeft(), spec.windowRight()).softcap(spec.softcap()).sinks(spec.sinkArray()).build();
             float[] slotQ = Arrays.copyOfRange(q, b * heads * d, (b + 1) * heads * d);
             double[] o = OnlineSoftmaxReference.compute(shape, slotQ, k, v)[0];
             System.arraycopy(o, 0, out, b * heads * d, heads * d);

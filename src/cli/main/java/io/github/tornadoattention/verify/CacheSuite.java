@@ -38,14 +38,34 @@ public final class CacheSuite {
         List<CaseResult> results = new ArrayList<>();
         for (int pageSize : new int[] {0, 16, 4}) {
             for (boolean causal : new boolean[] {true, false}) {
-                scenario(device, headDim, pageSize, causal, new Random(seed + 31L * pageSize + (causal ? 1 : 0)), results);
+                scenario(device, headDim, pageSize, causal, new Random(seed + 31L * pageSize + (causal ? 1 : 0)), "", b -> b,
+                        results);
             }
         }
         merge(device, headDim, new Random(seed ^ 0x5EED), results);
         return results;
     }
 
-    private static void scenario(AttentionDevice device, int d, int pageSize, boolean causal, Random random,
+    /**
+     * Every scenario with window, softcap and sinks (relative to each sequence's own position), for a device whose
+     * cache plans serve them (cpu-reference): a causal local layer (window 24 with softcap and sinks, as Gemma 2 and
+     * gpt-oss), a non-causal window reaching right (16, 5), and sinks alone; contiguous and pages of 16.
+     */
+    public static List<CaseResult> runWithFeatures(AttentionDevice device, int headDim, long seed) {
+        List<CaseResult> results = new ArrayList<>();
+        float[] sinks = {0.5f, -1f, 2f, 0f, 1f, -0.25f, 3f, -2f}; // heads = 8
+        for (int pageSize : new int[] {0, 16}) {
+            scenario(device, headDim, pageSize, true, new Random(seed + pageSize), "window (24, 0) softcap 5 sinks ",
+                    b -> b.window(24, 0).softcap(5f).sinks(sinks), results);
+            scenario(device, headDim, pageSize, false, new Random(seed + 7 + pageSize), "window (16, 5) ",
+                    b -> b.window(16, 5), results);
+            scenario(device, headDim, pageSize, true, new Random(seed + 13 + pageSize), "sinks ", b -> b.sinks(sinks), results);
+        }
+        return results;
+    }
+
+    private static void scenario(AttentionDevice device, int d, int pageSize, boolean causal, Random random, String features,
+                                 java.util.function.UnaryOperator<CacheAttentionSpec.Builder> withFeatures,
                                  List<CaseResult> results) {
         int slots = 4;
         int heads = 8;
@@ -53,11 +73,12 @@ public final class CacheSuite {
         int capacity = 320;
         KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(slots, kvHeads, capacity, d)
                 : KvCacheSpec.paged(slots, kvHeads, capacity, d, pageSize);
-        CacheAttentionSpec decode = CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads).headDim(d)
-                .maxQueryLength(4).maxLength(capacity).causal(causal).build();
-        CacheAttentionSpec prefill = CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads).headDim(d)
-                .maxQueryLength(capacity).maxTotalQueries(512).maxLength(capacity).causal(causal).build();
-        String tag = (pageSize == 0 ? "contiguous" : "paged" + pageSize) + (causal ? " causal" : "") + " D=" + d + ": ";
+        CacheAttentionSpec decode = withFeatures.apply(CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads)
+                .headDim(d).maxQueryLength(4).maxLength(capacity).causal(causal)).build();
+        CacheAttentionSpec prefill = withFeatures.apply(CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads)
+                .headDim(d).maxQueryLength(capacity).maxTotalQueries(512).maxLength(capacity).causal(causal)).build();
+        String tag = features + (pageSize == 0 ? "contiguous" : "paged" + pageSize) + (causal ? " causal" : "") + " D=" + d
+                + ": ";
         KvCacheModel model = new KvCacheModel(slots, kvHeads, d);
         try (KvCache cache = device.kvCache(cacheSpec);
              CacheAttentionPlan decodePlan = device.plan(decode, cacheSpec);

@@ -44,6 +44,32 @@ class DecodeCommandTest {
         assertTrue(((Number) json.get("median_ms")).doubleValue() > 0);
     }
 
+    /** decode and prefill take --window, --softcap and --sinks; their --check on cpu-reference checks them. */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "decode --batch 3 --heads 4 --kv-heads 2 --dim 32 --context 70 --ragged --page-size 16 --window 16 --softcap 20 --sinks | [16, -1] | true",
+        "decode --batch 2 --heads 4 --dim 32 --context 40 --window 8,0                                                   | [8, 0]   | false",
+        "prefill --heads 4 --kv-heads 2 --dim 32 --lengths 0,9,37 --page-size 16 --window 5,2 --softcap 30 --sinks          | [5, 2]   | true",
+    })
+    void decodeAndPrefillCheckWindowSoftcapAndSinks(String commandLine, String window, boolean capped) throws Exception {
+        java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(commandLine.trim().split("\\s+")));
+        args.addAll(java.util.List.of("--backend", "cpu-reference", "--check", "--json", "--seed", "5"));
+        if (args.get(0).equals("decode")) {
+            args.addAll(java.util.List.of("--steps", "2", "--warmup", "1"));
+        } else {
+            args.addAll(java.util.List.of("--iters", "1"));
+        }
+        Result r = run(args.toArray(String[]::new));
+        assertEquals(0, r.exit(), r.err() + r.out());
+        String[] lines = r.out().strip().split("\n");
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals(Boolean.TRUE, json.get("check_passed"), r.out());
+        assertEquals(window.trim(), json.get("window").toString());
+        assertEquals(capped, json.containsKey("softcap"));
+        assertEquals(capped, json.containsKey("sinks"));
+        assertTrue(r.out().contains("features    window"), r.out());
+    }
+
     @Test
     void raggedLengthsSpreadFromASixteenthToTheContext() {
         int[] lengths = DecodeCommand.lengths(8, 4096, true, 3);

@@ -218,6 +218,11 @@ class MainTest {
         "selftest --backend cpu-reference --softcap 0                | --softcap = 0: must be a finite number > 0",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --dtype fp32       | --dtype = fp32: must be fp16 or bf16",
         "selftest --backend cpu-reference --dtype half               | --dtype = half: must be fp16 or bf16",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --window -2 | --window = -2: must be LEFT or LEFT,RIGHT",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --softcap 0 | --softcap = 0: must be a finite number > 0",
+        "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --window 1,2,3      | --window = 1,2,3: must be LEFT or LEFT,RIGHT",
+        "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --softcap NaN       | --softcap = NaN: must be a finite number > 0",
+        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --dtype bf16 | --dtype = bf16: decode and prefill run fp16 only for now",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
         Result r = run(commandLine.trim().split("\\s+"));

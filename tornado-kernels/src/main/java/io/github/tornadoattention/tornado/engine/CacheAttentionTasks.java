@@ -11,6 +11,7 @@ import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.KernelVariant;
 import io.github.tornadoattention.ptx.KernelVariant.Kind;
+import io.github.tornadoattention.ptx.LaunchTable;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
 import java.lang.foreign.MemorySegment;
@@ -143,9 +144,11 @@ public final class CacheAttentionTasks {
                 throw new InvalidArgumentException("tornado.panama.objectHeader", TornadoNativeArray.ARRAY_HEADER,
                         "the prebuilt kernels read arrays behind a header of " + headers + " bytes");
             }
-            // Every twin a graph of this spec may add (a head dim no entry serves is refused here, by name).
+            // Every twin a graph of this spec may add (a head dim no entry serves is refused here, by name; window,
+            // softcap and sinks are looked up like any variant field and refused by their own names).
             for (Kind kind : new Kind[] {Kind.CACHE_DECODE_FUSED, Kind.CACHE_APPEND_DECODE_FUSED,
                     Kind.CACHE_STAGED_DECODE_FUSED, Kind.CACHE_PREFILL}) {
+                LaunchTable.requireFeatures(backendId, twin(kind, spec, cacheSpec), spec.features(), spec::featureValue);
                 try {
                     KernelManifest.shipped().select(twin(kind, spec, cacheSpec));
                 } catch (InvalidArgumentException e) {
@@ -153,6 +156,7 @@ public final class CacheAttentionTasks {
                 }
             }
         } else {
+            spec.requireNoFeatures(backendId); // the Java cache kernels serve no window, softcap or sinks yet
             JavaCacheTasks.checkSupported(spec, cacheSpec);
         }
     }
@@ -486,7 +490,7 @@ public final class CacheAttentionTasks {
     /** The TornadoVM twin of {@code kind} for a spec over a cache, reading arrays behind TornadoVM's array header. */
     private static KernelVariant twin(Kind kind, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         return KernelVariant.of(kind, spec.dtype(), spec.headDim()).causal(spec.causal()).paged(cacheSpec.paged())
-                .headerBytes(Math.toIntExact(TornadoNativeArray.ARRAY_HEADER));
+                .headerBytes(Math.toIntExact(TornadoNativeArray.ARRAY_HEADER)).features(LaunchTable.features(spec.features()));
     }
 
     /** Checks a dense call's arrays; returns the lse rows, slots*heads*maxQueryLength. */
