@@ -19,7 +19,12 @@ enum ParamIndex {
   P_PAGE_SIZE = 23,      // KV-cache calls (flash_cache.cu): tokens per page, a power of two; 0 = contiguous cache
   P_PAGES_PER_SEQ = 24,  // KV-cache calls: block-table row stride (pages per sequence)
   P_KEYS_PER_SPLIT = 25, // KV-cache fused decode (TornadoVM twins): keys per split, a multiple of 64
-  P_COUNT = 32
+  // Score features (run-time, every attention entry; AttentionShape's semantics):
+  P_WINDOW_LEFT = 26,    // window: query i sees keys j >= i + Skv - Sq - left (cache: L_b - n_b + i - left); -1 = unbounded
+  P_WINDOW_RIGHT = 27,   // and keys j <= i + Skv - Sq + right; -1 = unbounded (causal still applies)
+  P_SOFTCAP = 28,        // float bits of c: a score s = scale * q.k becomes c * tanh(s / c); 0 = off
+  P_SINKS = 29,          // 1: word P_COUNT + h holds float bits of head h's sink logit (h < Hq); 0 = none
+  P_COUNT = 32           // words before the sinks; the block is P_COUNT + Hq words when P_SINKS = 1
 };
 
 // Where attention reads K/V from (fwd_body's kCache template argument).

@@ -41,6 +41,15 @@ public final class KernelParams {
      * (TornadoVM compiles scalar arguments in as constants, so it comes from the params block).
      */
     public static final int P_KEYS_PER_SPLIT = 25;
+    /** Window: keys from query position - left; -1 unbounded. */
+    public static final int P_WINDOW_LEFT = 26;
+    /** Window: keys up to query position + right; -1 unbounded (causal still applies). */
+    public static final int P_WINDOW_RIGHT = 27;
+    /** Float bits of the softcap c (0: off). */
+    public static final int P_SOFTCAP = 28;
+    /** 1: words {@code P_COUNT + h} hold the float bits of query head h's sink logit; 0: no sinks. */
+    public static final int P_SINKS = 29;
+    /** Words before the sinks (the block is {@code P_COUNT + heads} words long when {@code P_SINKS} is 1). */
     public static final int P_COUNT = 32;
     public static final int LENGTH = P_COUNT;
     private static final double LOG2_E = 1.4426950408889634;
