@@ -15,8 +15,9 @@ namespace flash {
 constexpr int kCacheThreads = 128;  // block of kv_cache_append and attention_merge_states
 
 // The decode combine over a cache: num_splits comes from the launch (the host picks it from the
-// lengths at run time), so the params block stays constant across steps.  Rows of absent queries
-// (every split wrote lse = -inf) become O = 0, lse = -inf.
+// lengths at run time), so the params block stays constant across steps.  The head's sink joins
+// here, once, as in combine_row; rows of absent queries (every split wrote kAbsentLseBits) become
+// O = 0, lse = -inf, a real row that sees no key O = 0, lse = its sink (-inf without sinks).
 template <class E, int D>
 __device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_partial,
                                                    const float* __restrict__ lse_partial,
@@ -31,7 +32,13 @@ __device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_p
   const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
   if (row >= rows) return;
   const int c = (threadIdx.x % kThreadsPerRow) * 8;
-  float lmax = kNegInf;
+  const int sq = (int)(row % Sq);
+  const int h = (int)((row / Sq) % Hq);
+  const int b = (int)(row / ((int64_t)Sq * Hq));
+  // An absent query (kAbsentLseBits in every split) has no sink: it stays O = 0, lse = -inf.
+  const bool absent = __float_as_int(lse_partial[row]) == kAbsentLseBits;
+  const float sink = absent ? kNegInf : sink_logit<0>(params, h);
+  float lmax = sink;
   for (int s = 0; s < num_splits; ++s) lmax = fmaxf(lmax, lse_partial[s * rows + row]);
   float acc[8];
 #pragma unroll
@@ -41,7 +48,7 @@ __device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_p
 #pragma unroll 4
     for (int s = 0; s < num_splits; ++s) {
       const float ls = lse_partial[s * rows + row];
-      if (ls == kNegInf) continue;  // an empty split: its O is not read
+      if (ls == kNegInf || absent) continue;  // an empty split: its O is not read
       const float w = __expf(ls - lmax);
       wsum += w;
       const float4* src = reinterpret_cast<const float4*>(o_partial + (s * rows + row) * D + c);
@@ -49,11 +56,9 @@ __device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_p
       acc[0] += w * x0.x; acc[1] += w * x0.y; acc[2] += w * x0.z; acc[3] += w * x0.w;
       acc[4] += w * x1.x; acc[5] += w * x1.y; acc[6] += w * x1.z; acc[7] += w * x1.w;
     }
+    if (sink != kNegInf) wsum += __expf(sink - lmax);
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  const int sq = (int)(row % Sq);
-  const int h = (int)((row / Sq) % Hq);
-  const int b = (int)(row / ((int64_t)Sq * Hq));
   uint4 out;
   typename E::Pair* oh = reinterpret_cast<typename E::Pair*>(&out);
 #pragma unroll
@@ -159,17 +164,23 @@ __device__ __forceinline__ void merge_states_body(const typename E::Storage* __r
 // ---- TornadoVM twins (flash_cache_tornado.cu has their ABI): a leading kernel-context word, every array
 // behind a kHdr-byte header, no scalar arguments (TornadoVM compiles scalars in as constants).
 
-// Keys per split derived on the device (params[P_KEYS_PER_SPLIT] = 0): the longest KV length over
-// the sequences with a query this step (lens[b] with lens[B+b] > 0; the others' rows are O = 0,
-// lse = -inf whatever the split), over the grid's splits, rounded up to whole tiles of kTile keys.
-// Every CTA of the launch computes the same value; splits * result >= that length, so the splits
-// cover every key of every sequence with a query.  0 when no such sequence has a key (every split
-// is then empty: O = 0, lse = -inf).  One warp (the decode tiles' block): B/32 strided reads each.
+// Keys per split derived on the device (params[P_KEYS_PER_SPLIT] = 0): the longest span over the
+// sequences with a query this step (lens[b] - cache_span_start(lens[b], lens[B+b], left) with
+// lens[B+b] > 0; the others' rows are O = 0, lse = -inf whatever the split), over the grid's
+// splits, rounded up to whole tiles of kTile keys.  Every CTA of the launch computes the same
+// value; splits * result >= that span, so the splits cover every visible key of every sequence
+// with a query.  0 when no such sequence has a key (every split is then empty).  One warp (the
+// decode tiles' block): B/32 strided reads each.
 template <int kTile>
-__device__ __forceinline__ int keys_per_split_from_lens(const int* __restrict__ lens, int B, int splits) {
+__device__ __forceinline__ int keys_per_split_from_lens(const int* __restrict__ lens, int B, int splits, int left) {
   int m = 0;
-  for (int b = threadIdx.x & 31; b < B; b += 32)
-    if (__ldg(lens + B + b) > 0) m = max(m, __ldg(lens + b));
+  for (int b = threadIdx.x & 31; b < B; b += 32) {
+    const int n = __ldg(lens + B + b);
+    if (n > 0) {
+      const int L = __ldg(lens + b);
+      m = max(m, L - cache_span_start(L, n, left));
+    }
+  }
   m = __reduce_max_sync(0xffffffffu, m);
   return ceil_div(ceil_div(m, splits), kTile) * kTile;
 }
@@ -197,7 +208,7 @@ __device__ __forceinline__ int keys_per_split_from_lens(const int* __restrict__ 
     const int* pd = at_data<kHdr>(params);                                                        \
     CacheArgs ca;                                                                                 \
     ca.lens = at_data<kHdr>(step);                                                                \
-    ca.q_offsets = at_data<kHdr>(step) + 2 * __ldg(pd + P_B);                                     \
+    ca.q_offsets = nullptr; /* lens + 2*B: re-derived where read */                              \
     ca.block_table = at_data<kHdr>(block_table);                                                  \
     fwd_body<Kt, false, 0, kCache>(at_data<kHdr>(q), at_data<kHdr>(k), at_data<kHdr>(v), at_data<kHdr>(o), \
                                    nullptr, at_data<kHdr>(lse), pd, flash_smem, ca);              \
@@ -242,8 +253,9 @@ __device__ __forceinline__ void cache_append_split_range(T* k, T* v, const T* ne
   const int* ln = at_data<kHdr>(lens);
   const int B = __ldg(pd + P_B), Hkv = __ldg(pd + P_HKV);
   const int b = blockIdx.z / Hkv, kvh = blockIdx.z % Hkv;
-  const int L = __ldg(ln + b), first = L - __ldg(ln + B + b);
-  const int lo = max((int)blockIdx.x * kps, first), hi = min(L, (int)(blockIdx.x + 1) * kps);
+  const int n = __ldg(ln + B + b), L = __ldg(ln + b), first = L - n;
+  const int s0 = cache_span_start(L, n, __ldg(pd + P_WINDOW_LEFT)) + (int)blockIdx.x * kps;  // as the split pass
+  const int lo = max(s0, first), hi = min(L, s0 + kps);
   if (lo >= hi) return;  // uniform over the CTA
   constexpr int kCpr = D / 8, kRowsPerPass = kThreads / kCpr;
   static_assert(kThreads % kCpr == 0, "whole rows per pass");
@@ -325,7 +337,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
   static_assert(Kt::kNThreads == 32, "keys_per_split_from_lens: one warp per CTA");
   ca.keys_per_split = __ldg(pd + P_KEYS_PER_SPLIT);
   if (ca.keys_per_split == 0)
-    ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x);
+    ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x, __ldg(pd + P_WINDOW_LEFT));
   if constexpr (kAppend) {
     cache_append_split_range<elem_t<Kt>, Kt::kNThreads, D, kCache, kHdr>(k, v, new_k, new_v, params, lens, block_table,
                                                              append_params, ca.keys_per_split);
@@ -348,14 +360,14 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
   const int n_b = __ldg(at_data<kHdr>(lens) + p.B + b), nvalid = G * n_b;
   const int n_abs = max(p.Sq - n_b, 1);
   // Packed row r of this block as in the split pass: the G*n_b real queries (r = j*n_b + s),
-  // then the absent ones (every split wrote O = 0, lse = -inf for them).
+  // then the absent ones (every split wrote O = 0 and kAbsentLseBits for them).
   const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
   for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
     const int h = kvh * G + (r < nvalid ? r / n_b : (r - nvalid) / n_abs);
     const int s = r < nvalid ? r % n_b : n_b + (r - nvalid) % n_abs;
     const int64_t row = ((int64_t)b * p.Hq + h) * p.Sq + s;
     combine_row<typename Kt::Element, D, true>(at_data<kHdr>(workspace), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
-                         at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
+                         at_data<kHdr>(lse), p, pd, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
   }
   if (threadIdx.x == 0) *ticket = 0;
 }
@@ -385,8 +397,8 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
 // The combine of the split pass over a cache (CUDA driver, ABI item 2); serves both layouts.
 // E: the element type of o; D: the head dim.
 #define FLASH_CACHE_COMBINE_ENTRY(ENTRY, CONFIG, E, D)                                            \
-  FLASH_MANIFEST_PLAIN("cache-decode-combine", CONFIG, ENTRY, 0, E, "any", D, flash::kCombineRows<D>, \
-                       flash::kCombineThreads)                                                   \
+  FLASH_MANIFEST_PLAIN("cache-decode-combine", CONFIG, ENTRY, 0, E, "any", flash::manifest::kScoreFeatures, D, \
+                       flash::kCombineRows<D>, flash::kCombineThreads)                           \
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
   ENTRY(const float* __restrict__ o_partial, const float* __restrict__ lse_partial,              \
         E::Storage* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params,      \
@@ -411,7 +423,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
 
 // The append of new tokens (CUDA driver, ABI item 4); any head dim, both layouts.
 #define FLASH_KV_APPEND_ENTRY(ENTRY, CONFIG, E)                                                   \
-  FLASH_MANIFEST_PLAIN("cache-append", CONFIG, ENTRY, 0, E, "any", 0, 0, flash::kCacheThreads)  \
+  FLASH_MANIFEST_PLAIN("cache-append", CONFIG, ENTRY, 0, E, "any", "-", 0, 0, flash::kCacheThreads) \
   extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
   ENTRY(E::Storage* __restrict__ k_cache, E::Storage* __restrict__ v_cache,                      \
         const E::Storage* __restrict__ new_k, const E::Storage* __restrict__ new_v,              \
@@ -425,7 +437,7 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
 
 // The merge of partial results (CUDA driver, ABI item 5); any head dim.
 #define FLASH_MERGE_STATES_ENTRY(ENTRY, CONFIG, E)                                                \
-  FLASH_MANIFEST_PLAIN("merge-states", CONFIG, ENTRY, 0, E, "none", 0, 0, flash::kCacheThreads)  \
+  FLASH_MANIFEST_PLAIN("merge-states", CONFIG, ENTRY, 0, E, "none", "-", 0, 0, flash::kCacheThreads) \
   extern "C" __global__ void __launch_bounds__(flash::kCacheThreads)                             \
   ENTRY(const E::Storage* __restrict__ o_parts, const float* __restrict__ lse_parts,             \
         E::Storage* __restrict__ o, float* __restrict__ lse, int parts, int64_t rows, int D) {   \

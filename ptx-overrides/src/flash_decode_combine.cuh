@@ -1,7 +1,9 @@
 // Flash-decoding combine: merges the per-split partial results of the split pass.
 //   lse = max_s + ln(sum_s exp(lse_s - max_s)),  O = sum_s exp(lse_s - lse) * O_s
-// Splits whose rows saw no key carry lse_s = -inf and weigh 0; a row with no key at all
-// gets O = 0, lse = -inf.
+// Splits whose rows saw no key carry lse_s = -inf and weigh 0.  The head's sink z (params word
+// P_COUNT + h when P_SINKS = 1) joins here, once, as one more term with no value:
+//   lse = log(e^z + sum_s e^lse_s), O = sum_s e^(lse_s - lse) O_s;
+// a row with no key at all gets O = 0, lse = z (-inf without sinks).
 #pragma once
 #include <math_constants.h>
 #include "element_type.cuh"
@@ -27,13 +29,19 @@ __device__ __forceinline__ T load_partial(const T* p) {
 
 // Combines row `row` (= (b*Hq + h)*Sq + s, the lse layout) of `rows`, columns [c, c + 8):
 // the caller gives each row D/8 threads, so the store of o (element type E) is one 16-byte vector.
+// pd: the params block's data (the sinks follow its 32 words).
 template <class E, int D, bool kL2Only>
 __device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
                                             const float* __restrict__ lse_partial,
                                             typename E::Storage* __restrict__ o, float* __restrict__ lse,
-                                            const Params& p, int64_t rows, int64_t row, int c) {
+                                            const Params& p, const int* __restrict__ pd, int64_t rows, int64_t row,
+                                            int c) {
   const int splits = p.num_splits;
-  float lmax = -CUDART_INF_F;
+  const int h = (int)((row / p.Sq) % p.Hq);
+  // A cache decode's absent query (kAbsentLseBits in every split) has no sink: O = 0, lse = -inf.
+  const bool absent = __float_as_int(load_partial<kL2Only>(lse_partial + row)) == kAbsentLseBits;
+  const float sink = absent ? -CUDART_INF_F : sink_logit<0>(pd, h);
+  float lmax = sink;
   for (int s = 0; s < splits; ++s) lmax = fmaxf(lmax, load_partial<kL2Only>(lse_partial + s * rows + row));
 
   float acc[8];
@@ -43,7 +51,7 @@ __device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
   if (lmax != -CUDART_INF_F) {
     for (int s = 0; s < splits; ++s) {
       const float ls = load_partial<kL2Only>(lse_partial + s * rows + row);
-      if (ls == -CUDART_INF_F) continue;
+      if (ls == -CUDART_INF_F || absent) continue;
       const float w = __expf(ls - lmax);
       wsum += w;
       const float4* src = reinterpret_cast<const float4*>(o_partial + (s * rows + row) * D + c);
@@ -51,10 +59,10 @@ __device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
       acc[0] += w * x0.x; acc[1] += w * x0.y; acc[2] += w * x0.z; acc[3] += w * x0.w;
       acc[4] += w * x1.x; acc[5] += w * x1.y; acc[6] += w * x1.z; acc[7] += w * x1.w;
     }
+    if (sink != -CUDART_INF_F) wsum += __expf(sink - lmax);
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   const int sq = (int)(row % p.Sq);
-  const int h = (int)((row / p.Sq) % p.Hq);
   const int b = (int)(row / ((int64_t)p.Sq * p.Hq));
   uint4 out;
   typename E::Pair* oh = reinterpret_cast<typename E::Pair*>(&out);
@@ -77,7 +85,7 @@ __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_
   const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
   const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
   if (row >= rows) return;
-  combine_row<E, D, false>(o_partial, lse_partial, o, lse, p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
+  combine_row<E, D, false>(o_partial, lse_partial, o, lse, p, params, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
 }
 
 // The split-then-combine-in-one-launch handshake of the fused decodes (decode_fused_body,

@@ -32,7 +32,7 @@ __device__ __forceinline__ void decode_fused_body(const elem_t<Kt>* q, const ele
   for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
     const int64_t row = ((int64_t)b * p.Hq + kvh * G + r / p.Sq) * p.Sq + r % p.Sq;
     combine_row<typename Kt::Element, D, true>(at_data<kHdr>(o_partial), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
-                   at_data<kHdr>(lse), p, rows, row, (threadIdx.x % kThreadsPerRow) * 8);
+                   at_data<kHdr>(lse), p, at_data<kHdr>(params), rows, row, (threadIdx.x % kThreadsPerRow) * 8);
   }
   if (threadIdx.x == 0) *ticket = 0;
 }

@@ -47,8 +47,8 @@
 
 // E: the element type of o (element_type.cuh); D: the head dim.
 #define FLASH_DECODE_COMBINE_ENTRY(ENTRY, CONFIG, E, D)                                           \
-  FLASH_MANIFEST_PLAIN("decode-combine", CONFIG, ENTRY, 0, E, "none", D, flash::kCombineRows<D>, \
-                       flash::kCombineThreads)                                                   \
+  FLASH_MANIFEST_PLAIN("decode-combine", CONFIG, ENTRY, 0, E, "none", flash::manifest::kScoreFeatures, D, \
+                       flash::kCombineRows<D>, flash::kCombineThreads)                           \
   extern "C" __global__ void __launch_bounds__(flash::kCombineThreads)                           \
   ENTRY(const float* __restrict__ o_partial, const float* __restrict__ lse_partial,              \
         E::Storage* __restrict__ o, float* __restrict__ lse, const int* __restrict__ params) {    \

@@ -99,6 +99,9 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     kvh = h_fixed / G;
     nrows = p.Sq;
   }
+  // The packed query offsets of a cache prefill: a step array's carry them after its lengths (the
+  // TornadoVM twins), re-derived at each use rather than held as a pointer across the loop.
+  auto q_offsets = [&]() { return ca.q_offsets != nullptr ? ca.q_offsets : ca.lens + 2 * reload_param<P_B, kHdr>(params); };
   // Cache: keys kv_len = L_b, new queries n_new = n_b, first packed query row q_row (prefill);
   // nvalid = rows holding a real query (the rest of the nrows output rows get O = 0, lse = -inf).
   int kv_len = p.Skv, n_new = p.Sq, q_row = 0, nvalid = nrows;
@@ -108,8 +111,8 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       n_new = __ldg(ca.lens + p.B + b);
       nvalid = G * n_new;
     } else {
-      q_row = __ldg(ca.q_offsets + b);
-      n_new = __ldg(ca.q_offsets + b + 1) - q_row;
+      q_row = __ldg(q_offsets() + b);
+      n_new = __ldg(q_offsets() + b + 1) - q_row;
       nrows = nvalid = n_new;
     }
   }
@@ -126,39 +129,51 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     else return kDecode ? r % p.Sq : r;
   };
 
-  // Keys this CTA visits: [kbeg, kend).
-  int kbeg = 0, kend = p.Skv;
-  if constexpr (kC) {
-    kend = kv_len;
-    if (kDecode) {
-      kbeg = split * ca.keys_per_split;
-      kend = row0 < nvalid ? min(kv_len, kbeg + ca.keys_per_split) : kbeg;  // no real query: empty
-    } else if (p.causal && Opt::kCausalSkip) {
-      kend = min(kv_len, min(row0 + BM, n_new) + kv_len - n_new);
-    }
-  } else {
-  if (kDecode) {
-    const int per_split = ceil_div(ceil_div(p.Skv, p.num_splits), BN) * BN;  // tile-aligned slices
-    kbeg = split * per_split;
-    kend = min(p.Skv, kbeg + per_split);
-  } else if (p.causal && Opt::kCausalSkip) {
-    // Bottom-right causal: the block's last row min(row0+Br, Sq)-1 sees keys < that + Skv - Sq + 1.
-    // Tiles wholly past it are never loaded.
-    kend = min(p.Skv, min(row0 + BM, p.Sq) + p.Skv - p.Sq);
+  // Visible keys: query index i (at position i + off, off = Skv - Sq; cache: L_b - n_b) sees keys
+  // [i + lo_off, i + diag] within [0, Skv): diag = off + delta, delta = 0 (causal), right (a right
+  // window side) or 2^30 (neither); lo_off = off - left, or -2^30 without a left side.  The tiles
+  // that need them re-read the words (bounds_now) instead of holding them across the tile loop,
+  // which keeps the 168- and 255-register tiles spill-free.
+  auto delta_of = [](bool causal, int right) { return causal ? 0 : right >= 0 ? min(right, 1 << 30) : (1 << 30); };
+  auto lo_of = [](int off, int left) { return left >= 0 ? off - min(left, 1 << 30) : -(1 << 30); };
+  int2 bounds;  // (diag, lo_off)
+  {
+    const int* pw = at_data<kHdr>(params);
+    const int off = kC ? kv_len - n_new : p.Skv - p.Sq;
+    bounds = make_int2(off + delta_of(p.causal, __ldg(pw + P_WINDOW_RIGHT)), lo_of(off, __ldg(pw + P_WINDOW_LEFT)));
   }
+  const int diag0 = bounds.x, lo_off = bounds.y;
+  // Keys this CTA visits: [kbeg, kend).  Decode: split `split` of the span [span0, Skv) from the
+  // first visible key of query 0 (rounded down to whole tiles) to the end (the last query's last
+  // key is always Skv - 1).  Prefill: from the first row's first visible key to the last row's
+  // last; tiles wholly outside are never loaded.
+  int kbeg = 0, kend = kC ? kv_len : p.Skv;
+  if (kDecode) {
+    if constexpr (kC) {
+      kbeg = (max(0, lo_off) & ~63) + split * ca.keys_per_split;  // cache_span_start(L_b, n_b, left)
+      kend = row0 < nvalid ? min(kv_len, kbeg + ca.keys_per_split) : kbeg;  // no real query: empty
+    } else {
+      const int span0 = max(0, lo_off) / BN * BN;
+      const int per_split = ceil_div(ceil_div(p.Skv - span0, p.num_splits), BN) * BN;  // tile-aligned slices
+      kbeg = span0 + split * per_split;
+      kend = min(p.Skv, kbeg + per_split);
+    }
+  } else if (Opt::kCausalSkip) {
+    kbeg = max(0, row0 + lo_off);
+    kend = min(kend, min(row0 + BM, nrows) - 1 + diag0 + 1);
   }
 
   const int warp_row0 = warp * RG * 16;  // first block-local row of this warp
 
   if (kend <= kbeg) {
-    // No row of this CTA sees a key: O = 0, lse = -inf.
+    // No row of this CTA sees a key: O = 0, lse = -inf (prefill: the head's sink).
     if (kDecode) {
       for (int i = tid; i < BM * (D / 4); i += Kt::kNThreads) {
         const int r = row0 + i / (D / 4), c = (i % (D / 4)) * 4;
         if (r < nrows) {
           const int64_t row_lin = ((int64_t)split * p.B + b) * p.Hq * p.Sq + (int64_t)row_head(r) * p.Sq + row_query(r);
           *reinterpret_cast<float4*>(at_data<kHdr>(o_partial) + row_lin * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (c == 0) at_data<kHdr>(lse)[row_lin] = kNegInf;
+          if (c == 0) at_data<kHdr>(lse)[row_lin] = kC && r >= nvalid ? __int_as_float(kAbsentLseBits) : kNegInf;
         }
       }
     } else if constexpr (kC) {
@@ -166,7 +181,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         const int r = row0 + i / CH, c = i % CH;
         if (r < nrows) {
           *reinterpret_cast<uint4*>(o + (int64_t)(q_row + r) * p.o_sr + (int64_t)h_fixed * p.o_sh + c * 8) = make_uint4(0, 0, 0, 0);
-          if (c == 0 && p.write_lse && lse != nullptr) lse[(int64_t)h_fixed * p.Sq + q_row + r] = kNegInf;
+          if (c == 0 && p.write_lse && lse != nullptr) lse[(int64_t)h_fixed * p.Sq + q_row + r] = sink_logit<kHdr>(params, h_fixed);
         }
       }
     } else {
@@ -174,7 +189,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         const int r = row0 + i / CH, c = i % CH;
         if (r < nrows) {
           *reinterpret_cast<uint4*>(at_data<kHdr>(o) + (int64_t)b * p.o_sb + (int64_t)h_fixed * p.o_sh + (int64_t)r * p.o_sr + c * 8) = make_uint4(0, 0, 0, 0);
-          if (c == 0 && p.write_lse) at_data<kHdr>(lse)[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = kNegInf;
+          if (c == 0 && p.write_lse) at_data<kHdr>(lse)[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = sink_logit<kHdr>(params, h_fixed);
         }
       }
     }
@@ -325,15 +340,32 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     else return (((2 * (s & 3)) ^ x) << 4) + (s >> 2) * 128;
   };
 
-  // Causal limit of an owned row: key j is visible iff j <= row_limit(rg, hh).  Recomputed in
+  // (diag, lo_off) again, from the words rather than registers (cache prefill: diag stays live, it
+  // has n_b in it, which would take more registers to re-derive).
+  auto bounds_now = [&]() {
+    if constexpr (kC && !kDecode) {
+      const bool causal = reload_param<P_CAUSAL, kHdr>(params) != 0;
+      const int right = reload_param<P_WINDOW_RIGHT, kHdr>(params);
+      return make_int2(diag0, lo_of(diag0 - delta_of(causal, right), reload_param<P_WINDOW_LEFT, kHdr>(params)));
+    } else {
+      const int off = Skv - (kC ? n_new : kDecode ? p.Sq : reload_param<P_SQ, kHdr>(params));
+      return make_int2(off + delta_of(reload_param<P_CAUSAL, kHdr>(params) != 0, reload_param<P_WINDOW_RIGHT, kHdr>(params)),
+                       lo_of(off, reload_param<P_WINDOW_LEFT, kHdr>(params)));
+    }
+  };
+  // Visible keys of an owned row: row_first(rg, hh) <= j <= row_limit(rg, hh).  Recomputed in
   // the (few) masked tiles instead of being kept in registers.
-  const int diag = p.causal ? (kC ? kv_len - n_new : p.Skv - p.Sq) : (1 << 30);  // one register instead of three
-  auto row_limit = [&](int rg, int hh) {
+  auto row_limit = [&](int rg, int hh, int diag) {
     const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
     return min(Skv - 1, row_query(r) + diag);
   };
-  // A tile needs the mask iff its last key may be invisible to the CTA's first row.
-  const int block_lim = min(Skv - 1, (kDecode ? 0 : row0) + diag);
+  auto row_first = [&](int rg, int hh, int lo_off) {
+    const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
+    return row_query(r) + lo_off;
+  };
+  // A tile takes the score-edit step iff its last key may be invisible to the CTA's first row;
+  // with a softcap or a window's left side every tile does (block_lim = -1) and the step sorts
+  // out what each needs.
 
   // ---- prologue: Q and tile 0 in flight together (the split pipeline: K only, V follows in
   // the loop); Q to registers; then the rest of the ring.
@@ -398,11 +430,20 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       l_i[rg][hh] = 0.f;
     }
   }
-  const float sl2 = p.scale_log2;
+  // Softcap: scores are tanh values (see the score-edit step), c*log2(e) per unit.  Read late
+  // rather than held across the prologue.
+  const int cap_bits0 = reload_param<P_SOFTCAP, kHdr>(params);
+  const float sl2 = cap_bits0 != 0 ? __int_as_float(cap_bits0) * 1.4426950408889634f : p.scale_log2;
+  const int block_lim = cap_bits0 != 0 || reload_param<P_WINDOW_LEFT, kHdr>(params) >= 0
+                            ? -1 : min(Skv - 1, (kDecode ? 0 : row0) + bounds_now().x);
 
+  // n counts down to n_min (a window's first tile).  Two stages: one register holds both n_min and
+  // the parity of n_max - 1 (tile n sits in stage (n_max - 1 - n) % 2), lo_pack = 2*n_min + parity:
+  // n >= n_min iff 2n + 1 >= lo_pack.  The 168-register tile has no register to spare for either.
   int stage = 0;
-  for (int it = 0; it < n_tiles; ++it) {
-    const int n = n_max - 1 - it;
+  const int lo_pack = 2 * n_min + ((n_max - 1) & 1);
+  for (int n = n_max - 1; ST == 2 ? 2 * n + 1 >= lo_pack : n >= n_min; --n) {
+    if constexpr (ST == 2) stage = (n ^ lo_pack) & 1;
     if constexpr (Kt::kSplitKV) {
       // K_n landed; the barrier also says every warp is done with V_{n+1} (P V of the previous
       // tile), so V_n may overwrite it while S = Q K_n^T runs.
@@ -416,11 +457,11 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       // is exactly the one the next prefetch overwrites.  One barrier per tile.
       cp_async_wait<ST - 2>();
       __syncthreads();
-      const int nxt = it + ST - 1;
-      if (nxt < n_tiles) load_kv(n_max - 1 - nxt, nxt % ST);
+      if (ST == 2 ? 2 * (n - 1) + 1 >= lo_pack : n - (ST - 1) >= n_min)
+        load_kv(n - (ST - 1), stage == 0 ? ST - 1 : stage - 1);
       cp_async_commit();
     } else {
-      if (it > 0) {
+      if (n < n_max - 1) {
         load_kv(n, 0);
         cp_async_commit();
       }
@@ -479,18 +520,31 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         }
       }
 
-      // ---- mask (ragged Skv end, causal diagonal; also every tile when skipping is off)
-      if (n * BN + hf * CN + CN - 1 > block_lim) {
+      // ---- score edits: softcap, then the mask (ragged Skv end, causal diagonal, window edges;
+      // also every tile when skipping is off).  Words re-read here, not held across the loop.
+      const int tile_key0 = n * BN + hf * CN;
+      if (tile_key0 + CN - 1 > block_lim) {
+        // Softcap: scale*q.k becomes c*tanh(scale*q.k/c); S keeps t = tanh(scale*q.k/c) and the
+        // softmax runs in those units (sl2 = c*log2(e)).
+        const int cap_bits = reload_param<P_SOFTCAP, kHdr>(params);
+        const float in = __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(cap_bits);
+        // Branch-free row bounds: a tile inside every row's window keeps all its keys.  (Testing
+        // whether the tile crosses a bound first costs the 168-register tile a spill on sm_90.)
+        const int2 bd = bounds_now();
 #pragma unroll
         for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int lim = row_limit(rg, hh) - (n * BN + hf * CN + 2 * t4);
+            const int lim = row_limit(rg, hh, bd.x) - (tile_key0 + 2 * t4);
+            const int first = row_first(rg, hh, bd.y) - (tile_key0 + 2 * t4);
 #pragma unroll
             for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-              for (int c = 0; c < 2; ++c)
-                if (nt * 8 + c > lim) s_acc[rg][nt][2 * hh + c] = kNegInf;
+              for (int c = 0; c < 2; ++c) {
+                float& x = s_acc[rg][nt][2 * hh + c];
+                if (cap_bits != 0) x = tanh_fast(x * in);
+                if (nt * 8 + c > lim || nt * 8 + c < first) x = kNegInf;
+              }
           }
       }
 
@@ -498,7 +552,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         // V_n landed and every warp is done with K_n: the next K loads during softmax and P V.
         cp_async_wait<0>();
         __syncthreads();
-        if (it + 1 < n_tiles) load_kv(n - 1, 0, true, false);
+        if (n > n_min) load_kv(n - 1, 0, true, false);
         cp_async_commit();
       }
 
@@ -634,12 +688,16 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       // Synchronous ablation: nobody may overwrite the single stage until all warps are done.
       __syncthreads();
     }
-    stage = (stage + 1 == ST) ? 0 : stage + 1;
+    if constexpr (ST != 2) stage = (stage + 1 == ST) ? 0 : stage + 1;
   }
 
   // ---- epilogue: normalise once, lse = m*scale + ln(l).
   // Values only the epilogue needs are re-read here rather than kept live across the loop.
-  const float scale = __int_as_float(reload_param<P_SCALE, kHdr>(params));
+  // lse = m*scale + ln(l); m in tanh units (times c) with a softcap.
+  const int cap_bits1 = reload_param<P_SOFTCAP, kHdr>(params);
+  const float scale = __int_as_float(cap_bits1 != 0 ? cap_bits1 : reload_param<P_SCALE, kHdr>(params));
+  // Prefill: the head's sink z joins the denominator (split passes leave it to the combine).
+  const float sink = kDecode ? kNegInf : sink_logit<kHdr>(params, blockIdx.y % reload_param<P_HQ, kHdr>(params));
   float lse_v[RG][2];
 #pragma unroll
   for (int rg = 0; rg < RG; ++rg)
@@ -647,8 +705,17 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(l_i[rg][hh]);
       const bool any = l > 0.f;  // false only for a row that sees no key
-      const float inv = any ? 1.f / l : 0.f;
+      float inv = any ? 1.f / l : 0.f;
       lse_v[rg][hh] = any ? m_i[rg][hh] * scale + logf(l) : kNegInf;
+      if (!kDecode && sink != kNegInf) {
+        // O = acc e^m / (l e^m + e^z), lse = log(l e^m + e^z), both relative to M = max(m, z).
+        const float mn = any ? m_i[rg][hh] * scale : kNegInf;
+        const float M = fmaxf(mn, sink);
+        const float a = any ? __expf(mn - M) : 0.f;
+        const float den = fmaf(l, a, __expf(sink - M));
+        inv = a / den;
+        lse_v[rg][hh] = M + logf(den);
+      }
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
         acc_o[rg][dt][2 * hh] *= inv;
@@ -668,12 +735,12 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
           const int64_t row_lin = ((int64_t)split * B_ + b) * Hq_ * Sq_ + (int64_t)row_head(r) * Sq_ + row_query(r);
           float* dst = at_data<kHdr>(o_partial) + row_lin * D + 2 * t4;
           if constexpr (kC) {
-            // An absent query (s >= n_b): O = 0, lse = -inf in every split.
+            // An absent query (s >= n_b): O = 0 and the absent marker in every split.
             const bool real = r < nvalid;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
               *reinterpret_cast<float2*>(dst + dt * 8) = real ? make_float2(acc_o[rg][dt][2 * hh], acc_o[rg][dt][2 * hh + 1]) : make_float2(0.f, 0.f);
-            if (t4 == 0) at_data<kHdr>(lse)[row_lin] = real ? lse_v[rg][hh] : kNegInf;
+            if (t4 == 0) at_data<kHdr>(lse)[row_lin] = real ? lse_v[rg][hh] : __int_as_float(kAbsentLseBits);
           } else {
 #pragma unroll
           for (int dt = 0; dt < DT; ++dt)
@@ -701,7 +768,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     const int b = blockIdx.y / Hq_, h_fixed = blockIdx.y % Hq_;
     if constexpr (kC) {
       // Packed rows q_offsets[b] + r of [totalQ, Hq, D]; lse [Hq, P_SQ] at h*P_SQ + q_offsets[b] + r.
-      const int q0 = __ldg(ca.q_offsets + b), n_b = __ldg(ca.q_offsets + b + 1) - q0;
+      const int q0 = __ldg(q_offsets() + b), n_b = __ldg(q_offsets() + b + 1) - q0;
       const int o_sr = reload_param<P_O_STRIDE + 2, kHdr>(params);
       T* obase = o + (int64_t)q0 * o_sr + (int64_t)h_fixed * reload_param<P_O_STRIDE + 1, kHdr>(params);
 #pragma unroll

@@ -68,10 +68,17 @@ std::string opt_name() {
   return s.empty() ? "-" : s;
 }
 
-// An entry compiled from a FwdTraits configuration (prefill and split-KV decode tiles).
+// The run-time score features (params words P_WINDOW_LEFT..P_SINKS), in the manifest's spelling
+// (Java's KernelVariant.Feature.column()).  Every entry of the one kernel body (fwd_body) and
+// every combine of its split passes implements all three.
+inline const char* kScoreFeatures = "window+softcap+sinks";
+
+// An entry compiled from a FwdTraits configuration (prefill and split-KV decode tiles): fwd_body,
+// so it serves the score features.
 template <class KT>
 bool add(const char* kind, const char* config, const char* entry, int header_bytes, const char* layout) {
   Row r{kind, config, entry, header_bytes, KT::Element::kName, layout};
+  r.features = kScoreFeatures;
   r.head_dim = KT::kHeadDim;
   r.br = KT::kBlockM;
   r.bc = KT::kBlockN;
@@ -86,11 +93,12 @@ bool add(const char* kind, const char* config, const char* entry, int header_byt
 }
 
 // An entry without a tile configuration, of element type E: `rows` rows of `head_dim` values per
-// block (head_dim 0: any).
+// block (head_dim 0: any); `features`: its run-time features (kScoreFeatures or "-").
 template <class E>
 bool add_plain(const char* kind, const char* config, const char* entry, int header_bytes, const char* layout,
-               int head_dim, int rows_per_block, int threads) {
+               const char* features, int head_dim, int rows_per_block, int threads) {
   Row r{kind, config, entry, header_bytes, E::kName, layout};
+  r.features = features;
   r.head_dim = head_dim;
   r.br = rows_per_block;
   r.warps = threads / 32;
@@ -131,11 +139,13 @@ inline void print() {
 // one configuration share (FLASH_SELECT names it); ENTRY: the .entry name; HEADER: bytes before
 // each array's data (0 for the CUDA-driver entries, TornadoVM's header for its twins); LAYOUT:
 // the K/V layouts it reads (none, contiguous, paged, any).  The element type comes from KT (E).
+// FEATURES (plain rows): flash::manifest::kScoreFeatures for a combine, "-" otherwise; tile rows
+// always serve the score features.
 #define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT, LAYOUT) \
   static const bool ENTRY##_in_manifest = flash::manifest::add<KT>(KIND, #CONFIG, #ENTRY, HEADER, LAYOUT);
-#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, E, LAYOUT, D, ROWS, THREADS) \
-  static const bool ENTRY##_in_manifest =                                               \
-      flash::manifest::add_plain<E>(KIND, #CONFIG, #ENTRY, HEADER, LAYOUT, D, ROWS, THREADS);
+#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, E, LAYOUT, FEATURES, D, ROWS, THREADS) \
+  static const bool ENTRY##_in_manifest =                                                         \
+      flash::manifest::add_plain<E>(KIND, #CONFIG, #ENTRY, HEADER, LAYOUT, FEATURES, D, ROWS, THREADS);
 // The architecture family the module is compiled for (the manifest's arch: sm80 = compute_80 PTX).
 #define FLASH_MODULE_ARCH(ARCH) static const bool flash_module_arch = flash::manifest::set_module_arch(#ARCH);
 // The launch table: configuration CONFIG runs calls of its head dim whose causal flag is CAUSAL
@@ -144,7 +154,7 @@ inline void print() {
   static const bool CONFIG##_selected = flash::manifest::select(#CONFIG, #CAUSAL);
 #else
 #define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT, LAYOUT)
-#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, E, LAYOUT, D, ROWS, THREADS)
+#define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, E, LAYOUT, FEATURES, D, ROWS, THREADS)
 #define FLASH_MODULE_ARCH(ARCH)
 #define FLASH_SELECT(CONFIG, CAUSAL)
 #endif

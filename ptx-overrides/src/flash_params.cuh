@@ -37,7 +37,8 @@ enum CacheMode { kNoCache = 0, kCacheContig = 1, kCachePaged = 2 };
 struct CacheArgs {
   const int* lens = nullptr;         // [2*B]: KV length after this step, then new queries per sequence
   const int* block_table = nullptr;  // [B * pages_per_seq] page ids (paged only)
-  const int* q_offsets = nullptr;    // [B + 1] packed query offsets (varlen prefill only)
+  const int* q_offsets = nullptr;    // [B + 1] packed query offsets (varlen prefill only); nullptr:
+                                     // lens + 2*B (a step array), re-derived where read
   int keys_per_split = 0;            // decode split pass: keys per split, a multiple of Bc
 };
 
@@ -76,6 +77,34 @@ __device__ __forceinline__ int reload_param(const int* p) {
   int v;
   asm volatile("ld.global.nc.b32 %0, [%1+%2];\n" : "=r"(v) : "l"(p), "n"(kHdr + 4 * kIdx));
   return v;
+}
+
+// reload_param for a word whose index is known only at run time (a sink: P_COUNT + head).
+template <int kHdr>
+__device__ __forceinline__ int reload_param_at(const int* p, int idx) {
+  int v;
+  asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(reinterpret_cast<const char*>(p) + kHdr + 4 * idx));
+  return v;
+}
+
+// Head h's sink logit (scale * q.k units), -inf without sinks.  Never reads past word 31 of a
+// block without sinks (it may be only 32 words long).
+template <int kHdr>
+__device__ __forceinline__ float sink_logit(const int* p, int h) {
+  return reload_param<P_SINKS, kHdr>(p) != 0 ? __int_as_float(reload_param_at<kHdr>(p, P_COUNT + h)) : -__int_as_float(0x7f800000);
+}
+
+// lse_partial of an absent query (cache decode, row s >= n_b) in every split: a NaN whose payload
+// no arithmetic produces (the GPU's NaN is 0x7fffffff), so that the combine gives that row no
+// sink (O = 0, lse = -inf) while a real row whose splits saw no key gets lse = its sink.
+constexpr int kAbsentLseBits = 0x7fa65e00;
+
+// The first key of a cache decode split pass's span for a sequence of L keys and n new queries:
+// the first key its first query sees (window left side; 0 without one), rounded down to a
+// multiple of 64 (every decode tile's Bc, and keys_per_split is a multiple of 64), so split s
+// covers [span_start + s*kps, span_start + (s+1)*kps) and tiles never straddle two splits.
+__device__ __forceinline__ int cache_span_start(int L, int n, int left) {
+  return left >= 0 ? max(0, L - n - left) & ~63 : 0;
 }
 
 // TornadoVM passes every array as a pointer to its object header; the payload starts 16 bytes in.
