@@ -1,7 +1,9 @@
 """The problems the harness runs (no GPU needed to list them): the correctness suite, the D=128
 suite of the tuning candidates, the timing shapes, and the decode split count.
 
-A case is (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag)."""
+A case is (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag[, features]), features = (window left,
+window right, softcap, sinks?) as problem.Problem takes them (-1: unbounded side; softcap 0: off); a
+case without it has none."""
 import math
 
 import split_policy
@@ -18,6 +20,43 @@ def num_splits_for(B, Hkv, G, Sq, Skv, rows_per_block, num_sms):
     B x Hkv x packed row blocks is fixed by the shape (split_policy.grid_splits).
     rows_per_block: the split entry's packed rows per block (its Br in the manifest)."""
     return split_policy.grid_splits(Skv, B * Hkv * math.ceil(G * Sq / rows_per_block), num_sms)
+
+
+def feature_cases(quick):
+    """Window, softcap and sinks, alone and together, through the prefill and the decode entries:
+    windows left only and left + right, causal and not, smaller than a key tile and not a tile
+    multiple, right only, Sq != Skv both ways; softcap 30 and 50 (on scores scaled up so that the cap
+    bites); sinks (rows that see no key then give lse = the sink); all three together."""
+    cases = []
+    for D in (64, 128):
+        for c in (False, True):
+            cases += [
+                (2, 4, 2, 300, 517, D, c, "bhsd", True, "win left", (100, -1, 0.0, False)),
+                (1, 4, 4, 600, 600, D, c, "bhsd", True, "win left+right", (128, 64, 0.0, False)),
+                (1, 4, 4, 257, 1000, D, c, "bshd", True, "win < tile", (5, 3, 0.0, False)),
+                (1, 2, 2, 200, 300, D, c, "bhsd", True, "win right", (-1, 7, 0.0, False)),
+                (1, 4, 1, 1000, 77, D, c, "bhsd", True, "win sq>skv", (30, -1, 0.0, False)),
+                (1, 2, 2, 129, 2049, D, c, "bhsd", True, "win 0,0", (0, 0, 0.0, False)),
+                (2, 4, 2, 259, 1031, D, c, "bshd", True, "softcap30", (-1, -1, 30.0, False)),
+                (1, 4, 4, 333, 333, D, c, "bhsd", True, "softcap50", (-1, -1, 50.0, False)),
+                (2, 4, 2, 130, 300, D, c, "bhsd", True, "sinks", (-1, -1, 0.0, True)),
+                (1, 2, 2, 130, 3, D, c, "bhsd", True, "sinks sq>>skv", (-1, -1, 0.0, True)),
+                (2, 8, 2, 333, 700, D, c, "bhsd", True, "win+cap+sinks", (64, 16, 50.0, True)),
+                (1, 4, 4, 64, 200, D, c, "bshd", False, "win+cap+sinks nolse", (40, -1, 30.0, True)),
+            ]
+            # decode shapes: the splits cover the window's span only
+            for (Sq, Skv) in ((1, 4097), (4, 9000), (16, 1000), (1, 100)) if not quick else ((1, 4097), (4, 9000)):
+                cases += [
+                    (2, 8, 2, Sq, Skv, D, c, "bhsd", True, "decode win", (1000, -1, 0.0, False)),
+                    (2, 8, 2, Sq, Skv, D, c, "bhsd", True, "decode win small", (20, 2, 0.0, False)),
+                    (1, 8, 1, Sq, Skv, D, c, "bshd", True, "decode cap+sinks", (-1, -1, 30.0, True)),
+                    (2, 8, 2, Sq, Skv, D, c, "bhsd", True, "decode all", (511, 3, 50.0, True)),
+                ]
+    return cases
+
+
+# Softcap cases run with scale 1 (scores ~ N(0, D)) rather than 1/sqrt(D), so that the cap changes them.
+SOFTCAP_SCALE = 1.0
 
 
 def suite(quick, rng):
@@ -62,6 +101,15 @@ def suite(quick, rng):
         Skv = rng.randint(1, 2100) if rng.random() < 0.7 else Sq
         cases.append((rng.randint(1, 3), Hkv * G, Hkv, Sq, Skv, D, rng.random() < 0.5, rng.choice(["bhsd", "bshd"]),
                       rng.random() < 0.7, "random"))
+    cases += feature_cases(quick)
+    for _ in range(n_rand // 2):  # random features on random shapes
+        Hkv, G, D = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([64, 128])
+        Sq = rng.randint(1, 1500) if rng.random() < 0.7 else rng.randint(1, 16)
+        Skv = rng.randint(1, 3000)
+        feat = (rng.choice([-1, 0, 1, 17, 64, 300]), rng.choice([-1, -1, 0, 5, 100]), rng.choice([0.0, 0.0, 20.0, 50.0]),
+                rng.random() < 0.5)
+        cases.append((rng.randint(1, 2), Hkv * G, Hkv, Sq, Skv, D, rng.random() < 0.5, rng.choice(["bhsd", "bshd"]),
+                      rng.random() < 0.8, "random features", feat))
     return cases
 
 

@@ -8,7 +8,8 @@ import torch
 
 import manifest
 from cases import num_splits_for, suite
-from problem import Problem, compare
+from cases import SOFTCAP_SCALE
+from problem import NO_FEATURES, Problem, compare, feature_tag
 from report import log
 
 
@@ -37,12 +38,16 @@ def correctness(runner, kernels, quick, seed, cases=None):
     if cases is None:
         cases = suite(quick, rng)
     t0 = time.time()
-    for ci, (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag) in enumerate(cases):
-        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen)
+    for ci, c in enumerate(cases):
+        (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag), feat = c[:10], (c[10] if len(c) > 10 else NO_FEATURES)
+        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen, feat=feat)
         if tag == "random" and rng.random() < 0.2:
             pb.scale = rng.uniform(0.01, 0.5)
+        if feat[2]:
+            pb.scale = SOFTCAP_SCALE
         oref, lref = pb.reference()
-        case = f"{tag} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {'causal' if causal else 'full'} {layout}"
+        case = (f"{tag} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {'causal' if causal else 'full'} {layout}"
+                + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
         big = Sq * Skv * B * Hq > 3e8
         for e in fwd:
             if e.D != D:
@@ -63,7 +68,8 @@ def correctness(runner, kernels, quick, seed, cases=None):
                 if e.D != D:
                     continue
                 ec = comb[(D, e.header)]
-                ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
+                # The hosts size the split count from the window's visible span.
+                ns = num_splits_for(B, Hkv, G, Sq, pb.visible_span(), e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):  # also exercise empty splits
                     o, lse = pb.new_out()
                     go, keep = runner.decode_launcher(e, ec, pb, o, lse, splits)
@@ -75,7 +81,7 @@ def correctness(runner, kernels, quick, seed, cases=None):
             for e in fused_e:
                 if e.D != D:
                     continue
-                ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
+                ns = num_splits_for(B, Hkv, G, Sq, pb.visible_span(), e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):
                     o, lse = pb.new_out()
                     go, keep = runner.fused_launcher(e, pb, o, lse, splits)

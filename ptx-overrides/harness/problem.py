@@ -1,6 +1,6 @@
 """One attention problem on the GPU: fresh N(0,1) fp16 inputs in BHSD or BSHD storage, poisoned
-outputs, its params block, the float64 reference of the project's semantics and the comparison
-with it (the tolerances of the Java suite)."""
+outputs, its params block, the float64 reference of the project's semantics (window, softcap and
+sinks included) and the comparison with it (the tolerances of the Java suite)."""
 import math
 import struct
 
@@ -17,16 +17,77 @@ def f32_bits(x):
     return struct.unpack("<i", struct.pack("<f", float(x)))[0]
 
 
-class Problem:
-    """Q, K, V (fp16, N(0,1)) as logical [B, H, S, D] views of BHSD or BSHD storage."""
+NO_FEATURES = (-1, -1, 0.0, False)  # (window left, window right, softcap, sinks)
 
-    def __init__(self, B, Hq, Hkv, Sq, Skv, D, causal, layout="bhsd", scale=None, lse=True, gen=None):
+
+def feature_tag(feat):
+    left, right, cap, sinks = feat
+    t = []
+    if left >= 0 or right >= 0:
+        t.append(f"win({left},{right})")
+    if cap:
+        t.append(f"cap{cap:g}")
+    if sinks:
+        t.append("sinks")
+    return " ".join(t)
+
+
+def feature_words(feat, sinks_values=None):
+    """Words P_WINDOW_LEFT..P_SINKS of the params block, and the sink words after P_COUNT."""
+    left, right, cap, sinks = feat
+    words = {"P_WINDOW_LEFT": left, "P_WINDOW_RIGHT": right, "P_SOFTCAP": f32_bits(cap) if cap else 0,
+             "P_SINKS": 1 if sinks else 0}
+    tail = [f32_bits(z) for z in sinks_values.tolist()] if sinks else []
+    return words, tail
+
+
+def scores_to_probs(s, visible, softcap, sink):
+    """The definition (CpuReference.softmaxRow) on float64 scores s [..., Sq, Skv] = scale*q.k with
+    the visibility mask `visible` (broadcast to s), softcap c (0: off) and per-row sink logits
+    `sink` (broadcast to s[..., 0], -inf: none).  Returns (weights p, lse): p_j = e^s_j / (e^z +
+    sum e^s_j), lse = log(e^z + sum e^s_j); a row that sees no key: p = 0, lse = z."""
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    s = s.masked_fill(~visible, float("-inf"))
+    sink = torch.as_tensor(sink, dtype=s.dtype, device=s.device).expand(s.shape[:-1])
+    lse = torch.logsumexp(torch.cat([s, sink[..., None]], -1), dim=-1)
+    p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
+    return p, lse
+
+
+def visible_keys(pos, Skv, causal, left, right):
+    """[len(pos), Skv] bool: a query at position pos (dense i + Skv - Sq; cache L - n + j) sees key j iff
+    pos - left <= j (left >= 0) and j <= pos + right (right >= 0), j <= pos when causal
+    (AttentionShape.firstVisibleKey / lastVisibleKey)."""
+    j = torch.arange(Skv, device=pos.device)[None, :]
+    pos = pos[:, None]
+    vis = torch.ones(pos.shape[0], Skv, dtype=torch.bool, device=pos.device)
+    if causal:
+        vis &= j <= pos
+    if left >= 0:
+        vis &= j >= pos - left
+    if right >= 0:
+        vis &= j <= pos + right
+    return vis
+
+
+class Problem:
+    """Q, K, V (fp16, N(0,1)) as logical [B, H, S, D] views of BHSD or BSHD storage; `feat` =
+    (window left, window right, softcap, sinks?) with -1 = unbounded, 0 = no softcap; sinks: one
+    N(0,1)-ish logit per query head."""
+
+    def __init__(self, B, Hq, Hkv, Sq, Skv, D, causal, layout="bhsd", scale=None, lse=True, gen=None,
+                 feat=NO_FEATURES):
         self.B, self.Hq, self.Hkv, self.Sq, self.Skv, self.D = B, Hq, Hkv, Sq, Skv, D
         self.causal, self.layout, self.want_lse = causal, layout, lse
         self.scale = scale if scale is not None else 1.0 / math.sqrt(D)
+        self.feat = tuple(feat)
         self.q = self._rand(B, Hq, Sq, D, gen)
         self.k = self._rand(B, Hkv, Skv, D, gen)
         self.v = self._rand(B, Hkv, Skv, D, gen)
+        # Sinks around the scores' scale, some large enough to dominate a row.
+        self.sinks = (torch.randn(Hq, device=DEVICE, dtype=torch.float32, generator=gen) * 2).float() \
+            if self.feat[3] else None
 
     def _rand(self, B, H, S, D, gen):
         if self.layout == "bhsd":
@@ -50,6 +111,10 @@ class Problem:
             p[P[name]] = value
         for name, t in (("P_Q_STRIDE", self.q), ("P_K_STRIDE", self.k), ("P_V_STRIDE", self.v), ("P_O_STRIDE", o)):
             p[P[name]:P[name] + 3] = [t.stride(0), t.stride(1), t.stride(2)]
+        words, tail = feature_words(self.feat, self.sinks)
+        for name, value in words.items():
+            p[P[name]] = value
+        p += tail  # P_COUNT + Hq words with sinks
         if header:
             p = [0] * (header // 4) + p
         return torch.tensor(p, dtype=torch.int32, device=DEVICE)
@@ -58,8 +123,17 @@ class Problem:
         f = 4.0 * self.B * self.Hq * self.Sq * self.Skv * self.D
         return f / 2 if (self.causal and self.Sq == self.Skv) else f
 
+    def visible_span(self):
+        """Keys of the decode span: from query 0's first visible key (the window's left side) to Skv."""
+        left = self.feat[0]
+        return self.Skv - (max(0, self.Skv - self.Sq - left) if left >= 0 else 0)
+
     def reference(self):
-        """float64 reference; rows that see no key give O = 0, lse = -inf."""
+        """float64 reference (CpuReference's definition); rows that see no key give O = 0 and lse =
+        the sink (-inf without sinks)."""
+        left, right, cap, _ = self.feat
+        pos = torch.arange(self.Sq, device=DEVICE) + (self.Skv - self.Sq)
+        vis = visible_keys(pos, self.Skv, self.causal, left, right)
         G = self.Hq // self.Hkv
         os_, lses = [], []
         hstep = max(1, min(self.Hq, int(2e8 // max(1, self.Sq * self.Skv * self.B))))
@@ -70,13 +144,9 @@ class Problem:
             k = self.k[:, kv_idx].double()
             v = self.v[:, kv_idx].double()
             s = torch.matmul(q, k.transpose(-1, -2)) * self.scale
-            if self.causal:
-                i = torch.arange(self.Sq, device=DEVICE)[:, None]
-                j = torch.arange(self.Skv, device=DEVICE)[None, :]
-                s = s.masked_fill(~(j <= i + (self.Skv - self.Sq)), float("-inf"))
-            lse = torch.logsumexp(s, dim=-1)
-            p = torch.exp(s - lse[..., None])
-            p = torch.nan_to_num(p, nan=0.0)
+            sink = (self.sinks[h0:h1].double()[None, :, None] if self.sinks is not None
+                    else torch.tensor(float("-inf"), dtype=torch.float64, device=DEVICE))
+            p, lse = scores_to_probs(s, vis, cap, sink)
             os_.append(torch.matmul(p, v))
             lses.append(lse)
         return torch.cat(os_, 1), torch.cat(lses, 1)
