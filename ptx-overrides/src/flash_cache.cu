@@ -22,18 +22,23 @@
 //   K/V contiguous [slots, Hkv, capacity, D]: k_sb, k_sh, k_sr as usual (V likewise).
 //   K/V paged pool [pages, Hkv, page_size, D]: k_sb = page stride, k_sh = page_size*D, k_sr = D;
 //   key j of sequence b is row j % page_size of page block_table[b*pages_per_seq + j/page_size].
+//   [26..29] window left/right, softcap, sinks (flash_params.cuh; the sinks at word 32 + h)
 // lens: int32 [2*B]: lens[b] = L_b, the KV length after this step's append; lens[B+b] = n_b, the
-//   new queries of sequence b in this call.  Query j < n_b sees key k iff k < L_b and, causal,
-//   k <= L_b - n_b + j (bottom-right).  Rows j >= n_b and rows that see no key: O = 0, lse = -inf.
+//   new queries of sequence b in this call.  Query j < n_b, at position p = L_b - n_b + j, sees
+//   key k iff k < L_b, causal k <= p (bottom-right), window p - left <= k <= p + right.  Rows
+//   j >= n_b: O = 0, lse = -inf; rows that see no key: O = 0, lse = the head's sink (or -inf).
 //
 // 1. flash_cache_decode_split_d{64,128}(q, k, v, float* o_partial, float* lse_partial, params,
 //        const int* lens, const int* block_table /* ignored, may be null */, int keys_per_split)
 //    flash_cache_decode_split_paged_d{64,128}(same; block_table used)
 //    block = 32, grid = (num_splits, ceil(G*Sq/16), B*Hkv), G = Hq/Hkv.  q, o dense
-//    [B, Hq, Sq, D] (q strides).  Split s covers keys [s*kps, min(L_b, (s+1)*kps)), kps =
-//    keys_per_split a multiple of 64 (every decode tile's Bc; the ptx-cuda host uses 256).
-//    num_splits >= ceil(max_b L_b / kps).  Writes every row of o_partial [splits, B, Hq, Sq, D]
-//    fp32 and lse_partial [splits, B, Hq, Sq] (an empty split / absent query: 0 and -inf).
+//    [B, Hq, Sq, D] (q strides).  Split s covers keys [span_b + s*kps, min(L_b, span_b +
+//    (s+1)*kps)), kps = keys_per_split a multiple of 64 (every decode tile's Bc; the ptx-cuda
+//    host uses multiples of 256), span_b = cache_span_start(L_b, n_b, left): the first key query 0
+//    sees, rounded down to a multiple of 64 (0 without a left window side).
+//    num_splits >= ceil(max_b (L_b - span_b) / kps).  Writes every row of o_partial [splits, B, Hq,
+//    Sq, D] fp32 and lse_partial [splits, B, Hq, Sq] (an empty split: 0 and -inf; an absent query:
+//    0 and the NaN kAbsentLseBits, so that the combine gives it no sink).  No sink here.
 //    The 16-row tiles pack the G*n_b real queries of a KV head first (row j*n_b + s = query s of
 //    head kvh*G + j), so a call planned for Sq = 16 that decodes one token per sequence still
 //    reads K/V once per KV head; row blocks with no real query only write their -inf rows.

@@ -236,8 +236,9 @@ enum AppendParam {
 
 // The append prologue: this CTA's share of the step's new rows.  CTA (split s = blockIdx.x,
 // z = b*Hkv + kvh) writes the new rows of its own sequence b and KV head kvh whose positions lie in
-// its split's keys [s*kps, min(L_b, (s+1)*kps)), i.e. positions p in [max(s*kps, L_b - n_b),
-// min(L_b, (s+1)*kps)); row j = p - (L_b - n_b) of new_k/new_v (dense [B, Hkv, maxNew, D], element
+// its split's keys [s0, min(L_b, s0 + kps)), s0 = cache_span_start(L_b, n_b, left) + s*kps (the
+// split pass's range), i.e. positions p in [max(s0, L_b - n_b), min(L_b, s0 + kps)); row
+// j = p - (L_b - n_b) of new_k/new_v (dense [B, Hkv, maxNew, D], element
 // strides append_params[A_NEW_STRIDE..+2]) goes to cache position p.  The cache is addressed exactly
 // as the split pass reads it: K with params' P_K_STRIDE words, V with P_V_STRIDE, the page words
 // P_PAGE_SIZE / P_PAGES_PER_SEQ (paged: page block_table[b*pages_per_seq + p/page_size], row

@@ -19,10 +19,11 @@
 //    The decode split pass (1) and combine (2) in one launch: the split pass's block (32) and
 //    grid (num_splits, ceil(G*Sq/16), B*Hkv); num_splits = gridDim.x, keys per split =
 //    params[25] (P_KEYS_PER_SPLIT):
-//      > 0: as given (a multiple of 64, num_splits >= ceil(max_b L_b / it)), as in 1;
+//      > 0: as given (a multiple of 64, num_splits >= ceil(max_b (L_b - span_b) / it)), as in 1;
 //      = 0: derived per launch from lens, so that an engine's fixed params block and fixed grid
-//           serve every step: kps = ceil(ceil(M / num_splits) / Bc) * Bc, M = max L_b over the
-//           sequences with n_b > 0 (0 if none), Bc = the tile's keys (32 for d128, 64 for d64);
+//           serve every step: kps = ceil(ceil(M / num_splits) / Bc) * Bc, M = max (L_b - span_b)
+//           (1's span) over the sequences with n_b > 0 (0 if none), Bc = the tile's keys (32 for
+//           d128, 64 for d64);
 //           every CTA computes the same kps, and num_splits * kps >= M, so the grid's splits
 //           always cover every key (the last ones may be empty).  M = 0: every split is empty
 //           and every row gets O = 0, lse = -inf.
@@ -60,7 +61,8 @@
 //    6; lens[b] = L_b after the append, lens[B+b] = n_b <= Sq (<= 16) new rows of slot b.
 //    Prologue: CTA (split s = blockIdx.x, z = b*Hkv + kvh) first writes the new rows of its own
 //    slot b and KV head kvh whose positions p fall in its split's keys, p in
-//    [max(s*kps, L_b - n_b), min(L_b, (s+1)*kps)): row j = p - (L_b - n_b) of new_k/new_v,
+//    [max(span_b + s*kps, L_b - n_b), min(L_b, span_b + (s+1)*kps)) (span_b as in 1): row j =
+//    p - (L_b - n_b) of new_k/new_v,
 //    dense [B, Hkv, max_new, D] at b*new_sb + kvh*new_sh + j*new_sr with the element strides
 //    append_params[4..6] (append_params: int32 [16], flash::AppendParam, the block the Java
 //    append kernel reads; words 4..6 = A_NEW_STRIDE: batch, head, row, the only ones read here),
