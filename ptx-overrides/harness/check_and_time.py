@@ -14,10 +14,12 @@ Logs and JSON go to $OUT (default ./out); a short table is printed last (report.
 shipped D=128 entries (the baselines) on a small D=128 suite, and times them beside SDPA on the two
 D=128 timing shapes, causal and not (tuning.md/.json).
 
+--features checks only the window / softcap / sinks problems (cases.feature_cases) and a few plain ones.
+
 --list prints what a run would load and check, from the manifest alone (no GPU, no torch).
 
 Usage: python3 ptx-overrides/harness/check_and_time.py [--quick] [--no-time] [--no-check] [--seed N]
-       [--tuning] [--list]
+       [--tuning] [--features] [--list]
 """
 import argparse
 import json
@@ -27,7 +29,7 @@ import time
 
 import manifest
 import report
-from cases import suite, tuning_cases
+from cases import feature_cases, suite, tuning_cases
 from report import log
 
 
@@ -53,8 +55,15 @@ def list_run(args, entries):
         print(f"{e.entry:52s} {e.module:24s} {e.kind:15s} {e.head_dim:4d} {e.br:4d} {e.bc:3d} {e.threads:4d} "
               f"{e.header_bytes:4d} {e.smem_dynamic:8d} {e.regs_sm_89:4d}/{e.regs_sm_90:<5d} causal={e.causal}")
     rng = random.Random(args.seed)
-    cases = tuning_cases(rng) if args.tuning else suite(args.quick, rng)
+    cases = tuning_cases(rng) if args.tuning else features_only(args.quick) if args.features else suite(args.quick, rng)
     print(f"{len(entries)} entries; {len(cases)} correctness problems (seed {args.seed})")
+
+
+def features_only(quick):
+    """--features: the feature problems, beside a few plain ones of the same shapes."""
+    plain = [(2, 8, 2, 300, 517, D, c, "bhsd", True, "gqa") for D in (64, 128) for c in (False, True)]
+    plain += [(2, 8, 2, 4, 9000, D, c, "bhsd", True, "decode") for D in (64, 128) for c in (False, True)]
+    return plain + feature_cases(quick)
 
 
 def run(args, kernels_wanted, tuning):
@@ -78,7 +87,7 @@ def run(args, kernels_wanted, tuning):
     corr, ncases = None, 0
     if not args.no_check:
         t0 = time.time()
-        cases = tuning_cases(random.Random(args.seed)) if tuning else None
+        cases = tuning_cases(random.Random(args.seed)) if tuning else features_only(args.quick) if args.features else None
         corr, ncases = correctness(runner, kernels, args.quick, args.seed, cases)
         log(f"correctness: {ncases} problems, {time.time() - t0:.0f}s")
     t0 = time.time()
@@ -110,6 +119,7 @@ def main():
     ap.add_argument("--no-check", action="store_true", help="time only")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--tuning", action="store_true", help="check and time the D=128 tuning candidates only")
+    ap.add_argument("--features", action="store_true", help="check only the window / softcap / sinks problems")
     ap.add_argument("--list", action="store_true", help="print the entries and the problem count; no GPU needed")
     args = ap.parse_args()
     entries = manifest.load()
