@@ -69,7 +69,23 @@ public final class KernelManifest {
     }
 
     private static final class Shipped {
-        static final KernelManifest INSTANCE = parse(resource("manifest.tsv"));
+        static final KernelManifest INSTANCE = parse(resource("manifest.tsv")).servingOnly(HOSTS_FILL);
+    }
+
+    /**
+     * The run-time features whose params words (KernelParams) the hosts write: none yet. The shipped kernels
+     * implement window, softcap and sinks (the manifest's features column), read from words 26-29; until the
+     * hosts fill those from the call, the shipped table offers the features to no lookup, so a call asking
+     * for one is refused by name as before.
+     */
+    static final Set<Feature> HOSTS_FILL = Set.of();
+
+    /** This table with each entry's features cut to {@code features}. */
+    private KernelManifest servingOnly(Set<Feature> features) {
+        return new KernelManifest(kernels.stream().map(k -> new Kernel(k.module(), k.entry(), k.kind(), k.dtype(),
+                k.headDim(), k.causal(), k.layout(), k.features().stream().filter(features::contains)
+                        .collect(java.util.stream.Collectors.toUnmodifiableSet()), k.headerBytes(), k.arch(),
+                k.rowsPerBlock(), k.keysPerTile(), k.threads(), k.dynamicSharedBytes())).toList());
     }
 
     private final List<Kernel> kernels;

@@ -77,6 +77,8 @@ public final class KernelParams {
         putStrides(p, P_O_STRIDE, q); // O has Q's shape and layout
         p[P_NUM_SPLITS] = splits;
         p[P_SCALE] = Float.floatToRawIntBits(shape.scale());
+        p[P_WINDOW_LEFT] = -1; // no window (0 would be a window of the query's own key); softcap and sinks 0: off
+        p[P_WINDOW_RIGHT] = -1;
         return p;
     }
 
