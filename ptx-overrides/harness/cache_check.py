@@ -35,8 +35,8 @@ against the same float64 definition (problem.py: CpuReference.softmaxRow at each
 L_b - n_b + j); absent query rows stay O = 0, lse = -inf with sinks too.
 
 --emulate: no GPU; every launch runs a Python model of the ABI instead (checks this script's
-plumbing and references on the CPU; timings then mean nothing).  The Python models have no score
-features: --emulate skips the feature cases.
+plumbing, references and the split ranges on the CPU, score features included; timings then mean
+nothing).
 """
 import argparse
 import ctypes
@@ -190,8 +190,10 @@ def _strided(buf, size, stride, offset=0):
 
 def _prm(prm):
     p = [int(x) for x in prm.tolist()]
+    sinks = [bits_f32(w) for w in p[32:32 + p[1]]] if p[29] else None
     return dict(B=p[0], Hq=p[1], Hkv=p[2], Sq=p[3], cap=p[4], D=p[5], causal=p[6] != 0, wlse=p[8] != 0,
-                q=p[9:12], k=p[12:15], v=p[15:18], o=p[18:21], scale=bits_f32(p[22]), ps=p[23], pps=p[24])
+                q=p[9:12], k=p[12:15], v=p[15:18], o=p[18:21], scale=bits_f32(p[22]), ps=p[23], pps=p[24],
+                feat=(p[26], p[27], bits_f32(p[28]) if p[28] else 0.0, p[29] != 0), sinks=sinks)
 
 
 def _emu_keys(buf, st, P, b, Lb, bt):
@@ -206,20 +208,21 @@ def _emu_keys(buf, st, P, b, Lb, bt):
     return buf.reshape(-1)[idx.to(buf.device)].double()
 
 
-def _emu_rows(qd, kd, vd, key0, causal, scale, Lb, n, G):
-    """Softmax of queries qd [Hq, n, D] (query j) over keys key0.. (kd [Hkv, m, D]) with the
-    ABI's mask; returns normalised O [Hq, n, D] and lse [Hq, n] (-inf, O = 0 for no key)."""
+def _emu_rows(qd, kd, vd, key0, causal, scale, Lb, n, G, feat=NO_FEATURES, sinks=None):
+    """Softmax of queries qd [Hq, n, D] (query j, at position Lb - n + j) over keys key0.. (kd [Hkv, m, D])
+    with the ABI's mask, window and softcap, and the sinks when given (the combine's: None in a split);
+    returns normalised O [Hq, n, D] and lse [Hq, n] (O = 0 and the sink, or -inf, for no key)."""
     k = kd.repeat_interleave(G, 0)
     v = vd.repeat_interleave(G, 0)
     s = torch.matmul(qd, k.transpose(-1, -2)) * scale
     m = k.shape[1]
-    if causal:
-        jq = torch.arange(n)[:, None]
-        kk = key0 + torch.arange(m)[None, :]
-        s = s.masked_fill((kk > Lb - n + jq).to(s.device), NEG_INF)
-    lse = torch.logsumexp(s, -1) if m > 0 else torch.full(s.shape[:-1], NEG_INF, dtype=s.dtype)
-    p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
+    vis = visible_keys(torch.arange(n) + (Lb - n - key0), m, causal, feat[0], feat[1]).to(s.device)
+    sink = torch.tensor(sinks, dtype=s.dtype)[:, None] if sinks is not None else torch.tensor(NEG_INF, dtype=s.dtype)
+    p, lse = scores_to_probs(s, vis, feat[2], sink)
     return torch.matmul(p, v), lse
+
+
+ABSENT = struct.unpack("<f", struct.pack("<i", 0x7fa65e00))[0]  # kAbsentLseBits (flash_params.cuh)
 
 
 def emu_decode_split(grid, a, br):
@@ -236,14 +239,16 @@ def emu_decode_split(grid, a, br):
         Lb, n = ln[b], ln[B + b]
         qd = _strided(q, (Hq, n, D), (P["q"][1], P["q"][2], 1), b * P["q"][0]).double()
         for s in range(S):
-            k0, k1 = s * kps.v, min(Lb, (s + 1) * kps.v)
+            k0 = span_start(Lb, n, P["feat"][0]) + s * kps.v
+            k1 = min(Lb, k0 + kps.v)
             opv[s, b] = 0
             lpv[s, b] = NEG_INF
+            lpv[s, b, :, n:] = ABSENT  # absent queries: the marker
             if k1 <= k0 or n == 0:
                 continue
             kd = _emu_keys(k, P["k"], P, b, k1, bt)[:, k0:]
             vd = _emu_keys(v, P["v"], P, b, k1, bt)[:, k0:]
-            o_, l_ = _emu_rows(qd, kd, vd, k0, P["causal"], P["scale"], Lb, n, G)
+            o_, l_ = _emu_rows(qd, kd, vd, k0, P["causal"], P["scale"], Lb, n, G, P["feat"])
             opv[s, b, :, :n] = o_.float()
             lpv[s, b, :, :n] = l_.float()
 
@@ -255,6 +260,13 @@ def emu_decode_combine(grid, a):
     S = ns.v
     opv = op.reshape(-1)[: S * B * Hq * Sq * D].view(S, B, Hq, Sq, D).double()
     lpv = lp.reshape(-1)[: S * B * Hq * Sq].view(S, B, Hq, Sq).double()
+    absent = torch.isnan(lpv[0])  # the split pass's marker
+    lpv = torch.where(torch.isnan(lpv), torch.full_like(lpv, NEG_INF), lpv)
+    if P["sinks"] is not None:  # the sink joins once, here, as a term with no value
+        z = torch.tensor(P["sinks"], dtype=lpv.dtype)[None, :, None].expand(B, Hq, Sq)
+        z = torch.where(absent, torch.full_like(z, NEG_INF), z)
+        lpv = torch.cat([lpv, z[None]], 0)
+        opv = torch.cat([opv, torch.zeros_like(opv[:1])], 0)
     lt = torch.logsumexp(lpv, 0)
     w = torch.nan_to_num(torch.exp(lpv - lt[None]), nan=0.0)
     ov = (w[..., None] * torch.where(torch.isneginf(lpv)[..., None], torch.zeros_like(opv), opv)).sum(0)
@@ -279,7 +291,7 @@ def emu_fwd(grid, a, br):
         qd = _strided(q, (Hq, n, D), (P["q"][1], P["q"][2], 1), qo[b] * P["q"][2]).double()
         kd = _emu_keys(k, P["k"], P, b, Lb, bt)
         vd = _emu_keys(v, P["v"], P, b, Lb, bt)
-        o_, l_ = _emu_rows(qd, kd, vd, 0, P["causal"], P["scale"], Lb, n, G)
+        o_, l_ = _emu_rows(qd, kd, vd, 0, P["causal"], P["scale"], Lb, n, G, P["feat"], P["sinks"])
         _strided(o, (Hq, n, D), (P["o"][1], P["o"][2], 1), qo[b] * P["o"][2]).copy_(o_.half())
         if P["wlse"] and lse is not None:
             _strided(lse, (Hq, n), (P["Sq"], 1), qo[b]).copy_(l_.float())
@@ -695,15 +707,14 @@ def check_decode(K, res, rng, gen, sms):
     # Window, softcap and sinks: every feature set over a smaller grid (each case its own set, in turn),
     # and long sequences with windows (the splits then cover the span only).
     fcases = []
-    if not ARGS.emulate:
-        for D in (64, 128):
-            for causal in (False, True):
-                for ps in (0, 16):
-                    for Sq in (1, 4):
-                        fcases.append((D, 32, 8, causal, ps, Sq, 5, 3000))
+    for D in (64, 128):
+        for causal in (False, True):
             for ps in (0, 16):
-                fcases.append((D, 32, 8, True, ps, 1, 3, 20000, (700, -1, 0.0, False)))
-                fcases.append((D, 32, 8, False, ps, 4, 3, 20000, (4096, 0, 30.0, True)))
+                for Sq in (1, 4):
+                    fcases.append((D, 32, 8, causal, ps, Sq, 5, 3000))
+        for ps in (0, 16):
+            fcases.append((D, 32, 8, True, ps, 1, 3, 20000, (700, -1, 0.0, False)))
+            fcases.append((D, 32, 8, False, ps, 4, 3, 20000, (4096, 0, 30.0, True)))
     cases += [c if len(c) > 8 else c + (FEATURES[i % len(FEATURES)],) for i, c in enumerate(fcases)]
     for ci, c in enumerate(cases):
         (D, Hq, Hkv, causal, ps, Sq, B, hi), feat = c[:8], (c[8] if len(c) > 8 else NO_FEATURES)
@@ -743,9 +754,8 @@ def check_prefill(K, res, rng, gen):
         D = cfg["contiguous"].head_dim
         for (Hq, Hkv) in ((32, 8), (8, 8)):
             for causal in (False, True):
-                for ps, feat in ((0, NO_FEATURES), (16, NO_FEATURES), (64, NO_FEATURES)) + (
-                        () if ARGS.emulate else tuple((ps_, FEATURES[(i + 2 * causal + ps_) % len(FEATURES)])
-                                                      for i, ps_ in enumerate((0, 16, 0)))):
+                for ps, feat in ((0, NO_FEATURES), (16, NO_FEATURES), (64, NO_FEATURES)) + tuple(
+                        (ps_, FEATURES[(i + 2 * causal + ps_) % len(FEATURES)]) for i, ps_ in enumerate((0, 16, 0))):
                     e = cfg[layout_of(ps)]
                     B = 5
                     news = [rng.choice([0, 1, 77, 129, 300, 513]) if rng.random() < 0.5 else rng.randint(2, 700)
