@@ -84,7 +84,7 @@ public final class KernelManifest {
     private KernelManifest servingOnly(Set<Feature> features) {
         return new KernelManifest(kernels.stream().map(k -> new Kernel(k.module(), k.entry(), k.kind(), k.dtype(),
                 k.headDim(), k.causal(), k.layout(), k.features().stream().filter(features::contains)
-                        .collect(java.util.stream.Collectors.toUnmodifiableSet()), k.headerBytes(), k.arch(),
+                        .collect(Collectors.toUnmodifiableSet()), k.headerBytes(), k.arch(),
                 k.rowsPerBlock(), k.keysPerTile(), k.threads(), k.dynamicSharedBytes())).toList());
     }
 
