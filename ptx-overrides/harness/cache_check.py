@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Check and time the KV-cache kernels (ptx/flash_cache.ptx; --tornado-twins: ptx/flash_cache_tornado.ptx) on a GPU.
+"""Check and time the KV-cache kernels (ptx/flash_cache.ptx; --tornado-twins: ptx/flash_cache_tornado.ptx;
+--dtype bf16: their _bf16 modules) on a GPU.
 
 Loads ptx/flash_cache.ptx with the CUDA driver (ctypes on libcuda.so.1, the calls the Java host
 makes) and checks every entry against a float64 PyTorch reference built from the logical cache
 contents (never through the kernels' own indexing): decode split + combine and varlen prefill
 over contiguous and paged caches (shuffled page tables, page sizes 16, 64 and 1), ragged lengths
-(0, 1, non-multiples of every tile), GQA and MHA, D = 64 and 128, causal and not; the append
+(0, 1, non-multiples of every tile), GQA and MHA, every head dim of the table (--head-dims narrows
+it), causal and not; the append
 (dense and packed sources, then attention over the appended cache); attention_merge_states.
-Fresh N(0,1) fp16 inputs, outputs poisoned with NaN; cache rows past each length, pages no
+Fresh N(0,1) inputs of the run's element type (--dtype fp16, the default, or bf16: checked against the
+reference on the bf16-rounded inputs with the bf16 tolerance), outputs poisoned with NaN; cache rows past each length, pages no
 sequence owns and absent query rows hold NaN, so a read out of bounds shows.  Then times the
 decode step (split + combine) at B=8, Hq=32, Hkv=8, D=128: GB/s of K/V read against the GPU's
 peak and beside SDPA FLASH over the same cache slice.  A short table is printed last.
 
-  python3 ptx-overrides/harness/cache_check.py [--seed N] [--no-time] [--emulate]
-  python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N]
+  python3 ptx-overrides/harness/cache_check.py [--seed N] [--no-time] [--emulate] [--dtype bf16] [--head-dims 32,96]
+  python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N] [--dtype bf16] [--head-dims ...]
 
 --tornado-twins: only the TornadoVM twins, from their own module (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128],
@@ -59,11 +62,18 @@ ap.add_argument("--emulate", action="store_true")
 ap.add_argument("--no-check", action="store_true")
 ap.add_argument("--tornado-twins", action="store_true", help="check only the TornadoVM twins (no timing)")
 ap.add_argument("--ptx", default=None, help="another build of flash_cache.cu (or, with --tornado-twins, of "
-                                            "flash_cache_tornado.cu) to check")
+                                            "flash_cache_tornado.cu; with --dtype bf16 their _bf16.cu) to check")
+ap.add_argument("--dtype", choices=manifest.DTYPES, default="fp16", help="the element type checked (one module per type)")
+ap.add_argument("--head-dims", default=",".join(str(d) for d in manifest.HEAD_DIMS),
+                help="the head dims checked, comma-separated (default: every one of the table)")
 ARGS = ap.parse_args()
-# The manifest's module this run checks; --ptx is another build of that module, with its entries.
-MODULE = "flash_cache_tornado.ptx" if ARGS.tornado_twins else "flash_cache.ptx"
+# The manifest's module this run checks (one per element type); --ptx is another build of that module, with its
+# entries (plain PTX text or .gz).
+MODULE = manifest.module_of("flash_cache_tornado.ptx" if ARGS.tornado_twins else "flash_cache.ptx", ARGS.dtype)
 PTX = ARGS.ptx or os.path.join(manifest.PTX_DIR, MODULE)
+# torch type of q, k, v, o and the caches; head dims of the correctness checks (timing: D=128).
+TDT = {"fp16": torch.half, "bf16": torch.bfloat16}[ARGS.dtype]
+HEAD_DIMS_RUN = tuple(int(d) for d in ARGS.head_dims.split(","))
 MANIFEST = manifest.load()
 if ARGS.tornado_twins and ARGS.emulate:
     sys.exit("--tornado-twins needs a GPU (the twins have no Python model)")
@@ -81,9 +91,9 @@ def layout_of(ps):
 
 
 def select(kind, D, causal, layout="none", hdr=0):
-    """The manifest entry a host runs for this fp16 variant (hdr 0: the CUDA driver's ABI, else a TornadoVM
-    twin's header); the harness never names an entry by its parts."""
-    return manifest.select_variant(MANIFEST, kind, "fp16", D, causal, layout, hdr)
+    """The manifest entry a host runs for this variant in the run's element type (hdr 0: the CUDA driver's ABI,
+    else a TornadoVM twin's header); the harness never names an entry by its parts."""
+    return manifest.select_variant(MANIFEST, kind, ARGS.dtype, D, causal, layout, hdr)
 
 
 def f32_bits(x):
@@ -112,7 +122,7 @@ class Driver:
             raise RuntimeError(f"{what}: CUDA error {err} {s.value.decode() if s.value else ''}")
 
     def load(self, path):
-        data = open(path, "rb").read() + b"\0"
+        data = manifest.read_ptx(path) + b"\0"  # ptx/<module>.gz as shipped, or a plain .ptx
         mod = ctypes.c_void_p()
         logbuf = ctypes.create_string_buffer(1 << 16)
         opts = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER(_SIZE_BYTES)
@@ -250,7 +260,7 @@ def emu_decode_combine(grid, a):
     w = torch.nan_to_num(torch.exp(lpv - lt[None]), nan=0.0)
     ov = (w[..., None] * torch.where(torch.isneginf(lpv)[..., None], torch.zeros_like(opv), opv)).sum(0)
     dst = _strided(o, (B, Hq, Sq, D), (P["o"][0], P["o"][1], P["o"][2], 1))
-    dst.copy_(ov.half())
+    dst.copy_(ov.to(TDT))
     if P["wlse"] and lse is not None:
         lse.view(B, Hq, Sq).copy_(lt.float())
 
@@ -271,7 +281,7 @@ def emu_fwd(grid, a, br):
         kd = _emu_keys(k, P["k"], P, b, Lb, bt)
         vd = _emu_keys(v, P["v"], P, b, Lb, bt)
         o_, l_ = _emu_rows(qd, kd, vd, 0, P["causal"], P["scale"], Lb, n, G)
-        _strided(o, (Hq, n, D), (P["o"][1], P["o"][2], 1), qo[b] * P["o"][2]).copy_(o_.half())
+        _strided(o, (Hq, n, D), (P["o"][1], P["o"][2], 1), qo[b] * P["o"][2]).copy_(o_.to(TDT))
         if P["wlse"] and lse is not None:
             _strided(lse, (Hq, n), (P["Sq"], 1), qo[b]).copy_(l_.float())
 
@@ -303,7 +313,7 @@ def emu_merge(grid, a):
     lv = lp.reshape(-1)[: parts * rows].view(parts, rows).double()
     lt = torch.logsumexp(lv, 0)
     w = torch.nan_to_num(torch.exp(lv - lt[None]), nan=0.0)
-    o.reshape(-1)[: rows * D].view(rows, D).copy_((w[..., None] * ov).sum(0).half())
+    o.reshape(-1)[: rows * D].view(rows, D).copy_((w[..., None] * ov).sum(0).to(TDT))
     if lse is not None:
         lse.reshape(-1)[:rows].copy_(lt.float())
 
@@ -315,7 +325,7 @@ class Kernels:
 
     def __init__(self):
         self.entries = {}
-        self.names = re.findall(r"\.entry\s+(\w+)\s*\(", open(PTX).read())
+        self.names = re.findall(r"\.entry\s+(\w+)\s*\(", manifest.read_ptx(PTX).decode("ascii"))
         rows = {e.entry: e for e in MANIFEST if e.module == MODULE}
         unlisted = [n for n in self.names if n not in rows]
         if unlisted:
@@ -381,7 +391,7 @@ def params(B, Hq, Hkv, Sq, cap, D, causal, scale, qs, ks, os_, ps, pps, write_ls
 
 
 def randn(*shape, gen):
-    return torch.randn(*shape, device=DEV, dtype=torch.float32, generator=gen).half()
+    return torch.randn(*shape, device=DEV, dtype=torch.float32, generator=gen).to(TDT)
 
 
 class Cache:
@@ -405,9 +415,9 @@ class Cache:
             self.k = randn(*shape, gen=gen)
             self.v = randn(*shape, gen=gen)
         else:
-            self.k = torch.full(shape, fill, device=DEV, dtype=torch.half)
-            self.v = torch.full(shape, fill, device=DEV, dtype=torch.half)
-        self.truth = [(torch.empty(Hkv, 0, D, device=DEV, dtype=torch.half),) * 2 for _ in range(B)]
+            self.k = torch.full(shape, fill, device=DEV, dtype=TDT)
+            self.v = torch.full(shape, fill, device=DEV, dtype=TDT)
+        self.truth = [(torch.empty(Hkv, 0, D, device=DEV, dtype=TDT),) * 2 for _ in range(B)]
 
     def _loc(self, b, pos):
         if self.ps == 0:
@@ -457,7 +467,8 @@ def reference(q_list, cache, lens, news, causal, scale, Hq):
 
 
 def compare(o, lse, oref, lref):
-    """fp16 O against float64 (max abs <= 1e-2, rel L2 <= 2e-3, no NaN); lse: same -inf rows, |err| <= 1e-3."""
+    """O against float64 (fp16: max abs <= 1e-2, rel L2 <= 2e-3; bf16: 6e-2, 1.6e-2; no NaN); lse: same -inf rows,
+    |err| <= 1e-3."""
     r = dict(ok=True, why="", max_abs=0.0, rel=0.0, lse_err=0.0)
     if torch.isnan(o).any():
         r.update(ok=False, why=f"NaN in O ({int(torch.isnan(o).sum())} values)", max_abs=NAN, rel=NAN)
@@ -466,7 +477,8 @@ def compare(o, lse, oref, lref):
     r["max_abs"] = err.abs().max().item() if err.numel() else 0.0
     nref = oref.norm().item()
     r["rel"] = err.norm().item() / nref if nref > 0 else (0.0 if r["max_abs"] == 0 else math.inf)
-    if not (r["max_abs"] <= 1e-2 and r["rel"] <= 2e-3):
+    tol_abs, tol_rel = manifest.TOLERANCE[ARGS.dtype]
+    if not (r["max_abs"] <= tol_abs and r["rel"] <= tol_rel):
         r.update(ok=False, why=f"O err max {r['max_abs']:.3g} rel {r['rel']:.3g}")
     if lse is not None:
         if torch.isnan(lse).any():
@@ -476,7 +488,7 @@ def compare(o, lse, oref, lref):
         else:
             fin = torch.isfinite(lref)
             r["lse_err"] = (lse.double()[fin] - lref[fin]).abs().max().item() if fin.any() else 0.0
-            if r["lse_err"] > 1e-3:
+            if r["lse_err"] > manifest.LSE_TOLERANCE:
                 r.update(ok=False, why=r["why"] + f" lse err {r['lse_err']:.3g}")
     return r
 
@@ -531,7 +543,7 @@ class Decode:
         self.qv = self.q if layout == "bhsd" else self.q.permute(0, 2, 1, 3)  # logical [B, Hq, Sq, D]
         for b, n in enumerate(news):
             self.qv[b, :, n:] = NAN
-        self.o = torch.empty(shape, device=DEV, dtype=torch.half)
+        self.o = torch.empty(shape, device=DEV, dtype=TDT)
         self.ov = self.o if layout == "bhsd" else self.o.permute(0, 2, 1, 3)
         self.lse = None if lse_null else torch.empty(B, Hq, Sq, device=DEV, dtype=torch.float32)
         self.lens_t = torch.tensor(self.lens + self.news, dtype=torch.int32, device=DEV)
@@ -599,7 +611,7 @@ class Prefill:
         total = self.offs[-1]
         self.sq_plan = total + extra_rows
         self.q = q if q is not None else randn(max(total, 1), Hq, D, gen=gen)
-        self.o = torch.empty(max(total, 1), Hq, D, device=DEV, dtype=torch.half)
+        self.o = torch.empty(max(total, 1), Hq, D, device=DEV, dtype=TDT)
         self.lse = torch.empty(Hq, self.sq_plan, device=DEV, dtype=torch.float32) if write_lse else None
         self.want_lse = write_lse
         self.qoff_t = torch.tensor(self.offs, dtype=torch.int32, device=DEV)
@@ -638,7 +650,7 @@ def ragged(rng, n, hi, specials=(0, 1, 63, 64, 65, 97)):
 
 def check_decode(K, res, rng, gen, sms):
     cases = []
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for (Hq, Hkv) in ((32, 8), (8, 8)):
             for causal in (False, True):
                 for ps in (0, 16, 64, 1):
@@ -647,7 +659,7 @@ def check_decode(K, res, rng, gen, sms):
                             continue
                         cases.append((D, Hq, Hkv, causal, ps, Sq, 6, 3000))
     # long sequences (many tiles per split, the host's split count), one each
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16):
             cases.append((D, 32, 8, True, ps, 1, 3, 20000))
     for ci, (D, Hq, Hkv, causal, ps, Sq, B, hi) in enumerate(cases):
@@ -710,7 +722,7 @@ def check_prefill(K, res, rng, gen):
 def check_append(K, res, rng, gen, sms):
     """kv_cache_append (dense or packed source) into a contiguous or paged cache, bit-exact against
     torch indexing; then decode (n_b <= 4) or varlen prefill over the appended cache."""
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 64):
             for packed in (False, True):
                 for then in ("decode", "prefill"):
@@ -783,7 +795,7 @@ def check_append(K, res, rng, gen, sms):
 
 
 def check_merge(K, res, rng, gen):
-    for D in (64, 128, 80):
+    for D in HEAD_DIMS_RUN + (80,):
         for parts in (1, 2, 3, 5):
             rows = rng.randint(900, 1300)
             tag = f"D{D} parts{parts} rows{rows}"
@@ -794,7 +806,7 @@ def check_merge(K, res, rng, gen):
                 lp[:, :7] = NEG_INF  # rows with every part empty
                 if parts > 1:
                     lp[0, 7:12] = 80.0  # one dominant part
-                o = torch.full((rows, D), NAN, device=DEV, dtype=torch.half)
+                o = torch.full((rows, D), NAN, device=DEV, dtype=TDT)
                 lse = torch.full((rows,), NAN, device=DEV, dtype=torch.float32) if parts != 3 else None
                 merge = select(manifest.MERGE_STATES, D, False)
                 grid = (math.ceil(rows / (merge.threads // (D // 8))), 1, 1)  # one 16-byte chunk per thread
@@ -959,7 +971,7 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
     """flash_cache_decode_fused[_paged]_d{D} twins: contiguous and paged, ragged lengths incl. 0, n_b in {0, 1}
     (and a few n_b = 4 plans), launched twice (the second launch sees the tickets the first left)."""
     cases = []
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 1):
             for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 8, True, 4), (8, 8, True, 1)):
                 cases.append((D, Hq, Hkv, causal, ps, Sq, 5, 900))
@@ -1049,7 +1061,7 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
     contents rewritten; steps with ragged lengths, all lengths 0, long uniform lengths, idle slots (n_b = 0)
     longer than every active one, and a length at the capacity."""
     B, cap = 5, 2100
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 1):
             for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 8, True, 4), (8, 8, True, 1)):
                 if ps == 1 and Sq == 4:
@@ -1217,7 +1229,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
     B, cap, steps = 5, 600, 6
     loop = 0
     kind = manifest.CACHE_STAGED_FUSED if staged else manifest.CACHE_APPEND_FUSED
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 1):
             for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 4, True, 4), (16, 2, False, 3), (8, 8, True, 1)):
                 twin = select(kind, D, causal, layout_of(ps), hdr)
@@ -1248,20 +1260,20 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                             ap_ = [w if i in read else (1 << 30) + 7 for i, w in enumerate(ap_)]
                         rows = B * Hq * Sq
                         bufs = dict(
-                            q=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            q=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
                             k=behind_header(cache.k, hdr), v=behind_header(cache.v, hdr),
-                            o=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            o=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
                             l=behind_header(torch.full((B, Hq, Sq), NAN, device=DEV), hdr),
                             p=behind_header(torch.zeros(32, dtype=torch.int32, device=DEV), hdr),
                             n=behind_header(torch.zeros(3 * B + 1, dtype=torch.int32, device=DEV), hdr),
                             b=behind_header(bt, hdr),
                             w=behind_header(torch.full((S * rows * (D + 1),), NAN, device=DEV), hdr),
                             t=behind_header(torch.zeros(row_blocks * B * Hkv, dtype=torch.int32, device=DEV), hdr),
-                            nk=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
-                            nv=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            nk=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
+                            nv=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
                             ap=behind_header(torch.tensor(ap_, dtype=torch.int32, device=DEV), hdr))
                         if staged:
-                            sbuf, sview = behind_header(torch.full((halves,), NAN, device=DEV, dtype=torch.half), hdr)
+                            sbuf, sview = behind_header(torch.full((halves,), NAN, device=DEV, dtype=TDT), hdr)
                             bufs.update(
                                 s=(sbuf, sview), n=(sbuf, sview[:2 * (3 * B + 1)].view(torch.int32)),
                                 q=(sbuf, sview[q0:k0].view(B, Hq, Sq, D)),
@@ -1304,8 +1316,8 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                                            (lens[b] - news[b]) // kps != (lens[b] - 1) // kps)
                             tag += f" L={lens} n={news} kps={kps} straddling={straddle}"
                             # this step's new rows (NaN past n_b) and the model's append
-                            nk = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half)
-                            nv = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half)
+                            nk = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT)
+                            nv = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT)
                             for b in range(B):
                                 n = news[b]
                                 if n:

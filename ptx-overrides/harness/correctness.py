@@ -19,7 +19,7 @@ def correctness(runner, kernels, quick, seed, cases=None):
     gen.manual_seed(seed)
     fwd = [e for e in kernels if e.kind == manifest.PREFILL]
     splits_e = [e for e in kernels if e.kind == manifest.SPLIT]
-    comb = {(e.D, e.header): e for e in kernels if e.kind == manifest.COMBINE}
+    comb = {(e.D, e.header, e.m.dtype): e for e in kernels if e.kind == manifest.COMBINE}
     fused_e = [e for e in kernels if e.kind == manifest.FUSED]
     results = {}  # entry -> runs, passed, worst errors, first failures
 
@@ -37,15 +37,17 @@ def correctness(runner, kernels, quick, seed, cases=None):
     if cases is None:
         cases = suite(quick, rng)
     t0 = time.time()
-    for ci, (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag) in enumerate(cases):
-        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen)
+    for ci, (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag, dtype) in enumerate(cases):
+        if not any(e.D == D and e.m.dtype == dtype for e in kernels):
+            continue  # no loaded entry of this head dim and type (e.g. --dtype)
+        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen, dtype=dtype)
         if tag == "random" and rng.random() < 0.2:
             pb.scale = rng.uniform(0.01, 0.5)
         oref, lref = pb.reference()
-        case = f"{tag} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {'causal' if causal else 'full'} {layout}"
+        case = f"{tag} {dtype} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {'causal' if causal else 'full'} {layout}"
         big = Sq * Skv * B * Hq > 3e8
         for e in fwd:
-            if e.D != D:
+            if e.D != D or e.m.dtype != dtype:
                 continue
             if e.ablation and tag not in ("seed", "seed-d128", "sq>skv odd", "gqa", "2049"):
                 continue
@@ -60,9 +62,9 @@ def correctness(runner, kernels, quick, seed, cases=None):
         if Sq <= 16:  # the decode kernels' range (LaunchTable.DECODE_MAX_QUERIES)
             G = Hq // Hkv
             for e in splits_e:
-                if e.D != D:
+                if e.D != D or e.m.dtype != dtype:
                     continue
-                ec = comb[(D, e.header)]
+                ec = comb[(D, e.header, dtype)]
                 ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):  # also exercise empty splits
                     o, lse = pb.new_out()
@@ -73,7 +75,7 @@ def correctness(runner, kernels, quick, seed, cases=None):
                     record(e.name, case + f" splits{splits}", r)
                     record(ec.name, case + f" splits{splits}", r)
             for e in fused_e:
-                if e.D != D:
+                if e.D != D or e.m.dtype != dtype:
                     continue
                 ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):
