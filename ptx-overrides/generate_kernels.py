@@ -159,12 +159,14 @@ class Row:
 # ---- the table ------------------------------------------------------------------------------
 # Head dims 32, 64, 96, 128, 192, 256, every shipped kind, fp16 and bf16 (SHIPPED_DTYPES: one row
 # serves both; the bf16 entries go to the _bf16 modules).  The D=64 and D=128 tiles were picked on
-# an H200 with harness/run_gpu.sh --tuning; the others follow FlashAttention-2's choices where
-# they fit the register file without spills (ptxas numbers in the rows' comments), not yet timed.
-# Every tile but FWD_D256_DYN fits 48 KB of static shared memory, so both hosts run the same
-# kernels; FWD_D256_DYN (96 KB dynamic) serves the CUDA-driver host's dense prefill at D=256, where
-# ptx-tornado (static shared memory only) runs FWD_D256.  ptx-tornado refuses no (kind, head dim)
-# of the table: its D=256 prefill tile is the 48 KB one, slower than the CUDA driver's.
+# an H200 with harness/run_gpu.sh --tuning; the others start from FlashAttention-2's choices, kept
+# where they fit the register file without spills, and were timed beside SDPA FLASH on an H200
+# (harness/check_and_time.py, the rows' comments).  The CUDA-driver host's dense prefill at D=96,
+# 192 and 256 runs a 96 KB dynamic-shared-memory tile (Tile dyn_smem; the manifest's smem_dynamic
+# tells the host); every other entry, and every TornadoVM twin (TornadoVM launches with static shared
+# memory only), uses a tile that fits 48 KB of static shared memory, so ptx-tornado refuses no
+# (kind, head dim, dtype) of the table: at D=96/192/256 its prefill runs the 48 KB tile, slower
+# than the CUDA driver's.  The KV-cache prefill (both hosts) uses the static tiles too.
 SHIPPED_DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 FWD_D64 = Tile(64, 128, 64, 4, 2, 2)
@@ -177,7 +179,10 @@ DEC_D64 = Tile(64, 16, 64, 1, 2, 6)
 FWD_D32 = Tile(32, 128, 128, 4, 2, 2)      # FA2's hdim32; 2 row groups per warp, 32 KB, ~235 registers
 FWD_D96 = Tile(96, 64, 64, 4, 2, 2)        # FA2's sm8x hdim96 causal tile; 128x64 (Q in registers or
                                            # shared memory, 2 stages or split) spills at 255 registers
-FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring stage 1: 48 KB, ~250 registers
+FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring stage 1: 48 KB, ~250 registers;
+                                           # 128 rows x 64 keys with 8 warps spills 12-40 bytes with Q split
+FWD_D96_DYN = Tile(96, 64, 128, 4, 2, 2, dyn_smem=True)   # 96 KB dynamic, 240 registers
+FWD_D192_DYN = Tile(192, 128, 64, 8, 2, 1, dyn_smem=True)  # FA2's sm80 hdim192 tile: 96 KB dynamic, 255 registers
 FWD_D256 = Tile(256, 64, 16, 4, 1, 2, q_in_regs=False)  # split K/V + Q in shared memory: 48 KB static
 FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True)  # FA2's sm86/89 64x64: 96 KB
 DEC_D32 = Tile(32, 16, 64, 1, 2, 6)
@@ -190,9 +195,16 @@ DEC = {32: DEC_D32, 64: DEC_D64, 96: DEC_D96, 128: DEC_D128, 192: DEC_D192, 256:
 # Prefill: head dim -> ((tile, causal selection, ABIs, why), ...); the cache prefill uses the
 # static tiles (its entries have static shared memory).
 FWD = {
-    32: ((FWD_D32, "any", BOTH, "FA2's hdim32 tile: 4 warps x 2 row groups, 128 keys per tile, 32 KB"),),
+    32: ((FWD_D32, "any", BOTH,
+          "FA2's hdim32 tile: 4 warps x 2 row groups, 128 keys per tile, 32 KB: 1.08x / 1.11x SDPA FLASH at "
+          "(4,16,2048,32) on an H200"),),
     64: ((FWD_D64, "any", BOTH, "4 warps x 2 row groups, Q in registers, 2 K/V stages, 32 KB; eager rescale measured faster"),),
-    96: ((FWD_D96, "any", BOTH, "4 warps x 1 row group, 2 stages of 64 keys, Q in registers, 48 KB; 3 CTAs/SM (168 registers) spill in the TornadoVM twins"),),
+    96: ((FWD_D96_DYN, "any", CUDA,
+          "4 warps x 1 row group, 2 stages of 128 keys, 96 KB dynamic: 0.94x (non-causal) / 1.06x (causal) SDPA FLASH "
+          "at (4,16,2048,96) on an H200, where FWD_D96 gave 0.85x / 0.98x and 128x128 with 8 warps 0.92x / 1.00x"),
+         (FWD_D96, "any", TORNADO,
+          "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 64 keys, Q in registers; 3 CTAs/SM (168 "
+          "registers) spill in the TornadoVM twins")),
     128: ((FWD_D128_CAUSAL, "1", BOTH,
            "Bc=48: the largest key tile whose two stages fit 48 KB (Q overlaps stage 1); 168 registers, "
            "3 CTAs/SM; lazy rescale keeps it spill-free; ~1.02x SDPA FLASH on causal shapes"),
@@ -200,12 +212,16 @@ FWD = {
            "2 row groups per warp (every K/V fragment feeds two mmas), Q in shared memory, one K and one V "
            "buffer loaded apart, eager rescale, 255 registers, 2 CTAs/SM: 0.95-0.96x SDPA FLASH where Br=64 gave "
            "0.84-0.91x")),
-    192: ((FWD_D192, "any", BOTH, "4 warps x 1 row group, 2 stages of 32 keys, Q in registers, 48 KB"),),
-    256: ((FWD_D256_DYN, "any", CUDA, "FA2's sm86/89 hdim256 tile: split K/V of 64 keys, Q in shared memory, 96 KB dynamic"),
+    192: ((FWD_D192_DYN, "any", CUDA,
+           "FA2's sm80 hdim192 tile: 8 warps x 1 row group, 2 stages of 64 keys, 96 KB dynamic: 1.07x SDPA FLASH at "
+           "(4,16,2048,192) on an H200 (both flags), where FWD_D192 gave 0.93x / 0.99x"),
+          (FWD_D192, "any", TORNADO, "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 32 keys, Q in registers")),
+    256: ((FWD_D256_DYN, "any", CUDA,
+           "FA2's sm86/89 hdim256 tile: split K/V of 64 keys, Q in shared memory, 96 KB dynamic: 1.04x SDPA FLASH at "
+           "(4,16,2048,256) on an H200 (both flags)"),
           (FWD_D256, "any", TORNADO, "the 48 KB static tile for TornadoVM: split K/V of 16 keys, Q in shared memory")),
 }
 CACHE_FWD = {d: tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
-CACHE_FWD[256] = ((FWD_D256, "any"),)
 
 ROWS = []
 

@@ -690,7 +690,8 @@ def prefill_configs(hdr):
     """The cache-prefill configurations of one ABI as {layout: entry} (manifest.layout_configs). The checks run
     each under both causal flags, not only the flag the host selects it for: a configuration is correct for
     either."""
-    return manifest.layout_configs(MANIFEST, manifest.CACHE_PREFILL, hdr)
+    return [c for c in manifest.layout_configs(MANIFEST, manifest.CACHE_PREFILL, hdr)
+            if c["contiguous"].dtype == ARGS.dtype and c["contiguous"].head_dim in HEAD_DIMS_RUN]
 
 
 def check_prefill(K, res, rng, gen):

@@ -232,7 +232,7 @@ def layout_configs(entries, kind, header_bytes):
 
 def ablation_base(e, entries):
     """The shipped CUDA-driver entry an ablation variant is measured against: the same tile."""
-    found = [b for b in entries if b.module in SHIPPED_MODULES and b.kind == PREFILL and not b.tornado
+    found = [b for b in entries if b.module in SHIPPED_MODULES and b.kind == PREFILL and not b.tornado and b.dtype == e.dtype
              and (b.head_dim, b.br, b.bc, b.warps) == (e.head_dim, e.br, e.bc, e.warps)]
     if len(found) != 1:
         raise RuntimeError(f"{e.entry}: {len(found)} shipped entries with its tile: {[b.entry for b in found]}")
