@@ -27,11 +27,15 @@ class KernelManifestTest {
         for (int d : LaunchTable.HEAD_DIMS) {
             for (boolean causal : List.of(false, true)) {
                 for (Kind kind : List.of(Kind.PREFILL, Kind.DECODE_SPLIT, Kind.DECODE_COMBINE)) {
-                    Kernel k = SHIPPED.select(KernelVariant.of(kind, DType.FP16, d).causal(causal));
+                  for (DType dtype : List.of(DType.FP16, DType.BF16)) {
+                    Kernel k = SHIPPED.select(KernelVariant.of(kind, dtype, d).causal(causal));
                     assertEquals(d, k.headDim(), k.entry());
+                    assertEquals(dtype, k.dtype(), k.entry());
                     assertTrue(k.threads() > 0 && k.threads() % 32 == 0 && k.rowsPerBlock() > 0, k.toString());
-                    // The library's hosts launch with static shared memory only.
-                    assertEquals(0, k.dynamicSharedBytes(), k.entry());
+                    // Dynamic shared memory (above 48 KB) only in CUDA-driver entries, within the L4's 99 KB per block.
+                    assertTrue(k.dynamicSharedBytes() == 0 || k.headerBytes() == 0 && k.dynamicSharedBytes() <= 99 * 1024,
+                            k.entry());
+                  }
                 }
             }
         }
