@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates the PTX from src/*.cu (one ptx/<module>.ptx per src/<module>.cu), the launch table
+# Regenerates the PTX from src/*.cu (one ptx/<module>.ptx.gz per src/<module>.cu: the PTX text,
+# gzip -n -9, so the file is the same bytes for the same text and gzip), the launch table
 # ptx/manifest.tsv and the stamps ptx/stamps.tsv, and checks every entry with ptxas for sm_89
-# (L4) and sm_90 (H100/H200).  First generate_kernels.py writes src/generated/ from its kernel
+# (L4) and sm_90 (H100/H200).  The manifest's module column names the PTX text (<module>.ptx);
+# readers open <module>.ptx.gz (Java: KernelManifest.ptx; Python: harness/manifest.py).  First generate_kernels.py writes src/generated/ from its kernel
 # table: each module's entry instantiations and src/generated/modules.tsv (per module: nvcc
 # -arch, arch family, bench-only).
 #
@@ -11,9 +13,10 @@
 #
 # Stamps: ptx/stamps.tsv has, per module, the sha256 of its inputs (the .cu, every header it
 # includes, its generated .inc with the table's rows, its modules.tsv row, this script's flags,
-# the nvcc and ptxas version lines) and of its outputs (the PTX, its manifest rows, the ptxas
-# resource lines).  A module whose input hash matches its stamp is not compiled again: --check
-# then only verifies that the committed PTX and manifest rows hash to the stamp's values.  Any
+# the nvcc and ptxas version lines) and of its outputs (the uncompressed PTX text, its manifest
+# rows, the ptxas resource lines).  A module whose input hash matches its stamp is not compiled
+# again: --check then only verifies that the committed PTX (decompressed) and manifest rows hash
+# to the stamp's values.  Any
 # other module is compiled (nvcc, the manifest printer, ptxas per architecture; independent jobs
 # run in parallel, nproc at a time) and compared with what is committed; --check then fails if
 # the outputs differ or if only the stamp does (run ./generate.sh to refresh it).
@@ -32,8 +35,9 @@
 # launch bounds of the kernel they are compared with, and the D=128 tuning candidates, some of
 # which sit at 255 registers; either may spill a few bytes) are reported but not failed on spills;
 # STRICT_BENCH=1 ptxas-checks them again and fails on those too.  Outputs are byte-for-byte
-# reproducible for a given nvcc.  Needs the CUDA toolkit (nvcc, ptxas), python3, bash, awk,
-# sha256sum.
+# reproducible for a given nvcc (the .gz for a given gzip too; --check compares the decompressed
+# text, so another gzip's bytes pass).  Needs the CUDA toolkit (nvcc, ptxas), python3, bash, awk,
+# gzip, sha256sum.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -93,6 +97,8 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/ptx" "$tmp/manifest" "$tmp/log" "$tmp/rc"
 fail=0
 sha() { sha256sum | cut -d' ' -f1; }
+# The committed PTX text of module $1 (ptx/$1.ptx.gz decompressed); fails if absent or corrupt.
+committed_ptx() { gzip -dc "$PTX/$1.ptx.gz" 2>/dev/null; }
 
 # ---- 1. stamps: what each module's outputs are made from.
 # Everything in this script that shapes an output or a verdict, and the compilers.
@@ -151,8 +157,8 @@ for m in "${modules[@]}"; do
   if [[ $full == 1 ]]; then why="--full"
   elif [[ -z "${OLD_INPUTS[$m]:-}" ]]; then why="no stamp"
   elif [[ "${OLD_INPUTS[$m]}" != "${INPUTS[$m]}" ]]; then why="inputs changed"
-  elif [[ ! -f "$PTX/$m.ptx" || "$(sha < "$PTX/$m.ptx")" != "${OLD_PTX[$m]}" ]]; then
-    why="ptx/$m.ptx is not the stamped one"
+  elif [[ ! -f "$PTX/$m.ptx.gz" ]] || [[ "$(committed_ptx "$m" | sha)" != "${OLD_PTX[$m]}" ]]; then
+    why="ptx/$m.ptx.gz is not the stamped one"
   elif [[ "$(committed_rows "$m" | sha)" != "${OLD_ROWS[$m]}" ]]; then
     why="its manifest rows are not the stamped ones"
   elif [[ "${BENCH[$m]}" == 1 && "$STRICT_BENCH" == 1 ]]; then why="STRICT_BENCH=1"
@@ -167,8 +173,8 @@ for m in "${modules[@]}"; do
 done
 
 # ---- 2. compile and ptxas the modules to build: independent jobs, $JOBS at a time, largest first.
-# Relative paths keep the outputs path-free.  --check: ptxas reads the committed PTX (so it need
-# not wait for nvcc); a regenerate: the new one.
+# Relative paths keep the outputs path-free.  --check: ptxas reads the committed PTX (decompressed
+# into the temporary directory first, so it need not wait for nvcc); a regenerate: the new one.
 run_job() {  # kind module [arch]
   local kind="$1" m="$2" arch="${3:-}" rc=0
   case "$kind" in
@@ -180,7 +186,7 @@ run_job() {  # kind module [arch]
          -o "$tmp/manifest/print_$m" "$tmp/manifest/print_$m.cu" && "$tmp/manifest/print_$m" > "$tmp/manifest/$m.rows") \
         > "$tmp/log/printer.$m" 2>&1 || rc=$? ;;
     ptxas)
-      local f="$PTX/$m.ptx"
+      local f="$tmp/committed/$m.ptx"
       [[ "$mode" == generate ]] && f="$tmp/ptx/$m.ptx"
       if [[ -f "$f" ]]; then
         "$PTXAS" -arch="$arch" -v -o "$tmp/$m.$arch.cubin" "$f" > "$tmp/log/ptxas.$m.$arch" 2>&1 || rc=$?
@@ -202,7 +208,11 @@ run_pool() {  # job specs "kind module [arch]", run $JOBS at a time
 if [[ ${#build[@]} -gt 0 ]]; then
   # Largest module first: its nvcc and ptxas runs are the long poles.
   mapfile -t build < <(for m in "${build[@]}"; do
-    echo "$(stat -c %s "$PTX/$m.ptx" 2>/dev/null || echo 0) $m"; done | sort -rn | cut -d' ' -f2)
+    echo "$(stat -c %s "$PTX/$m.ptx.gz" 2>/dev/null || echo 0) $m"; done | sort -rn | cut -d' ' -f2)
+  mkdir -p "$tmp/committed"
+  if [[ "$mode" == check ]]; then
+    for m in "${build[@]}"; do committed_ptx "$m" > "$tmp/committed/$m.ptx" || rm -f "$tmp/committed/$m.ptx"; done
+  fi
   compile=() check=() all=()
   for m in "${build[@]}"; do
     compile+=("nvcc $m" "printer $m")
@@ -228,28 +238,37 @@ if [[ ${#build[@]} -gt 0 ]]; then
 fi
 
 # ---- 3. the built modules' PTX against what is committed (or in place of it).
+# A .gz is rewritten only when its text changed (another gzip's bytes of the same text stay).
 if [[ "$mode" == generate ]]; then
   mkdir -p "$PTX"
-  for m in "${build[@]}"; do cp "$tmp/ptx/$m.ptx" "$PTX/$m.ptx"; done
-  for f in "$PTX"/*.ptx; do
-    n="$(basename "$f" .ptx)"
-    [[ -n "${NVCC_ARCH[$n]:-}" ]] || { echo "removing $f (no module $n)"; rm -f "$f"; }
-  done
-  [[ ${#build[@]} -gt 0 ]] && echo "generated: ${build[*]/%/.ptx}"
-else
   for m in "${build[@]}"; do
-    if [[ ! -f "$PTX/$m.ptx" ]]; then
-      echo "STALE: ptx/$m.ptx missing (run ./generate.sh)"; fail=1
-    elif ! cmp -s "$tmp/ptx/$m.ptx" "$PTX/$m.ptx"; then
-      echo "STALE: ptx/$m.ptx differs from what src/$m.cu generates (run ./generate.sh)"; fail=1
-    else
-      echo "fresh: ptx/$m.ptx matches the sources"
+    if ! committed_ptx "$m" | cmp -s - "$tmp/ptx/$m.ptx"; then
+      gzip -n -9 -c "$tmp/ptx/$m.ptx" > "$PTX/$m.ptx.gz"
     fi
   done
-  for f in "$PTX"/*.ptx; do
-    n="$(basename "$f" .ptx)"
-    [[ -n "${NVCC_ARCH[$n]:-}" ]] || { echo "STALE: ptx/$n.ptx is no module of the table"; fail=1; }
+  shopt -s nullglob
+  for f in "$PTX"/*.ptx "$PTX"/*.ptx.gz; do
+    n="$(basename "$(basename "$f" .gz)" .ptx)"
+    [[ "$f" == *.gz && -n "${NVCC_ARCH[$n]:-}" ]] || { echo "removing $f (no module $n, or not compressed)"; rm -f "$f"; }
   done
+  shopt -u nullglob
+  [[ ${#build[@]} -gt 0 ]] && echo "generated: ${build[*]/%/.ptx.gz}"
+else
+  for m in "${build[@]}"; do
+    if [[ ! -f "$PTX/$m.ptx.gz" ]]; then
+      echo "STALE: ptx/$m.ptx.gz missing (run ./generate.sh)"; fail=1
+    elif ! committed_ptx "$m" | cmp -s - "$tmp/ptx/$m.ptx"; then
+      echo "STALE: ptx/$m.ptx.gz differs from what src/$m.cu generates (run ./generate.sh)"; fail=1
+    else
+      echo "fresh: ptx/$m.ptx.gz matches the sources"
+    fi
+  done
+  shopt -s nullglob
+  for f in "$PTX"/*.ptx "$PTX"/*.ptx.gz; do
+    n="$(basename "$(basename "$f" .gz)" .ptx)"
+    [[ "$f" == *.gz && -n "${NVCC_ARCH[$n]:-}" ]] || { echo "STALE: ptx/$(basename "$f") is no compressed module of the table"; fail=1; }
+  done
+  shopt -u nullglob
 fi
 
 # ---- 4. ptxas resource check of the built modules; resources.tsv gets "module entry arch regs smem".
@@ -260,7 +279,7 @@ declare -A RES_OK
 for m in "${build[@]}"; do
   : > "$tmp/resources.$m.tsv"
   RES_OK[$m]=1
-  f="$PTX/$m.ptx"
+  f="$tmp/committed/$m.ptx"
   [[ "$mode" == generate ]] && f="$tmp/ptx/$m.ptx"
   [[ -f "$f" ]] || { RES_OK[$m]=0; fail=1; continue; }
   bench=0
@@ -344,8 +363,7 @@ fi
   echo "$STAMPS_HEADER"
   for m in "${modules[@]}"; do
     if [[ -n "${BUILD[$m]:-}" ]]; then
-      ptx_file="$PTX/$m.ptx"
-      [[ "$mode" == check ]] && ptx_file="$tmp/ptx/$m.ptx"
+      ptx_file="$tmp/ptx/$m.ptx"
       inputs="${INPUTS[$m]}"
       [[ "${RES_OK[$m]}" == 1 ]] || inputs="-"
       printf '%s\t%s\t%s\t%s\t%s\n' "$m" "$inputs" "$(sha < "$ptx_file")" "$(sha < "$tmp/manifest/$m.tsv")" \

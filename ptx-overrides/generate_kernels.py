@@ -37,15 +37,26 @@ class Module:
     bench_only: bool  # benchmark-only: not in the jar, no launch selection, spills reported not failed
 
 
-# compute_80 PTX: one file JIT-compiles on sm_80, sm_89 (L4) and sm_90 (H100/H200).
+# compute_80 PTX: one file JIT-compiles on sm_80, sm_89 (L4) and sm_90 (H100/H200).  The shipped
+# modules come once per element type (a row's bf16 entries go to <module>_bf16, src/<module>_bf16.cu),
+# which keeps each module's PTX and a host's JIT of it about the size of one type's table.
 MODULES = (
     Module("flash_cache", "compute_80", "sm80", False),
+    Module("flash_cache_bf16", "compute_80", "sm80", False),
     Module("flash_cache_tornado", "compute_80", "sm80", False),
+    Module("flash_cache_tornado_bf16", "compute_80", "sm80", False),
     Module("flash_decode", "compute_80", "sm80", False),
+    Module("flash_decode_bf16", "compute_80", "sm80", False),
     Module("flash_fwd", "compute_80", "sm80", False),
+    Module("flash_fwd_bf16", "compute_80", "sm80", False),
     Module("flash_fwd_ablation", "compute_80", "sm80", True),
     Module("flash_fwd_tuning", "compute_80", "sm80", True),
 )
+
+
+def module_of(row, dtype):
+    """The module an entry of the row in element type dtype goes to (fp16: the row's module)."""
+    return row.module if dtype == "fp16" else "%s_%s" % (row.module, DTYPES[dtype][1])
 
 
 # ---- element types (src/element_type.cuh) ------------------------------------------------------
@@ -146,14 +157,71 @@ class Row:
 
 
 # ---- the table ------------------------------------------------------------------------------
-# The shipped tiles (picked on an H200 with harness/run_gpu.sh --tuning; all fit 48 KB of static
-# shared memory, so both hosts run the same kernels).
+# Head dims 32, 64, 96, 128, 192, 256, every shipped kind, fp16 and bf16 (SHIPPED_DTYPES: one row
+# serves both; the bf16 entries go to the _bf16 modules).  The D=64 and D=128 tiles were picked on
+# an H200 with harness/run_gpu.sh --tuning; the others start from FlashAttention-2's choices, kept
+# where they fit the register file without spills, and were timed beside SDPA FLASH on an H200
+# (harness/check_and_time.py, the rows' comments).  The CUDA-driver host's dense prefill at D=96,
+# 192 and 256 runs a 96 KB dynamic-shared-memory tile (Tile dyn_smem; the manifest's smem_dynamic
+# tells the host); every other entry, and every TornadoVM twin (TornadoVM launches with static shared
+# memory only), uses a tile that fits 48 KB of static shared memory, so ptx-tornado refuses no
+# (kind, head dim, dtype) of the table: at D=96/192/256 its prefill runs the 48 KB tile, slower
+# than the CUDA driver's.  The KV-cache prefill (both hosts) uses the static tiles too.
+SHIPPED_DTYPES = ("fp16", "bf16")
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 FWD_D64 = Tile(64, 128, 64, 4, 2, 2)
 FWD_D128_CAUSAL = Tile(128, 64, 48, 4, 2, 3, opt=LAZY)
 FWD_D128 = Tile(128, 128, 32, 4, 1, 2, q_in_regs=False)
 FWD_D128_LAZY = dataclasses.replace(FWD_D128, opt=LAZY)
 DEC_D128 = Tile(128, 16, 32, 1, 2, 6)
 DEC_D64 = Tile(64, 16, 64, 1, 2, 6)
+# New head dims (one tile for both causal flags).
+FWD_D32 = Tile(32, 128, 128, 4, 2, 2)      # FA2's hdim32; 2 row groups per warp, 32 KB, ~235 registers
+FWD_D96 = Tile(96, 64, 64, 4, 2, 2)        # FA2's sm8x hdim96 causal tile; 128x64 (Q in registers or
+                                           # shared memory, 2 stages or split) spills at 255 registers
+FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring stage 1: 48 KB, ~250 registers;
+                                           # 128 rows x 64 keys with 8 warps spills 12-40 bytes with Q split
+FWD_D96_DYN = Tile(96, 64, 128, 4, 2, 2, dyn_smem=True)   # 96 KB dynamic, 240 registers
+FWD_D192_DYN = Tile(192, 128, 64, 8, 2, 1, dyn_smem=True)  # FA2's sm80 hdim192 tile: 96 KB dynamic, 255 registers
+FWD_D256 = Tile(256, 64, 16, 4, 1, 2, q_in_regs=False)  # split K/V + Q in shared memory: 48 KB static
+FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True)  # FA2's sm86/89 64x64: 96 KB
+DEC_D32 = Tile(32, 16, 64, 1, 2, 6)
+DEC_D96 = Tile(96, 16, 32, 1, 2, 6)
+DEC_D192 = Tile(192, 16, 16, 1, 2, 6)
+DEC_D256 = Tile(256, 16, 16, 1, 2, 6, q_in_regs=False)  # Q in registers spills 12 bytes on sm_89
+# Decode tiles: Bc such that 2 stages take 16-32 KB (4+ CTAs per SM on an L4), a divisor of 64
+# (keys_per_split is a multiple of every decode tile's Bc).
+DEC = {32: DEC_D32, 64: DEC_D64, 96: DEC_D96, 128: DEC_D128, 192: DEC_D192, 256: DEC_D256}
+# Prefill: head dim -> ((tile, causal selection, ABIs, why), ...); the cache prefill uses the
+# static tiles (its entries have static shared memory).
+FWD = {
+    32: ((FWD_D32, "any", BOTH,
+          "FA2's hdim32 tile: 4 warps x 2 row groups, 128 keys per tile, 32 KB: 1.08x / 1.11x SDPA FLASH at "
+          "(4,16,2048,32) on an H200"),),
+    64: ((FWD_D64, "any", BOTH, "4 warps x 2 row groups, Q in registers, 2 K/V stages, 32 KB; eager rescale measured faster"),),
+    96: ((FWD_D96_DYN, "any", CUDA,
+          "4 warps x 1 row group, 2 stages of 128 keys, 96 KB dynamic: 0.94x (non-causal) / 1.06x (causal) SDPA FLASH "
+          "at (4,16,2048,96) on an H200, where FWD_D96 gave 0.85x / 0.98x and 128x128 with 8 warps 0.92x / 1.00x"),
+         (FWD_D96, "any", TORNADO,
+          "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 64 keys, Q in registers; 3 CTAs/SM (168 "
+          "registers) spill in the TornadoVM twins")),
+    128: ((FWD_D128_CAUSAL, "1", BOTH,
+           "Bc=48: the largest key tile whose two stages fit 48 KB (Q overlaps stage 1); 168 registers, "
+           "3 CTAs/SM; lazy rescale keeps it spill-free; ~1.02x SDPA FLASH on causal shapes"),
+          (FWD_D128, "0", BOTH,
+           "2 row groups per warp (every K/V fragment feeds two mmas), Q in shared memory, one K and one V "
+           "buffer loaded apart, eager rescale, 255 registers, 2 CTAs/SM: 0.95-0.96x SDPA FLASH where Br=64 gave "
+           "0.84-0.91x")),
+    192: ((FWD_D192_DYN, "any", CUDA,
+           "FA2's sm80 hdim192 tile: 8 warps x 1 row group, 2 stages of 64 keys, 96 KB dynamic: 1.07x SDPA FLASH at "
+           "(4,16,2048,192) on an H200 (both flags), where FWD_D192 gave 0.93x / 0.99x"),
+          (FWD_D192, "any", TORNADO, "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 32 keys, Q in registers")),
+    256: ((FWD_D256_DYN, "any", CUDA,
+           "FA2's sm86/89 hdim256 tile: split K/V of 64 keys, Q in shared memory, 96 KB dynamic: 1.04x SDPA FLASH at "
+           "(4,16,2048,256) on an H200 (both flags)"),
+          (FWD_D256, "any", TORNADO, "the 48 KB static tile for TornadoVM: split K/V of 16 keys, Q in shared memory")),
+}
+CACHE_FWD = {d: tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
 
 ROWS = []
 
@@ -162,73 +230,60 @@ def rows(*rs):
     ROWS.extend(rs)
 
 
+def _suffix(tile):
+    return "_qs_eager" if tile is FWD_D128 else ("_dyn" if tile.dyn_smem else "")
+
+
 # flash_fwd: dense prefill.
-rows(
-    Row("flash_fwd", "prefill", FWD_D64, causal="any", abis=BOTH,
-        why="4 warps x 2 row groups, Q in registers, 2 K/V stages, 32 KB; eager rescale measured faster"),
-    Row("flash_fwd", "prefill", FWD_D128_CAUSAL, causal="1", abis=BOTH,
-        why="Bc=48: the largest key tile whose two stages fit 48 KB (Q overlaps stage 1); 168 registers, "
-            "3 CTAs/SM; lazy rescale keeps it spill-free; ~1.02x SDPA FLASH on causal shapes"),
-    Row("flash_fwd", "prefill", FWD_D128, causal="0", abis=BOTH, suffix="_qs_eager",
-        why="2 row groups per warp (every K/V fragment feeds two mmas), Q in shared memory, one K and one V "
-            "buffer loaded apart, eager rescale, 255 registers, 2 CTAs/SM: 0.95-0.96x SDPA FLASH where Br=64 gave "
-            "0.84-0.91x"),
-)
+for _d in HEAD_DIMS:
+    for _t, _c, _abis, _why in FWD[_d]:
+        rows(Row("flash_fwd", "prefill", _t, causal=_c, abis=_abis, dtypes=SHIPPED_DTYPES, suffix=_suffix(_t), why=_why))
 
 # flash_decode: split-KV decode (one warp per CTA, 16 packed rows = query heads of one KV head x
 # Sq), its combine (CUDA driver), and the two in one launch (TornadoVM).
-rows(
-    Row("flash_decode", "decode-split", DEC_D128, causal="any"),
-    Row("flash_decode", "decode-split", DEC_D64, causal="any"),
-    Row("flash_decode", "decode-combine", d=128, causal="any"),
-    Row("flash_decode", "decode-combine", d=64, causal="any"),
-    Row("flash_decode", "decode-fused", DEC_D128, causal="any", abis=TORNADO),
-    Row("flash_decode", "decode-fused", DEC_D64, causal="any", abis=TORNADO),
-)
+for _kind, _abis in (("decode-split", CUDA), ("decode-combine", CUDA), ("decode-fused", TORNADO)):
+    for _d in (128, 64) + tuple(d for d in HEAD_DIMS if d not in (64, 128)):
+        if _kind == "decode-combine":
+            rows(Row("flash_decode", _kind, d=_d, causal="any", dtypes=SHIPPED_DTYPES))
+        else:
+            rows(Row("flash_decode", _kind, DEC[_d], causal="any", abis=_abis, dtypes=SHIPPED_DTYPES))
 
 # flash_cache: attention over a contiguous or paged KV cache (CUDA driver): the shipped tiles in
 # their cache modes, the combine (split count by value), append and merge.
+_NEW = tuple(d for d in HEAD_DIMS if d not in (64, 128))
+for _layout in ("contiguous", "paged"):
+    for _d in (128, 64) + _NEW:
+        rows(Row("flash_cache", "cache-decode-split", DEC[_d], causal="any", layout=_layout, dtypes=SHIPPED_DTYPES))
+for _d in (128, 64) + _NEW:
+    rows(Row("flash_cache", "cache-decode-combine", d=_d, causal="any", dtypes=SHIPPED_DTYPES))
+for _layout in ("contiguous", "paged"):
+    for _d in (64, 128) + _NEW:
+        for _t, _c in (CACHE_FWD[_d][::-1] if _d == 128 else CACHE_FWD[_d]):
+            rows(Row("flash_cache", "cache-prefill", _t, causal=_c, layout=_layout, dtypes=SHIPPED_DTYPES))
 rows(
-    Row("flash_cache", "cache-decode-split", DEC_D128, causal="any", layout="contiguous"),
-    Row("flash_cache", "cache-decode-split", DEC_D64, causal="any", layout="contiguous"),
-    Row("flash_cache", "cache-decode-split", DEC_D128, causal="any", layout="paged"),
-    Row("flash_cache", "cache-decode-split", DEC_D64, causal="any", layout="paged"),
-    Row("flash_cache", "cache-decode-combine", d=128, causal="any"),
-    Row("flash_cache", "cache-decode-combine", d=64, causal="any"),
-    Row("flash_cache", "cache-prefill", FWD_D64, causal="any", layout="contiguous"),
-    Row("flash_cache", "cache-prefill", FWD_D128, causal="0", layout="contiguous"),
-    Row("flash_cache", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="contiguous"),
-    Row("flash_cache", "cache-prefill", FWD_D64, causal="any", layout="paged"),
-    Row("flash_cache", "cache-prefill", FWD_D128, causal="0", layout="paged"),
-    Row("flash_cache", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="paged"),
-    Row("flash_cache", "cache-append", causal="any"),
-    Row("flash_cache", "merge-states", causal="any"),
+    Row("flash_cache", "cache-append", causal="any", dtypes=SHIPPED_DTYPES),
+    Row("flash_cache", "merge-states", causal="any", dtypes=SHIPPED_DTYPES),
 )
 
 # flash_cache_tornado: the TornadoVM twins of the cache kernels (a module of their own: the
 # CUDA-driver host JITs the whole module it loads).
-rows(
-    Row("flash_cache_tornado", "cache-decode-fused", DEC_D128, causal="any", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-decode-fused", DEC_D64, causal="any", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-decode-fused", DEC_D128, causal="any", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-decode-fused", DEC_D64, causal="any", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-prefill", FWD_D64, causal="any", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-prefill", FWD_D128_LAZY, causal="0", layout="contiguous", abis=TORNADO,
-        why="FWD_D128 sits at 255 registers on sm_90 and the step array's offsets pointer spills 8 bytes there; "
-            "the lazy rescale fits (249)"),
-    Row("flash_cache_tornado", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-prefill", FWD_D64, causal="any", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-prefill", FWD_D128, causal="0", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-prefill", FWD_D128_CAUSAL, causal="1", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D128, causal="any", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D64, causal="any", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D128, causal="any", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-append-decode-fused", DEC_D64, causal="any", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D128, causal="any", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D64, causal="any", layout="contiguous", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D128, causal="any", layout="paged", abis=TORNADO),
-    Row("flash_cache_tornado", "cache-staged-decode-fused", DEC_D64, causal="any", layout="paged", abis=TORNADO),
-)
+_CT = "flash_cache_tornado"
+for _layout in ("contiguous", "paged"):
+    for _d in (128, 64) + _NEW:
+        rows(Row(_CT, "cache-decode-fused", DEC[_d], causal="any", layout=_layout, abis=TORNADO, dtypes=SHIPPED_DTYPES))
+for _layout in ("contiguous", "paged"):
+    for _d in (64, 128) + _NEW:
+        for _t, _c in (CACHE_FWD[_d][::-1] if _d == 128 else CACHE_FWD[_d]):
+            _why = ""
+            if _t is FWD_D128 and _layout == "contiguous":
+                _t = FWD_D128_LAZY
+                _why = ("FWD_D128 sits at 255 registers on sm_90 and the step array's offsets pointer spills 8 bytes "
+                        "there; the lazy rescale fits (249)")
+            rows(Row(_CT, "cache-prefill", _t, causal=_c, layout=_layout, abis=TORNADO, dtypes=SHIPPED_DTYPES, why=_why))
+for _kind in ("cache-append-decode-fused", "cache-staged-decode-fused"):
+    for _layout in ("contiguous", "paged"):
+        for _d in (128, 64) + _NEW:
+            rows(Row(_CT, _kind, DEC[_d], causal="any", layout=_layout, abis=TORNADO, dtypes=SHIPPED_DTYPES))
 
 # flash_fwd_ablation (benchmark only): each shipped dense prefill tile with exactly one
 # optimisation switched off (the lazy rescale follows the shipped tile).
@@ -276,6 +331,7 @@ class Instance:
     """One (row, dtype): a configuration, its traits and its entries."""
     row: Row
     dtype: str
+    module: str    # module_of(row, dtype)
     config: str    # the configuration's name (its CUDA-driver entry's name, without an ABI tail)
     entries: tuple  # (entry name, abi, header bytes)
 
@@ -309,14 +365,15 @@ def instances():
             assert abi in KINDS[row.kind][0], "%s has no %s entry" % (row.kind, abi)
             assert abi != "tornado" or not row.tile.dyn_smem, "TornadoVM launches with static shared memory only"
         for dtype in row.dtypes:
+            assert module_of(row, dtype) in modules, "no module %s" % module_of(row, dtype)
             config = base_name(row, dtype)
             entries = tuple((config + tail, abi, hdr) for abi in row.abis for hdr, tail in ABIS[abi])
-            out.append(Instance(row, dtype, config, entries))
+            out.append(Instance(row, dtype, module_of(row, dtype), config, entries))
     names = [e[0] for i in out for e in i.entries]
     dup = {n for n in names if names.count(n) > 1}
     assert not dup, "two entries named %s" % sorted(dup)
     for m in MODULES:
-        configs = [i.config for i in out if i.row.module == m.name]
+        configs = [i.config for i in out if i.module == m.name]
         assert len(configs) == len(set(configs)), "two configurations of one name in %s" % m.name
     return out
 
@@ -381,7 +438,7 @@ def outputs():
     insts = instances()
     files = {"modules.tsv": modules_tsv()}
     for m in MODULES:
-        files[m.name + ".inc"] = module_inc(m, [i for i in insts if i.row.module == m.name])
+        files[m.name + ".inc"] = module_inc(m, [i for i in insts if i.module == m.name])
     return files
 
 
@@ -393,7 +450,7 @@ def main(argv):
     if mode == "--list":
         for i in instances():
             for entry, abi, hdr in i.entries:
-                print("%s\t%s\t%s\t%s\t%d" % (i.row.module, entry, i.row.kind, i.dtype, hdr))
+                print("%s\t%s\t%s\t%s\t%d" % (i.module, entry, i.row.kind, i.dtype, hdr))
         return 0
     files = outputs()
     present = set(os.listdir(OUT)) if os.path.isdir(OUT) else set()

@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Check and time the KV-cache kernels (ptx/flash_cache.ptx; --tornado-twins: ptx/flash_cache_tornado.ptx) on a GPU.
+"""Check and time the KV-cache kernels (ptx/flash_cache.ptx; --tornado-twins: ptx/flash_cache_tornado.ptx;
+--dtype bf16: their _bf16 modules) on a GPU.
 
 Loads ptx/flash_cache.ptx with the CUDA driver (ctypes on libcuda.so.1, the calls the Java host
 makes) and checks every entry against a float64 PyTorch reference built from the logical cache
 contents (never through the kernels' own indexing): decode split + combine and varlen prefill
 over contiguous and paged caches (shuffled page tables, page sizes 16, 64 and 1), ragged lengths
-(0, 1, non-multiples of every tile), GQA and MHA, D = 64 and 128, causal and not; the append
+(0, 1, non-multiples of every tile), GQA and MHA, every head dim of the table (--head-dims narrows
+it), causal and not; the append
 (dense and packed sources, then attention over the appended cache); attention_merge_states.
-Fresh N(0,1) fp16 inputs, outputs poisoned with NaN; cache rows past each length, pages no
+Fresh N(0,1) inputs of the run's element type (--dtype fp16, the default, or bf16: checked against the
+reference on the bf16-rounded inputs with the bf16 tolerance), outputs poisoned with NaN; cache rows past each length, pages no
 sequence owns and absent query rows hold NaN, so a read out of bounds shows.  Then times the
 decode step (split + combine) at B=8, Hq=32, Hkv=8, D=128: GB/s of K/V read against the GPU's
 peak and beside SDPA FLASH over the same cache slice.  A short table is printed last.
 
-  python3 ptx-overrides/harness/cache_check.py [--seed N] [--no-time] [--emulate]
-  python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N]
+  python3 ptx-overrides/harness/cache_check.py [--seed N] [--no-time] [--emulate] [--dtype bf16] [--head-dims 32,96]
+  python3 ptx-overrides/harness/cache_check.py --tornado-twins [--seed N] [--dtype bf16] [--head-dims ...]
 
 --tornado-twins: only the TornadoVM twins, from their own module (flash_cache_decode_fused[_paged]_d{64,128}_tornado[_h128],
 flash_cache_append_decode_fused[_paged]_d{64,128}_tornado[_h128],
@@ -27,16 +30,8 @@ decode twins run an engine's decode loop (each step appends 0, 1 or 3 rows per s
 kernel alone; O/lse and the whole K/V cache checked against the model after every step); the prefill
 twins read lens and the packed offsets from one KvCache step array [3*B + 1].
 
-Window, softcap and sinks (params words 26-29, the sinks after word 31) run through every path: the
-decode split + combine (the host's keys per split from the visible span of each sequence, split s
-covering [span_start + s*kps, ...), span_start = the first query's first visible key rounded down to
-64), the varlen prefill and the TornadoVM twins (keys per split given and derived on the device),
-against the same float64 definition (problem.py: CpuReference.softmaxRow at each sequence's position
-L_b - n_b + j); absent query rows stay O = 0, lse = -inf with sinks too.
-
 --emulate: no GPU; every launch runs a Python model of the ABI instead (checks this script's
-plumbing, references and the split ranges on the CPU, score features included; timings then mean
-nothing).
+plumbing and references on the CPU; timings then mean nothing).
 """
 import argparse
 import ctypes
@@ -54,7 +49,6 @@ import torch
 
 import manifest
 import split_policy
-from problem import NO_FEATURES, feature_tag, feature_words, scores_to_probs, visible_keys
 
 OUT = os.environ.get("OUT", "./out")
 LOG2E = 1.4426950408889634
@@ -68,11 +62,18 @@ ap.add_argument("--emulate", action="store_true")
 ap.add_argument("--no-check", action="store_true")
 ap.add_argument("--tornado-twins", action="store_true", help="check only the TornadoVM twins (no timing)")
 ap.add_argument("--ptx", default=None, help="another build of flash_cache.cu (or, with --tornado-twins, of "
-                                            "flash_cache_tornado.cu) to check")
+                                            "flash_cache_tornado.cu; with --dtype bf16 their _bf16.cu) to check")
+ap.add_argument("--dtype", choices=manifest.DTYPES, default="fp16", help="the element type checked (one module per type)")
+ap.add_argument("--head-dims", default=",".join(str(d) for d in manifest.HEAD_DIMS),
+                help="the head dims checked, comma-separated (default: every one of the table)")
 ARGS = ap.parse_args()
-# The manifest's module this run checks; --ptx is another build of that module, with its entries.
-MODULE = "flash_cache_tornado.ptx" if ARGS.tornado_twins else "flash_cache.ptx"
+# The manifest's module this run checks (one per element type); --ptx is another build of that module, with its
+# entries (plain PTX text or .gz).
+MODULE = manifest.module_of("flash_cache_tornado.ptx" if ARGS.tornado_twins else "flash_cache.ptx", ARGS.dtype)
 PTX = ARGS.ptx or os.path.join(manifest.PTX_DIR, MODULE)
+# torch type of q, k, v, o and the caches; head dims of the correctness checks (timing: D=128).
+TDT = {"fp16": torch.half, "bf16": torch.bfloat16}[ARGS.dtype]
+HEAD_DIMS_RUN = tuple(int(d) for d in ARGS.head_dims.split(","))
 MANIFEST = manifest.load()
 if ARGS.tornado_twins and ARGS.emulate:
     sys.exit("--tornado-twins needs a GPU (the twins have no Python model)")
@@ -90,9 +91,9 @@ def layout_of(ps):
 
 
 def select(kind, D, causal, layout="none", hdr=0):
-    """The manifest entry a host runs for this fp16 variant (hdr 0: the CUDA driver's ABI, else a TornadoVM
-    twin's header); the harness never names an entry by its parts."""
-    return manifest.select_variant(MANIFEST, kind, "fp16", D, causal, layout, hdr)
+    """The manifest entry a host runs for this variant in the run's element type (hdr 0: the CUDA driver's ABI,
+    else a TornadoVM twin's header); the harness never names an entry by its parts."""
+    return manifest.select_variant(MANIFEST, kind, ARGS.dtype, D, causal, layout, hdr)
 
 
 def f32_bits(x):
@@ -121,7 +122,7 @@ class Driver:
             raise RuntimeError(f"{what}: CUDA error {err} {s.value.decode() if s.value else ''}")
 
     def load(self, path):
-        data = open(path, "rb").read() + b"\0"
+        data = manifest.read_ptx(path) + b"\0"  # ptx/<module>.gz as shipped, or a plain .ptx
         mod = ctypes.c_void_p()
         logbuf = ctypes.create_string_buffer(1 << 16)
         opts = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER(_SIZE_BYTES)
@@ -190,10 +191,8 @@ def _strided(buf, size, stride, offset=0):
 
 def _prm(prm):
     p = [int(x) for x in prm.tolist()]
-    sinks = [bits_f32(w) for w in p[32:32 + p[1]]] if p[29] else None
     return dict(B=p[0], Hq=p[1], Hkv=p[2], Sq=p[3], cap=p[4], D=p[5], causal=p[6] != 0, wlse=p[8] != 0,
-                q=p[9:12], k=p[12:15], v=p[15:18], o=p[18:21], scale=bits_f32(p[22]), ps=p[23], pps=p[24],
-                feat=(p[26], p[27], bits_f32(p[28]) if p[28] else 0.0, p[29] != 0), sinks=sinks)
+                q=p[9:12], k=p[12:15], v=p[15:18], o=p[18:21], scale=bits_f32(p[22]), ps=p[23], pps=p[24])
 
 
 def _emu_keys(buf, st, P, b, Lb, bt):
@@ -208,21 +207,20 @@ def _emu_keys(buf, st, P, b, Lb, bt):
     return buf.reshape(-1)[idx.to(buf.device)].double()
 
 
-def _emu_rows(qd, kd, vd, key0, causal, scale, Lb, n, G, feat=NO_FEATURES, sinks=None):
-    """Softmax of queries qd [Hq, n, D] (query j, at position Lb - n + j) over keys key0.. (kd [Hkv, m, D])
-    with the ABI's mask, window and softcap, and the sinks when given (the combine's: None in a split);
-    returns normalised O [Hq, n, D] and lse [Hq, n] (O = 0 and the sink, or -inf, for no key)."""
+def _emu_rows(qd, kd, vd, key0, causal, scale, Lb, n, G):
+    """Softmax of queries qd [Hq, n, D] (query j) over keys key0.. (kd [Hkv, m, D]) with the
+    ABI's mask; returns normalised O [Hq, n, D] and lse [Hq, n] (-inf, O = 0 for no key)."""
     k = kd.repeat_interleave(G, 0)
     v = vd.repeat_interleave(G, 0)
     s = torch.matmul(qd, k.transpose(-1, -2)) * scale
     m = k.shape[1]
-    vis = visible_keys(torch.arange(n) + (Lb - n - key0), m, causal, feat[0], feat[1]).to(s.device)
-    sink = torch.tensor(sinks, dtype=s.dtype)[:, None] if sinks is not None else torch.tensor(NEG_INF, dtype=s.dtype)
-    p, lse = scores_to_probs(s, vis, feat[2], sink)
+    if causal:
+        jq = torch.arange(n)[:, None]
+        kk = key0 + torch.arange(m)[None, :]
+        s = s.masked_fill((kk > Lb - n + jq).to(s.device), NEG_INF)
+    lse = torch.logsumexp(s, -1) if m > 0 else torch.full(s.shape[:-1], NEG_INF, dtype=s.dtype)
+    p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
     return torch.matmul(p, v), lse
-
-
-ABSENT = struct.unpack("<f", struct.pack("<i", 0x7fa65e00))[0]  # kAbsentLseBits (flash_params.cuh)
 
 
 def emu_decode_split(grid, a, br):
@@ -239,16 +237,14 @@ def emu_decode_split(grid, a, br):
         Lb, n = ln[b], ln[B + b]
         qd = _strided(q, (Hq, n, D), (P["q"][1], P["q"][2], 1), b * P["q"][0]).double()
         for s in range(S):
-            k0 = span_start(Lb, n, P["feat"][0]) + s * kps.v
-            k1 = min(Lb, k0 + kps.v)
+            k0, k1 = s * kps.v, min(Lb, (s + 1) * kps.v)
             opv[s, b] = 0
             lpv[s, b] = NEG_INF
-            lpv[s, b, :, n:] = ABSENT  # absent queries: the marker
             if k1 <= k0 or n == 0:
                 continue
             kd = _emu_keys(k, P["k"], P, b, k1, bt)[:, k0:]
             vd = _emu_keys(v, P["v"], P, b, k1, bt)[:, k0:]
-            o_, l_ = _emu_rows(qd, kd, vd, k0, P["causal"], P["scale"], Lb, n, G, P["feat"])
+            o_, l_ = _emu_rows(qd, kd, vd, k0, P["causal"], P["scale"], Lb, n, G)
             opv[s, b, :, :n] = o_.float()
             lpv[s, b, :, :n] = l_.float()
 
@@ -260,18 +256,11 @@ def emu_decode_combine(grid, a):
     S = ns.v
     opv = op.reshape(-1)[: S * B * Hq * Sq * D].view(S, B, Hq, Sq, D).double()
     lpv = lp.reshape(-1)[: S * B * Hq * Sq].view(S, B, Hq, Sq).double()
-    absent = torch.isnan(lpv[0])  # the split pass's marker
-    lpv = torch.where(torch.isnan(lpv), torch.full_like(lpv, NEG_INF), lpv)
-    if P["sinks"] is not None:  # the sink joins once, here, as a term with no value
-        z = torch.tensor(P["sinks"], dtype=lpv.dtype)[None, :, None].expand(B, Hq, Sq)
-        z = torch.where(absent, torch.full_like(z, NEG_INF), z)
-        lpv = torch.cat([lpv, z[None]], 0)
-        opv = torch.cat([opv, torch.zeros_like(opv[:1])], 0)
     lt = torch.logsumexp(lpv, 0)
     w = torch.nan_to_num(torch.exp(lpv - lt[None]), nan=0.0)
     ov = (w[..., None] * torch.where(torch.isneginf(lpv)[..., None], torch.zeros_like(opv), opv)).sum(0)
     dst = _strided(o, (B, Hq, Sq, D), (P["o"][0], P["o"][1], P["o"][2], 1))
-    dst.copy_(ov.half())
+    dst.copy_(ov.to(TDT))
     if P["wlse"] and lse is not None:
         lse.view(B, Hq, Sq).copy_(lt.float())
 
@@ -291,8 +280,8 @@ def emu_fwd(grid, a, br):
         qd = _strided(q, (Hq, n, D), (P["q"][1], P["q"][2], 1), qo[b] * P["q"][2]).double()
         kd = _emu_keys(k, P["k"], P, b, Lb, bt)
         vd = _emu_keys(v, P["v"], P, b, Lb, bt)
-        o_, l_ = _emu_rows(qd, kd, vd, 0, P["causal"], P["scale"], Lb, n, G, P["feat"], P["sinks"])
-        _strided(o, (Hq, n, D), (P["o"][1], P["o"][2], 1), qo[b] * P["o"][2]).copy_(o_.half())
+        o_, l_ = _emu_rows(qd, kd, vd, 0, P["causal"], P["scale"], Lb, n, G)
+        _strided(o, (Hq, n, D), (P["o"][1], P["o"][2], 1), qo[b] * P["o"][2]).copy_(o_.to(TDT))
         if P["wlse"] and lse is not None:
             _strided(lse, (Hq, n), (P["Sq"], 1), qo[b]).copy_(l_.float())
 
@@ -324,7 +313,7 @@ def emu_merge(grid, a):
     lv = lp.reshape(-1)[: parts * rows].view(parts, rows).double()
     lt = torch.logsumexp(lv, 0)
     w = torch.nan_to_num(torch.exp(lv - lt[None]), nan=0.0)
-    o.reshape(-1)[: rows * D].view(rows, D).copy_((w[..., None] * ov).sum(0).half())
+    o.reshape(-1)[: rows * D].view(rows, D).copy_((w[..., None] * ov).sum(0).to(TDT))
     if lse is not None:
         lse.reshape(-1)[:rows].copy_(lt.float())
 
@@ -336,7 +325,7 @@ class Kernels:
 
     def __init__(self):
         self.entries = {}
-        self.names = re.findall(r"\.entry\s+(\w+)\s*\(", open(PTX).read())
+        self.names = re.findall(r"\.entry\s+(\w+)\s*\(", manifest.read_ptx(PTX).decode("ascii"))
         rows = {e.entry: e for e in MANIFEST if e.module == MODULE}
         unlisted = [n for n in self.names if n not in rows]
         if unlisted:
@@ -386,9 +375,7 @@ class Kernels:
 
 
 # --------------------------------------------------------------------------- problem set-up
-def params(B, Hq, Hkv, Sq, cap, D, causal, scale, qs, ks, os_, ps, pps, write_lse=1, feat=NO_FEATURES, sinks=None):
-    """The params block; feat = (window left, right, softcap, sinks?) as problem.Problem, sinks [Hq] the logits
-    (then the block is 32 + Hq words)."""
+def params(B, Hq, Hkv, Sq, cap, D, causal, scale, qs, ks, os_, ps, pps, write_lse=1):
     p = [0] * 32
     p[0:7] = [B, Hq, Hkv, Sq, cap, D, int(causal)]
     p[7] = f32_bits(scale * LOG2E)
@@ -400,41 +387,11 @@ def params(B, Hq, Hkv, Sq, cap, D, causal, scale, qs, ks, os_, ps, pps, write_ls
     p[22] = f32_bits(scale)
     p[23] = ps
     p[24] = pps
-    words, tail = feature_words(feat, sinks)
-    for name, value in words.items():
-        p[PIDX[name]] = value
-    return torch.tensor(p + tail, dtype=torch.int32, device=DEV)
-
-
-PIDX = manifest.param_index()
-# Softcap cases run with scale 1 (scores ~ N(0, D)), so that the cap changes them.
-SOFTCAP_SCALE = 1.0
-# Feature sets the checks run (beside none): left window not a tile multiple, a window smaller than a tile
-# with a right side, softcap 30 / 50, sinks, and all three.
-FEATURES = [(100, -1, 0.0, False), (5, 3, 0.0, False), (-1, -1, 30.0, False), (-1, -1, 0.0, True),
-            (64, 16, 50.0, True), (700, -1, 50.0, True)]
-
-
-def span_start(L, n, left):
-    """The first key of a cache decode's split span (flash_params.cuh cache_span_start)."""
-    return (max(0, L - n - left) // 64) * 64 if left >= 0 else 0
-
-
-def spans(lens, news, feat):
-    """Each sequence's visible span length from its span start to L_b, what the host sizes splits from."""
-    return [L - span_start(L, n, feat[0]) for L, n in zip(lens, news)]
-
-
-def make_sinks(Hq, feat, gen):
-    return (torch.randn(Hq, device=DEV, dtype=torch.float32, generator=gen) * 2) if feat[3] else None
-
-
-def scale_for(D, feat):
-    return SOFTCAP_SCALE if feat[2] else 1.0 / math.sqrt(D)
+    return torch.tensor(p, dtype=torch.int32, device=DEV)
 
 
 def randn(*shape, gen):
-    return torch.randn(*shape, device=DEV, dtype=torch.float32, generator=gen).half()
+    return torch.randn(*shape, device=DEV, dtype=torch.float32, generator=gen).to(TDT)
 
 
 class Cache:
@@ -458,9 +415,9 @@ class Cache:
             self.k = randn(*shape, gen=gen)
             self.v = randn(*shape, gen=gen)
         else:
-            self.k = torch.full(shape, fill, device=DEV, dtype=torch.half)
-            self.v = torch.full(shape, fill, device=DEV, dtype=torch.half)
-        self.truth = [(torch.empty(Hkv, 0, D, device=DEV, dtype=torch.half),) * 2 for _ in range(B)]
+            self.k = torch.full(shape, fill, device=DEV, dtype=TDT)
+            self.v = torch.full(shape, fill, device=DEV, dtype=TDT)
+        self.truth = [(torch.empty(Hkv, 0, D, device=DEV, dtype=TDT),) * 2 for _ in range(B)]
 
     def _loc(self, b, pos):
         if self.ps == 0:
@@ -484,10 +441,8 @@ class Cache:
         return self.bt
 
 
-def reference(q_list, cache, lens, news, causal, scale, Hq, feat=NO_FEATURES, sinks=None):
-    """float64 reference per sequence: q_list[b] = [Hq, n_b, D]; -> list of (O [Hq, n, D], lse [Hq, n]).
-    Query j of sequence b sits at position L_b - n_b + j (window, causal); softcap and sinks as the dense
-    definition (problem.scores_to_probs)."""
+def reference(q_list, cache, lens, news, causal, scale, Hq):
+    """float64 reference per sequence: q_list[b] = [Hq, n_b, D]; -> list of (O [Hq, n, D], lse [Hq, n])."""
     G = Hq // cache.Hkv
     out = []
     for b in range(len(lens)):
@@ -498,16 +453,22 @@ def reference(q_list, cache, lens, news, causal, scale, Hq, feat=NO_FEATURES, si
         v = vv[:, :Lb].double().repeat_interleave(G, 0)
         qd = q_list[b].double()
         s = torch.matmul(qd, k.transpose(-1, -2)) * scale
-        vis = visible_keys(torch.arange(n, device=DEV) + (Lb - n), Lb, causal, feat[0], feat[1])
-        sink = (sinks.double()[:, None] if sinks is not None
-                else torch.tensor(NEG_INF, dtype=torch.float64, device=DEV))
-        p, lse = scores_to_probs(s, vis, feat[2], sink)
+        if causal:
+            jq = torch.arange(n, device=DEV)[:, None]
+            kk_ = torch.arange(Lb, device=DEV)[None, :]
+            s = s.masked_fill(kk_ > Lb - n + jq, NEG_INF)
+        if Lb == 0:
+            lse = torch.full((Hq, n), NEG_INF, device=DEV, dtype=torch.float64)
+        else:
+            lse = torch.logsumexp(s, -1)
+        p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
         out.append((torch.matmul(p, v), lse))
     return out
 
 
 def compare(o, lse, oref, lref):
-    """fp16 O against float64 (max abs <= 1e-2, rel L2 <= 2e-3, no NaN); lse: same -inf rows, |err| <= 1e-3."""
+    """O against float64 (fp16: max abs <= 1e-2, rel L2 <= 2e-3; bf16: 6e-2, 1.6e-2; no NaN); lse: same -inf rows,
+    |err| <= 1e-3."""
     r = dict(ok=True, why="", max_abs=0.0, rel=0.0, lse_err=0.0)
     if torch.isnan(o).any():
         r.update(ok=False, why=f"NaN in O ({int(torch.isnan(o).sum())} values)", max_abs=NAN, rel=NAN)
@@ -516,7 +477,8 @@ def compare(o, lse, oref, lref):
     r["max_abs"] = err.abs().max().item() if err.numel() else 0.0
     nref = oref.norm().item()
     r["rel"] = err.norm().item() / nref if nref > 0 else (0.0 if r["max_abs"] == 0 else math.inf)
-    if not (r["max_abs"] <= 1e-2 and r["rel"] <= 2e-3):
+    tol_abs, tol_rel = manifest.TOLERANCE[ARGS.dtype]
+    if not (r["max_abs"] <= tol_abs and r["rel"] <= tol_rel):
         r.update(ok=False, why=f"O err max {r['max_abs']:.3g} rel {r['rel']:.3g}")
     if lse is not None:
         if torch.isnan(lse).any():
@@ -526,7 +488,7 @@ def compare(o, lse, oref, lref):
         else:
             fin = torch.isfinite(lref)
             r["lse_err"] = (lse.double()[fin] - lref[fin]).abs().max().item() if fin.any() else 0.0
-            if r["lse_err"] > 1e-3:
+            if r["lse_err"] > manifest.LSE_TOLERANCE:
                 r.update(ok=False, why=r["why"] + f" lse err {r['lse_err']:.3g}")
     return r
 
@@ -561,12 +523,11 @@ class Decode:
     """One dense decode call over a cache: q [B, Hq, Sq, D] (BHSD or BSHD storage), o the same."""
 
     def __init__(self, K, cache, lens, news, Hq, Sq, causal, gen, layout="bhsd", kps=None, sms=132, write_lse=True,
-                 lse_null=False, q=None, feat=NO_FEATURES):
+                 lse_null=False, q=None):
         B, Hkv, D = cache.B, cache.Hkv, cache.D
         self.K, self.cache, self.lens, self.news = K, cache, list(lens), list(news)
         self.B, self.Hq, self.Sq, self.D, self.causal, self.layout = B, Hq, Sq, D, causal, layout
-        self.feat, self.sinks = tuple(feat), make_sinks(Hq, feat, gen)
-        self.scale = scale_for(D, feat)
+        self.scale = 1.0 / math.sqrt(D)
         G = Hq // Hkv
         self.split = select(manifest.CACHE_SPLIT, D, causal, layout_of(cache.ps))
         self.comb = select(manifest.CACHE_COMBINE, D, causal, layout_of(cache.ps))
@@ -582,18 +543,17 @@ class Decode:
         self.qv = self.q if layout == "bhsd" else self.q.permute(0, 2, 1, 3)  # logical [B, Hq, Sq, D]
         for b, n in enumerate(news):
             self.qv[b, :, n:] = NAN
-        self.o = torch.empty(shape, device=DEV, dtype=torch.half)
+        self.o = torch.empty(shape, device=DEV, dtype=TDT)
         self.ov = self.o if layout == "bhsd" else self.o.permute(0, 2, 1, 3)
         self.lse = None if lse_null else torch.empty(B, Hq, Sq, device=DEV, dtype=torch.float32)
         self.lens_t = torch.tensor(self.lens + self.news, dtype=torch.int32, device=DEV)
-        # The ptx-cuda host's keys per split (CudaCachePlan.splits), from each sequence's visible span. The
-        # splits cover every span, where the host's cover those with queries: at most a few more, empty ones.
-        self.spans = spans(self.lens, self.news, self.feat)
+        # The ptx-cuda host's keys per split (CudaCachePlan.splits). The splits cover every length, where the
+        # host's cover those with queries: at most a few more splits, empty ones.
         self.kps = kps if kps is not None else \
-            split_policy.for_lengths(self.spans, news, Hkv * self.row_blocks, sms, cache.cap)[0]
-        self.splits = max(1, math.ceil(max(self.spans) / self.kps))
+            split_policy.for_lengths(lens, news, Hkv * self.row_blocks, sms, cache.cap)[0]
+        self.splits = max(1, math.ceil(max(self.lens) / self.kps))
         self.prm = params(B, Hq, Hkv, Sq, cache.cap, D, causal, self.scale, self.qs, cache.strides, self.qs, cache.ps,
-                          cache.pps, int(write_lse), self.feat, self.sinks)
+                          cache.pps, int(write_lse))
         rows = B * Hq * Sq
         self.op = torch.empty(self.splits * rows * D, device=DEV, dtype=torch.float32)
         self.lp = torch.empty(self.splits * rows, device=DEV, dtype=torch.float32)
@@ -626,7 +586,7 @@ class Decode:
         if DEV == "cuda":
             torch.cuda.synchronize()
         refs = reference([self.qv[b, :, :n] for b, n in enumerate(self.news)], self.cache, self.lens, self.news,
-                         self.causal, self.scale, self.Hq, self.feat, self.sinks)
+                         self.causal, self.scale, self.Hq)
         oref = torch.zeros(self.B, self.Hq, self.Sq, self.D, device=DEV, dtype=torch.float64)
         lref = torch.full((self.B, self.Hq, self.Sq), NEG_INF, device=DEV, dtype=torch.float64)
         for b, (o_, l_) in enumerate(refs):
@@ -640,27 +600,25 @@ class Prefill:
     """A varlen prefill over a cache: q packed [totalQ, Hq, D], lse [Hq, Sq_plan]. entry: the manifest entry to run,
     by default the one the host selects for this call (a check may run another entry of the cache's layout)."""
 
-    def __init__(self, K, cache, lens, news, Hq, causal, gen, entry=None, write_lse=True, extra_rows=3, q=None,
-                 feat=NO_FEATURES):
+    def __init__(self, K, cache, lens, news, Hq, causal, gen, entry=None, write_lse=True, extra_rows=3, q=None):
         B, Hkv, D = cache.B, cache.Hkv, cache.D
         self.K, self.cache, self.lens, self.news = K, cache, list(lens), list(news)
         self.B, self.Hq, self.D, self.causal = B, Hq, D, causal
-        self.feat, self.sinks = tuple(feat), make_sinks(Hq, feat, gen)
-        self.scale = scale_for(D, feat)
+        self.scale = 1.0 / math.sqrt(D)
         self.offs = [0]
         for n in news:
             self.offs.append(self.offs[-1] + n)
         total = self.offs[-1]
         self.sq_plan = total + extra_rows
         self.q = q if q is not None else randn(max(total, 1), Hq, D, gen=gen)
-        self.o = torch.empty(max(total, 1), Hq, D, device=DEV, dtype=torch.half)
+        self.o = torch.empty(max(total, 1), Hq, D, device=DEV, dtype=TDT)
         self.lse = torch.empty(Hq, self.sq_plan, device=DEV, dtype=torch.float32) if write_lse else None
         self.want_lse = write_lse
         self.qoff_t = torch.tensor(self.offs, dtype=torch.int32, device=DEV)
         self.lens_t = torch.tensor(self.lens + self.news, dtype=torch.int32, device=DEV)
         qs = (self.sq_plan * Hq * D, D, Hq * D)  # the host's packed params: batch stride unused
         self.prm = params(B, Hq, Hkv, self.sq_plan, cache.cap, D, causal, self.scale, qs, cache.strides, qs, cache.ps,
-                          cache.pps, int(write_lse), self.feat, self.sinks)
+                          cache.pps, int(write_lse))
         self.entry = entry or select(manifest.CACHE_PREFILL, D, causal, layout_of(cache.ps))
         self.grid = (max(1, math.ceil(max(news) / self.entry.br)), B * Hq, 1)
         self.args = [self.q, cache.k, cache.v, self.o, self.lse, self.prm, self.qoff_t, self.lens_t, cache.bt_arg()]
@@ -673,7 +631,7 @@ class Prefill:
         if DEV == "cuda":
             torch.cuda.synchronize()
         refs = reference([self.q[self.offs[b]:self.offs[b + 1]].transpose(0, 1) for b in range(self.B)], self.cache,
-                         self.lens, self.news, self.causal, self.scale, self.Hq, self.feat, self.sinks)
+                         self.lens, self.news, self.causal, self.scale, self.Hq)
         total = self.offs[-1]
         if total == 0:
             return dict(ok=True, why="", max_abs=0.0, rel=0.0, lse_err=0.0)
@@ -692,7 +650,7 @@ def ragged(rng, n, hi, specials=(0, 1, 63, 64, 65, 97)):
 
 def check_decode(K, res, rng, gen, sms):
     cases = []
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for (Hq, Hkv) in ((32, 8), (8, 8)):
             for causal in (False, True):
                 for ps in (0, 16, 64, 1):
@@ -701,23 +659,10 @@ def check_decode(K, res, rng, gen, sms):
                             continue
                         cases.append((D, Hq, Hkv, causal, ps, Sq, 6, 3000))
     # long sequences (many tiles per split, the host's split count), one each
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16):
             cases.append((D, 32, 8, True, ps, 1, 3, 20000))
-    # Window, softcap and sinks: every feature set over a smaller grid (each case its own set, in turn),
-    # and long sequences with windows (the splits then cover the span only).
-    fcases = []
-    for D in (64, 128):
-        for causal in (False, True):
-            for ps in (0, 16):
-                for Sq in (1, 4):
-                    fcases.append((D, 32, 8, causal, ps, Sq, 5, 3000))
-        for ps in (0, 16):
-            fcases.append((D, 32, 8, True, ps, 1, 3, 20000, (700, -1, 0.0, False)))
-            fcases.append((D, 32, 8, False, ps, 4, 3, 20000, (4096, 0, 30.0, True)))
-    cases += [c if len(c) > 8 else c + (FEATURES[i % len(FEATURES)],) for i, c in enumerate(fcases)]
-    for ci, c in enumerate(cases):
-        (D, Hq, Hkv, causal, ps, Sq, B, hi), feat = c[:8], (c[8] if len(c) > 8 else NO_FEATURES)
+    for ci, (D, Hq, Hkv, causal, ps, Sq, B, hi) in enumerate(cases):
         lens = ragged(rng, B, hi)
         if hi > 5000:
             lens = [hi - rng.randint(0, 77), rng.randint(1, 300), 0][:B]
@@ -730,23 +675,23 @@ def check_decode(K, res, rng, gen, sms):
         cache.fill(lens, gen)
         layout = "bshd" if ci % 3 == 2 else "bhsd"
         tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} Sq{Sq} "
-               f"{layout} L={lens} n={news}" + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
-        group = f"decode d{D} {'paged' if ps else 'contig'}" + (" features" if feat != NO_FEATURES else "")
+               f"{layout} L={lens} n={news}")
         for kps_mode in ("host", 64):
             try:
                 dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, layout,
-                             kps=None if kps_mode == "host" else 64, sms=sms, lse_null=(ci % 7 == 3), feat=feat)
+                             kps=None if kps_mode == "host" else 64, sms=sms, lse_null=(ci % 7 == 3))
                 r = dec.check()
-                res.add(group, f"{tag} kps={dec.kps} splits={dec.splits}", r)
+                res.add(f"decode d{D} {'paged' if ps else 'contig'}", f"{tag} kps={dec.kps} splits={dec.splits}", r)
             except Exception as ex:  # noqa
-                res.error(group, tag, ex)
+                res.error(f"decode d{D} {'paged' if ps else 'contig'}", tag, ex)
 
 
 def prefill_configs(hdr):
     """The cache-prefill configurations of one ABI as {layout: entry} (manifest.layout_configs). The checks run
     each under both causal flags, not only the flag the host selects it for: a configuration is correct for
     either."""
-    return manifest.layout_configs(MANIFEST, manifest.CACHE_PREFILL, hdr)
+    return [c for c in manifest.layout_configs(MANIFEST, manifest.CACHE_PREFILL, hdr)
+            if c["contiguous"].dtype == ARGS.dtype and c["contiguous"].head_dim in HEAD_DIMS_RUN]
 
 
 def check_prefill(K, res, rng, gen):
@@ -754,8 +699,7 @@ def check_prefill(K, res, rng, gen):
         D = cfg["contiguous"].head_dim
         for (Hq, Hkv) in ((32, 8), (8, 8)):
             for causal in (False, True):
-                for ps, feat in ((0, NO_FEATURES), (16, NO_FEATURES), (64, NO_FEATURES)) + tuple(
-                        (ps_, FEATURES[(i + 2 * causal + ps_) % len(FEATURES)]) for i, ps_ in enumerate((0, 16, 0))):
+                for ps in (0, 16, 64):
                     e = cfg[layout_of(ps)]
                     B = 5
                     news = [rng.choice([0, 1, 77, 129, 300, 513]) if rng.random() < 0.5 else rng.randint(2, 700)
@@ -768,9 +712,9 @@ def check_prefill(K, res, rng, gen):
                     cache = Cache(B, Hkv, cap, D, ps, gen)
                     cache.fill(lens, gen)
                     tag = (f"Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
-                           f"L={lens} n={news}" + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
+                           f"L={lens} n={news}")
                     try:
-                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, e, write_lse=(rng.random() < 0.85), feat=feat)
+                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, e, write_lse=(rng.random() < 0.85))
                         res.add(f"prefill {e.entry}", tag, pf.check())
                     except Exception as ex:  # noqa
                         res.error(f"prefill {e.entry}", tag, ex)
@@ -779,7 +723,7 @@ def check_prefill(K, res, rng, gen):
 def check_append(K, res, rng, gen, sms):
     """kv_cache_append (dense or packed source) into a contiguous or paged cache, bit-exact against
     torch indexing; then decode (n_b <= 4) or varlen prefill over the appended cache."""
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 64):
             for packed in (False, True):
                 for then in ("decode", "prefill"):
@@ -852,7 +796,7 @@ def check_append(K, res, rng, gen, sms):
 
 
 def check_merge(K, res, rng, gen):
-    for D in (64, 128, 80):
+    for D in HEAD_DIMS_RUN + (80,):
         for parts in (1, 2, 3, 5):
             rows = rng.randint(900, 1300)
             tag = f"D{D} parts{parts} rows{rows}"
@@ -863,7 +807,7 @@ def check_merge(K, res, rng, gen):
                 lp[:, :7] = NEG_INF  # rows with every part empty
                 if parts > 1:
                     lp[0, 7:12] = 80.0  # one dominant part
-                o = torch.full((rows, D), NAN, device=DEV, dtype=torch.half)
+                o = torch.full((rows, D), NAN, device=DEV, dtype=TDT)
                 lse = torch.full((rows,), NAN, device=DEV, dtype=torch.float32) if parts != 3 else None
                 merge = select(manifest.MERGE_STATES, D, False)
                 grid = (math.ceil(rows / (merge.threads // (D // 8))), 1, 1)  # one 16-byte chunk per thread
@@ -1028,18 +972,13 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
     """flash_cache_decode_fused[_paged]_d{D} twins: contiguous and paged, ragged lengths incl. 0, n_b in {0, 1}
     (and a few n_b = 4 plans), launched twice (the second launch sees the tickets the first left)."""
     cases = []
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 1):
             for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 8, True, 4), (8, 8, True, 1)):
                 cases.append((D, Hq, Hkv, causal, ps, Sq, 5, 900))
         for ps in (0, 16):
             cases.append((D, 32, 8, True, ps, 1, 3, 20000))
-            # window, softcap, sinks
-            for i, (causal, Sq) in enumerate(((False, 1), (True, 4), (True, 1))):
-                cases.append((D, 32, 8, causal, ps, Sq, 5, 900, FEATURES[(i + ps + D // 64) % len(FEATURES)]))
-            cases.append((D, 32, 8, True, ps, 1, 3, 20000, (1000, -1, 30.0, True)))
-    for ci, c in enumerate(cases):
-        (D, Hq, Hkv, causal, ps, Sq, B, hi), feat = c[:8], (c[8] if len(c) > 8 else NO_FEATURES)
+    for ci, (D, Hq, Hkv, causal, ps, Sq, B, hi) in enumerate(cases):
         lens = ragged(rng, B, hi)
         if hi > 5000:
             lens = [hi - rng.randint(0, 77), rng.randint(1, 300), 0][:B]
@@ -1055,11 +994,10 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
         row_blocks = math.ceil(Hq // Hkv * Sq / twin.br)
         group = f"fused twin h{hdr} d{D} {'paged' if ps else 'contig'}"
         tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} Sq{Sq} "
-               f"L={lens} n={news}" + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
+               f"L={lens} n={news}")
         for kps_mode in ("host", 64):
             try:
-                dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=None if kps_mode == "host" else 64, sms=sms,
-                             feat=feat)
+                dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=None if kps_mode == "host" else 64, sms=sms)
                 prm = dec.prm.clone()
                 prm[25] = dec.kps  # P_KEYS_PER_SPLIT
                 rows = B * Hq * Sq
@@ -1084,7 +1022,7 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
                     dec.o.copy_(ov)
                     dec.lse.copy_(lv)
                     refs = reference([dec.qv[b, :, :n] for b, n in enumerate(news)], cache, lens, news, causal,
-                                     dec.scale, Hq, dec.feat, dec.sinks)
+                                     dec.scale, Hq)
                     oref = torch.zeros(B, Hq, Sq, D, device=DEV, dtype=torch.float64)
                     lref = torch.full((B, Hq, Sq), NEG_INF, device=DEV, dtype=torch.float64)
                     for b, (o_, l_) in enumerate(refs):
@@ -1102,8 +1040,7 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
 
 def decode_reference(dec, cache, lens, news):
     """(oref [B, Hq, Sq, D], lref [B, Hq, Sq]) of a dense decode: absent query rows O = 0, lse = -inf."""
-    refs = reference([dec.qv[b, :, :n] for b, n in enumerate(news)], cache, lens, news, dec.causal, dec.scale, dec.Hq,
-                     dec.feat, dec.sinks)
+    refs = reference([dec.qv[b, :, :n] for b, n in enumerate(news)], cache, lens, news, dec.causal, dec.scale, dec.Hq)
     oref = torch.zeros(dec.B, dec.Hq, dec.Sq, dec.D, device=DEV, dtype=torch.float64)
     lref = torch.full((dec.B, dec.Hq, dec.Sq), NEG_INF, device=DEV, dtype=torch.float64)
     for b, (o_, l_) in enumerate(refs):
@@ -1112,10 +1049,10 @@ def decode_reference(dec, cache, lens, news):
     return oref, lref
 
 
-def derived_kps(lens, news, splits, bc, feat=NO_FEATURES):
-    """The device's keys per split for params[25] = 0 (flash_cache_tornado.cu, ABI 6), from the longest span
-    (from its span start to L_b) of the sequences with queries."""
-    m = max([s for s, n in zip(spans(lens, news, feat), news) if n > 0], default=0)
+def derived_kps(lens, news, splits, bc):
+    """The device's keys per split for params[25] = 0 (flash_cache_tornado.cu, ABI 6), from the longest length
+    with queries."""
+    m = max([Lb for Lb, n in zip(lens, news) if n > 0], default=0)
     return split_policy.derived_keys_per_split(m, splits, bc)
 
 
@@ -1125,18 +1062,15 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
     contents rewritten; steps with ragged lengths, all lengths 0, long uniform lengths, idle slots (n_b = 0)
     longer than every active one, and a length at the capacity."""
     B, cap = 5, 2100
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 1):
-            for (Hq, Hkv, causal, Sq, feat) in ((32, 8, False, 1, NO_FEATURES), (32, 8, True, 4, NO_FEATURES),
-                                                (8, 8, True, 1, NO_FEATURES), (32, 8, True, 1, (300, -1, 30.0, True)),
-                                                (32, 8, False, 4, (64, 16, 50.0, True))):
+            for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 8, True, 4), (8, 8, True, 1)):
                 if ps == 1 and Sq == 4:
                     continue
                 twin = select(manifest.CACHE_FUSED, D, causal, layout_of(ps), hdr)
                 row_blocks = math.ceil(Hq // Hkv * Sq / twin.br)
                 for S in sorted({1, 5, split_policy.max_splits(cap)}):
                     group = f"fused twin kps=0 h{hdr} d{D} {'paged' if ps else 'contig'}"
-                    group += " features" if feat != NO_FEATURES else ""
                     steps = [
                         ("ragged", ragged(rng, B, cap)),
                         ("zero", [0] * B),
@@ -1158,11 +1092,11 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
                                 news[0] = 1
                         tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} "
                                f"{'page' + str(ps) if ps else 'contig'} Sq{Sq} splits={S} step{si} {label} "
-                               f"L={lens} n={news}" + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
+                               f"L={lens} n={news}")
                         try:
                             cache = Cache(B, Hkv, cap, D, ps, gen)
                             cache.fill(lens, gen)
-                            dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=64, feat=feat)
+                            dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=64)
                             prm = dec.prm.clone()
                             prm[25] = 0  # P_KEYS_PER_SPLIT: derive on the device
                             rows = B * Hq * Sq
@@ -1192,7 +1126,7 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
                                 r.update(ok=False, why=r["why"] + " tickets not reset")
                             if not all(bool((bufs[key][0][:hdr] == 0xA5).all()) for key in ("o", "l", "w", "t")):
                                 r.update(ok=False, why=r["why"] + " a header was written")
-                            res.add(group, f"{tag} kps={derived_kps(lens, news, S, twin.bc, feat)}", r)
+                            res.add(group, f"{tag} kps={derived_kps(lens, news, S, twin.bc)}", r)
                         except Exception as ex:  # noqa
                             res.error(group, tag, ex)
 
@@ -1206,10 +1140,8 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
         for causal in (False, True):
             for ps in (0, 16, 64):
                 twin = cfg[layout_of(ps)]
-                for (Hq, Hkv), feat in (((32, 8), NO_FEATURES), ((8, 8), NO_FEATURES),
-                                        ((8, 4), FEATURES[(D // 64 + 2 * causal + ps) % len(FEATURES)]),
-                                        ((8, 2), (200, -1, 50.0, True))):
-                    if Hq == 8 and Hkv == 8 and ps == 64:
+                for (Hq, Hkv) in ((32, 8), (8, 8)):
+                    if Hq == 8 and ps == 64:
                         continue
                     B = 5
                     news = [rng.choice([0, 1, 77, 129, 300]) if rng.random() < 0.5 else rng.randint(2, 520)
@@ -1222,11 +1154,11 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
                     wlse = rng.random() < 0.85
                     group = f"prefill twin {twin.entry}"
                     tag = (f"Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} "
-                           f"lse={int(wlse)} L={lens} n={news}" + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
+                           f"lse={int(wlse)} L={lens} n={news}")
                     try:
                         cache = Cache(B, Hkv, cap, D, ps, gen)
                         cache.fill(lens, gen)
-                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, twin, write_lse=wlse, feat=feat)  # its inputs
+                        pf = Prefill(K, cache, lens, news, Hq, causal, gen, twin, write_lse=wlse)  # its inputs
                         total = pf.offs[-1]
                         max_q = 640  # the engine's planned largest prompt: grid.x fixed by it, not by this step
                         grid = (math.ceil(max_q / twin.br), B * Hq, 1)
@@ -1241,7 +1173,7 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
                         hs, _ = behind_header(step, hdr)
                         hb, _ = behind_header(bt, hdr)
                         refs = reference([pf.q[pf.offs[b]:pf.offs[b + 1]].transpose(0, 1) for b in range(B)], cache,
-                                         lens, news, causal, pf.scale, Hq, pf.feat, pf.sinks)
+                                         lens, news, causal, pf.scale, Hq)
                         oref = torch.cat([o_.transpose(0, 1) for o_, _ in refs], 0)
                         lref = torch.cat([l_ for _, l_ in refs], 1)
                         for launch in range(2):
@@ -1298,12 +1230,9 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
     B, cap, steps = 5, 600, 6
     loop = 0
     kind = manifest.CACHE_STAGED_FUSED if staged else manifest.CACHE_APPEND_FUSED
-    for D in (64, 128):
+    for D in HEAD_DIMS_RUN:
         for ps in (0, 16, 1):
-            for (Hq, Hkv, causal, Sq, feat) in ((32, 8, False, 1, NO_FEATURES), (32, 4, True, 4, NO_FEATURES),
-                                                (16, 2, False, 3, NO_FEATURES), (8, 8, True, 1, NO_FEATURES),
-                                                (32, 8, True, 1, (100, -1, 30.0, True)),
-                                                (16, 2, False, 3, (64, 16, 50.0, True))):
+            for (Hq, Hkv, causal, Sq) in ((32, 8, False, 1), (32, 4, True, 4), (16, 2, False, 3), (8, 8, True, 1)):
                 twin = select(kind, D, causal, layout_of(ps), hdr)
                 bc = twin.bc
                 G = Hq // Hkv
@@ -1312,8 +1241,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                     loop += 1
                     group = f"{'staged' if staged else 'append+decode'} twin h{hdr} d{D} {'paged' if ps else 'contig'}"
                     base = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} "
-                            f"{'page' + str(ps) if ps else 'contig'} Sq{Sq} splits={S} kps={kps_given or 'derived'}"
-                            + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
+                            f"{'page' + str(ps) if ps else 'contig'} Sq{Sq} splits={S} kps={kps_given or 'derived'}")
                     try:
                         cache = Cache(B, Hkv, cap, D, ps, gen)  # the model (torch indexing); NaN past every length
                         ctx = [rng.randint(0, 300) for _ in range(B)]
@@ -1333,20 +1261,20 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                             ap_ = [w if i in read else (1 << 30) + 7 for i, w in enumerate(ap_)]
                         rows = B * Hq * Sq
                         bufs = dict(
-                            q=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            q=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
                             k=behind_header(cache.k, hdr), v=behind_header(cache.v, hdr),
-                            o=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            o=behind_header(torch.full((B, Hq, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
                             l=behind_header(torch.full((B, Hq, Sq), NAN, device=DEV), hdr),
-                            p=behind_header(torch.zeros(32 + (Hq if feat[3] else 0), dtype=torch.int32, device=DEV), hdr),
+                            p=behind_header(torch.zeros(32, dtype=torch.int32, device=DEV), hdr),
                             n=behind_header(torch.zeros(3 * B + 1, dtype=torch.int32, device=DEV), hdr),
                             b=behind_header(bt, hdr),
                             w=behind_header(torch.full((S * rows * (D + 1),), NAN, device=DEV), hdr),
                             t=behind_header(torch.zeros(row_blocks * B * Hkv, dtype=torch.int32, device=DEV), hdr),
-                            nk=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
-                            nv=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half), hdr),
+                            nk=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
+                            nv=behind_header(torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT), hdr),
                             ap=behind_header(torch.tensor(ap_, dtype=torch.int32, device=DEV), hdr))
                         if staged:
-                            sbuf, sview = behind_header(torch.full((halves,), NAN, device=DEV, dtype=torch.half), hdr)
+                            sbuf, sview = behind_header(torch.full((halves,), NAN, device=DEV, dtype=TDT), hdr)
                             bufs.update(
                                 s=(sbuf, sview), n=(sbuf, sview[:2 * (3 * B + 1)].view(torch.int32)),
                                 q=(sbuf, sview[q0:k0].view(B, Hq, Sq, D)),
@@ -1368,7 +1296,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                             if all(n == 0 for n in news):
                                 news[si % B] = min(Sq, 3)  # ... but a real query somewhere
                             lens = [c + n for c, n in zip(prev, news)]
-                            kps = kps_given or derived_kps(lens, news, S, bc, feat)
+                            kps = kps_given or derived_kps(lens, news, S, bc)
                             m = max([Lb for Lb, n in zip(lens, news) if n > 0], default=0)
                             # The host re-seats a slot (its prompt written outside the loop) so that its new
                             # rows straddle a split boundary.
@@ -1383,14 +1311,14 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                                 cache.truth[b] = (kk, vv)
                                 prev[b] = c_new
                                 lens = [c + n for c, n in zip(prev, news)]
-                                kps = kps_given or derived_kps(lens, news, S, bc, feat)
+                                kps = kps_given or derived_kps(lens, news, S, bc)
                             assert max(lens) <= cap, "capacity"
                             straddle = sum(1 for b in range(B) if news[b] > 0 and kps > 0 and
                                            (lens[b] - news[b]) // kps != (lens[b] - 1) // kps)
                             tag += f" L={lens} n={news} kps={kps} straddling={straddle}"
                             # this step's new rows (NaN past n_b) and the model's append
-                            nk = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half)
-                            nv = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=torch.half)
+                            nk = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT)
+                            nv = torch.full((B, Hkv, Sq, D), NAN, device=DEV, dtype=TDT)
                             for b in range(B):
                                 n = news[b]
                                 if n:
@@ -1400,7 +1328,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                                     tk, tv_ = cache.truth[b]
                                     cache.truth[b] = (torch.cat([tk[:, :prev[b]], nk[b, :, :n]], 1),
                                                       torch.cat([tv_[:, :prev[b]], nv[b, :, :n]], 1))
-                            dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=64, feat=feat)
+                            dec = Decode(K, cache, lens, news, Hq, Sq, causal, gen, kps=64)
                             prm = dec.prm.clone()
                             prm[25] = kps_given  # P_KEYS_PER_SPLIT (0: derived on the device)
                             step = torch.tensor(lens + news + [0] * (B + 1), dtype=torch.int32, device=DEV)

@@ -4,8 +4,9 @@
 Reads the launch table ptx/manifest.tsv (manifest.py), loads the PTX through the CUDA driver API
 (cuda_driver.py: ctypes on libcuda.so.1, the calls the Java FFM host makes), then
   1. checks every shipped and ablation entry against a float64 PyTorch reference of the project's
-     semantics (correctness.py, on the problems of cases.py: fresh N(0,1) fp16 inputs, output
-     poisoned with NaN before every run);
+     semantics (correctness.py, on the problems of cases.py: fresh N(0,1) fp16 or bf16 inputs, output
+     poisoned with NaN before every run; every head dim of the table, fp16 and bf16, bf16 against the
+     reference on its rounded inputs with the bf16 tolerance);
   2. times device-resident kernels with CUDA events beside PyTorch SDPA (FLASH, CUDNN), and the
      ablation entries against their full kernel (timing.py).
 Logs and JSON go to $OUT (default ./out); a short table is printed last (report.py).
@@ -14,12 +15,10 @@ Logs and JSON go to $OUT (default ./out); a short table is printed last (report.
 shipped D=128 entries (the baselines) on a small D=128 suite, and times them beside SDPA on the two
 D=128 timing shapes, causal and not (tuning.md/.json).
 
---features checks only the window / softcap / sinks problems (cases.feature_cases) and a few plain ones.
-
 --list prints what a run would load and check, from the manifest alone (no GPU, no torch).
 
 Usage: python3 ptx-overrides/harness/check_and_time.py [--quick] [--no-time] [--no-check] [--seed N]
-       [--tuning] [--features] [--list]
+       [--dtype fp16|bf16] [--head-dims 32,96,...] [--tuning] [--list]
 """
 import argparse
 import json
@@ -29,7 +28,7 @@ import time
 
 import manifest
 import report
-from cases import feature_cases, suite, tuning_cases
+from cases import suite, tuning_cases
 from report import log
 
 
@@ -48,22 +47,30 @@ def tuning_entries(entries):
                         and not e.tornado]
 
 
+def narrow(entries, args):
+    """--dtype / --head-dims: only the entries of that element type / those head dims."""
+    if args.dtype:
+        entries = [e for e in entries if e.dtype == args.dtype]
+    if args.head_dims:
+        dims = {int(d) for d in args.head_dims.split(",")}
+        entries = [e for e in entries if e.head_dim in dims]
+    return entries
+
+
 def list_run(args, entries):
-    print(f"{'entry':52s} {'module':24s} {'kind':15s} {'D':>4s} {'Br':>4s} {'Bc':>3s} {'thr':>4s} "
+    print(f"{'entry':56s} {'module':24s} {'kind':15s} {'type':4s} {'D':>4s} {'Br':>4s} {'Bc':>3s} {'thr':>4s} "
           f"{'hdr':>4s} {'dyn smem':>8s} {'regs 89/90':>10s} selects")
     for e in entries:
-        print(f"{e.entry:52s} {e.module:24s} {e.kind:15s} {e.head_dim:4d} {e.br:4d} {e.bc:3d} {e.threads:4d} "
+        print(f"{e.entry:56s} {e.module:24s} {e.kind:15s} {e.dtype:4s} {e.head_dim:4d} {e.br:4d} {e.bc:3d} {e.threads:4d} "
               f"{e.header_bytes:4d} {e.smem_dynamic:8d} {e.regs_sm_89:4d}/{e.regs_sm_90:<5d} causal={e.causal}")
     rng = random.Random(args.seed)
-    cases = tuning_cases(rng) if args.tuning else features_only(args.quick) if args.features else suite(args.quick, rng)
+    cases = tuning_cases(rng) if args.tuning else suite(args.quick, rng)
+    served = {(e.head_dim, e.dtype) for e in entries}
+    cases = [c for c in cases if (c[5], c[10]) in served]
+    for dtype in sorted({c[10] for c in cases}):
+        dims = sorted({c[5] for c in cases if c[10] == dtype})
+        print(f"{dtype}: head dims {dims}, {sum(c[10] == dtype for c in cases)} problems")
     print(f"{len(entries)} entries; {len(cases)} correctness problems (seed {args.seed})")
-
-
-def features_only(quick):
-    """--features: the feature problems, beside a few plain ones of the same shapes."""
-    plain = [(2, 8, 2, 300, 517, D, c, "bhsd", True, "gqa") for D in (64, 128) for c in (False, True)]
-    plain += [(2, 8, 2, 4, 9000, D, c, "bhsd", True, "decode") for D in (64, 128) for c in (False, True)]
-    return plain + feature_cases(quick)
 
 
 def run(args, kernels_wanted, tuning):
@@ -87,7 +94,7 @@ def run(args, kernels_wanted, tuning):
     corr, ncases = None, 0
     if not args.no_check:
         t0 = time.time()
-        cases = tuning_cases(random.Random(args.seed)) if tuning else features_only(args.quick) if args.features else None
+        cases = tuning_cases(random.Random(args.seed)) if tuning else None
         corr, ncases = correctness(runner, kernels, args.quick, args.seed, cases)
         log(f"correctness: {ncases} problems, {time.time() - t0:.0f}s")
     t0 = time.time()
@@ -119,11 +126,12 @@ def main():
     ap.add_argument("--no-check", action="store_true", help="time only")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--tuning", action="store_true", help="check and time the D=128 tuning candidates only")
-    ap.add_argument("--features", action="store_true", help="check only the window / softcap / sinks problems")
     ap.add_argument("--list", action="store_true", help="print the entries and the problem count; no GPU needed")
+    ap.add_argument("--dtype", choices=manifest.DTYPES, default=None, help="only the entries of this element type")
+    ap.add_argument("--head-dims", default=None, help="only these head dims, comma-separated")
     args = ap.parse_args()
     entries = manifest.load()
-    wanted = tuning_entries(entries) if args.tuning else default_entries(entries)
+    wanted = tuning_entries(entries) if args.tuning else narrow(default_entries(entries), args)
     if args.list:
         list_run(args, wanted)
         return

@@ -8,8 +8,7 @@ import torch
 
 import manifest
 from cases import num_splits_for, suite
-from cases import SOFTCAP_SCALE
-from problem import NO_FEATURES, Problem, compare, feature_tag
+from problem import Problem, compare
 from report import log
 
 
@@ -20,7 +19,7 @@ def correctness(runner, kernels, quick, seed, cases=None):
     gen.manual_seed(seed)
     fwd = [e for e in kernels if e.kind == manifest.PREFILL]
     splits_e = [e for e in kernels if e.kind == manifest.SPLIT]
-    comb = {(e.D, e.header): e for e in kernels if e.kind == manifest.COMBINE}
+    comb = {(e.D, e.header, e.m.dtype): e for e in kernels if e.kind == manifest.COMBINE}
     fused_e = [e for e in kernels if e.kind == manifest.FUSED]
     results = {}  # entry -> runs, passed, worst errors, first failures
 
@@ -38,19 +37,17 @@ def correctness(runner, kernels, quick, seed, cases=None):
     if cases is None:
         cases = suite(quick, rng)
     t0 = time.time()
-    for ci, c in enumerate(cases):
-        (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag), feat = c[:10], (c[10] if len(c) > 10 else NO_FEATURES)
-        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen, feat=feat)
+    for ci, (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag, dtype) in enumerate(cases):
+        if not any(e.D == D and e.m.dtype == dtype for e in kernels):
+            continue  # no loaded entry of this head dim and type (e.g. --dtype)
+        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen, dtype=dtype)
         if tag == "random" and rng.random() < 0.2:
             pb.scale = rng.uniform(0.01, 0.5)
-        if feat[2]:
-            pb.scale = SOFTCAP_SCALE
         oref, lref = pb.reference()
-        case = (f"{tag} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {'causal' if causal else 'full'} {layout}"
-                + (f" {feature_tag(feat)}" if feat != NO_FEATURES else ""))
+        case = f"{tag} {dtype} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {'causal' if causal else 'full'} {layout}"
         big = Sq * Skv * B * Hq > 3e8
         for e in fwd:
-            if e.D != D:
+            if e.D != D or e.m.dtype != dtype:
                 continue
             if e.ablation and tag not in ("seed", "seed-d128", "sq>skv odd", "gqa", "2049"):
                 continue
@@ -65,11 +62,10 @@ def correctness(runner, kernels, quick, seed, cases=None):
         if Sq <= 16:  # the decode kernels' range (LaunchTable.DECODE_MAX_QUERIES)
             G = Hq // Hkv
             for e in splits_e:
-                if e.D != D:
+                if e.D != D or e.m.dtype != dtype:
                     continue
-                ec = comb[(D, e.header)]
-                # The hosts size the split count from the window's visible span.
-                ns = num_splits_for(B, Hkv, G, Sq, pb.visible_span(), e.Br, runner.num_sms)
+                ec = comb[(D, e.header, dtype)]
+                ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):  # also exercise empty splits
                     o, lse = pb.new_out()
                     go, keep = runner.decode_launcher(e, ec, pb, o, lse, splits)
@@ -79,9 +75,9 @@ def correctness(runner, kernels, quick, seed, cases=None):
                     record(e.name, case + f" splits{splits}", r)
                     record(ec.name, case + f" splits{splits}", r)
             for e in fused_e:
-                if e.D != D:
+                if e.D != D or e.m.dtype != dtype:
                     continue
-                ns = num_splits_for(B, Hkv, G, Sq, pb.visible_span(), e.Br, runner.num_sms)
+                ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):
                     o, lse = pb.new_out()
                     go, keep = runner.fused_launcher(e, pb, o, lse, splits)

@@ -4,6 +4,8 @@ import ctypes
 
 import torch
 
+import manifest
+
 from report import log
 
 
@@ -31,7 +33,7 @@ class Driver:
             pctx = ctypes.c_void_p()
             self.check(self.cu.cuDevicePrimaryCtxRetain(ctypes.byref(pctx), dev), "cuDevicePrimaryCtxRetain")
             self.check(self.cu.cuCtxSetCurrent(pctx), "cuCtxSetCurrent")
-        data = open(ptx_path, "rb").read() + b"\0"
+        data = manifest.read_ptx(ptx_path) + b"\0"  # ptx/<module>.gz as shipped, or a plain .ptx
         mod = ctypes.c_void_p()
         logbuf = ctypes.create_string_buffer(1 << 16)
         opts = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER(_SIZE_BYTES)

@@ -4,9 +4,12 @@
   per entry (the variant it serves: kind, dtype, head dim, which causal flag selects it, cache
   layout, features, ABI and array header, architecture family; then Br, Bc, warps, threads, stages,
   the ablation/tuning switches, dynamic and static shared memory, registers);
-- src/flash_params.cuh's ParamIndex: where each field of the params block goes.
+- src/flash_params.cuh's ParamIndex: where each field of the params block goes;
+- the PTX modules themselves (ptx/<module>.gz: the manifest's module column names the PTX text, which
+  ships gzip-compressed; read_ptx).
 """
 import dataclasses
+import gzip
 import os
 import re
 
@@ -15,7 +18,15 @@ PTX_DIR = os.path.join(ROOT, "ptx")
 MANIFEST = os.path.join(PTX_DIR, "manifest.tsv")
 PARAMS_HEADER = os.path.join(ROOT, "src", "flash_params.cuh")
 
-SHIPPED_MODULES = ("flash_fwd.ptx", "flash_decode.ptx")
+# The dense prefill/decode modules, one per element type (generate_kernels.py, module_of).
+SHIPPED_MODULES = ("flash_fwd.ptx", "flash_decode.ptx", "flash_fwd_bf16.ptx", "flash_decode_bf16.ptx")
+# The element types and head dims of the shipped table (generate_kernels.py: SHIPPED_DTYPES, HEAD_DIMS).
+DTYPES = ("fp16", "bf16")
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+# O against the float64 reference of the (rounded) inputs: (max abs, relative L2), as verify/Tolerance.java.
+TOLERANCE = {"fp16": (1e-2, 2e-3), "bf16": (6e-2, 1.6e-2)}
+# lse (fp32 from fp32 scores, whatever the element type) against the reference.
+LSE_TOLERANCE = 1e-3
 ABLATION_MODULE = "flash_fwd_ablation.ptx"
 TUNING_MODULE = "flash_fwd_tuning.ptx"
 # The kinds this harness launches (the KV-cache kernels have their own: cache_check.py).
@@ -150,6 +161,30 @@ def load(path=MANIFEST):
         return parse(f.read(), path)
 
 
+def module_of(base, dtype):
+    """The shipped module of element type dtype of the kinds of module `base` (e.g. flash_cache.ptx, bf16 ->
+    flash_cache_bf16.ptx), as generate_kernels.py's module_of names it."""
+    return base if dtype == "fp16" else base[:-len(".ptx")] + "_" + dtype + ".ptx"
+
+
+def read_ptx(path):
+    """The PTX text (bytes) of a module path: <path>.gz (what ships, gzip) where present or the path ends in .gz,
+    else the uncompressed file (another build passed by hand)."""
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    if os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rb") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def ptx_text(module):
+    """The PTX text of a module the manifest names (its module column, e.g. flash_fwd.ptx)."""
+    return read_ptx(os.path.join(PTX_DIR, module)).decode("ascii")
+
+
 def select_variant(entries, kind, dtype, head_dim, causal, layout="none", header_bytes=0, features=(), arch=SM80):
     """The one entry that serves the variant (KernelManifest.select): the harness names no entry by its parts.
     None: Refused, naming the first field that rules the variant out and listing what is served."""
@@ -197,7 +232,7 @@ def layout_configs(entries, kind, header_bytes):
 
 def ablation_base(e, entries):
     """The shipped CUDA-driver entry an ablation variant is measured against: the same tile."""
-    found = [b for b in entries if b.module in SHIPPED_MODULES and b.kind == PREFILL and not b.tornado
+    found = [b for b in entries if b.module in SHIPPED_MODULES and b.kind == PREFILL and not b.tornado and b.dtype == e.dtype
              and (b.head_dim, b.br, b.bc, b.warps) == (e.head_dim, e.br, e.bc, e.warps)]
     if len(found) != 1:
         raise RuntimeError(f"{e.entry}: {len(found)} shipped entries with its tile: {[b.entry for b in found]}")

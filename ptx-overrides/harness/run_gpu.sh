@@ -7,7 +7,8 @@ OUT="${OUT:-./out}"; mkdir -p "$OUT"; export OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv | tee "$OUT/gpu.txt"
 (
   for f in flash_fwd flash_decode flash_fwd_tuning; do
-    ptxas -arch=sm_90 -o "/tmp/$f.cubin" "ptx-overrides/ptx/$f.ptx" && cuobjdump -sass "/tmp/$f.cubin" > "/tmp/$f.sass"
+    gzip -dc "ptx-overrides/ptx/$f.ptx.gz" > "/tmp/$f.ptx" &&
+      ptxas -arch=sm_90 -o "/tmp/$f.cubin" "/tmp/$f.ptx" && cuobjdump -sass "/tmp/$f.cubin" > "/tmp/$f.sass"
   done
   {
     for f in /tmp/flash_fwd.sass /tmp/flash_decode.sass /tmp/flash_fwd_tuning.sass; do

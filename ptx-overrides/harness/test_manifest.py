@@ -10,7 +10,7 @@ import unittest
 
 import manifest
 from manifest import (CACHE_APPEND, CACHE_APPEND_FUSED, CACHE_COMBINE, CACHE_FUSED, CACHE_PREFILL, CACHE_SPLIT,
-                      CACHE_STAGED_FUSED, MERGE_STATES, PREFILL, Refused, select_variant)
+                      CACHE_STAGED_FUSED, DTYPES, HEAD_DIMS, MERGE_STATES, PREFILL, Refused, module_of, select_variant)
 
 HEADER = ("module\tentry\tkind\tdtype\thead_dim\tcausal\tlayout\tfeatures\tabi\theader_bytes\tarch\tbr\tbc\twarps"
           "\tthreads\tstages\tq_in_smem\topt\tsmem_dynamic\tsmem_static\tregs_sm_89\tregs_sm_90")
@@ -81,73 +81,92 @@ def _twin(base, hdr):
     return base + ("_tornado" if hdr == 16 else "_tornado_h128")
 
 
-def name_built_by_hand(kind, D, causal, layout, hdr):
-    """The entry name cache_check.py built from the variant's parts before it selected by variant."""
+def name_built_by_hand(kind, D, causal, layout, hdr, dtype="fp16"):
+    """The entry name cache_check.py built from the variant's parts before it selected by variant (bf16 names
+    carry the tag before the head dim; D=128 is the one head dim with a causal cache-prefill configuration)."""
     paged = layout == "paged"
+    dt = f"d{D}" if dtype == "fp16" else f"{dtype}_d{D}"
+    tag = "" if dtype == "fp16" else "_" + dtype
     if kind == CACHE_SPLIT:
-        return f"flash_cache_decode_split{'_paged' if paged else ''}_d{D}"
+        return f"flash_cache_decode_split{'_paged' if paged else ''}_{dt}"
     if kind == CACHE_COMBINE:
-        return f"flash_cache_decode_combine_d{D}"
+        return f"flash_cache_decode_combine_{dt}"
     if kind == CACHE_PREFILL:
-        cfg = "d64" if D == 64 else ("d128_causal" if causal else "d128")
+        cfg = dt + ("_causal" if D == 128 and causal else "")
         base = f"flash_cache_fwd_{'paged_' if paged else ''}{cfg}"
         return base if hdr == 0 else _twin(base, hdr)
     if kind == CACHE_APPEND:
-        return "kv_cache_append"
+        return "kv_cache_append" + tag
     if kind == MERGE_STATES:
-        return "attention_merge_states"
+        return "attention_merge_states" + tag
     fused = {CACHE_FUSED: "decode_fused", CACHE_APPEND_FUSED: "append_decode_fused",
              CACHE_STAGED_FUSED: "staged_decode_fused"}[kind]
-    return _twin(f"flash_cache_{fused}{'_paged' if paged else ''}_d{D}", hdr)
+    return _twin(f"flash_cache_{fused}{'_paged' if paged else ''}_{dt}", hdr)
+
+
+# The tiles of the table per head dim (generate_kernels.py): decode Bc, cache-prefill Br (D=128: non-causal, causal).
+DECODE_BC = {32: 64, 64: 64, 96: 32, 128: 32, 192: 16, 256: 16}
+CACHE_PREFILL_BR = {32: (128, 128), 64: (128, 128), 96: (64, 64), 128: (128, 64), 192: (64, 64), 256: (64, 64)}
+# The module order of the manifest: the cache modules' configurations come fp16 first, then bf16; within one, the
+# head dims in this order.
+CACHE_PREFILL_ORDER = (64, 128, 32, 96, 192, 256)
 
 
 class ShippedManifestTest(unittest.TestCase):
-    def assert_selects(self, kind, D, causal, layout, hdr, module):
-        e = select_variant(SHIPPED, kind, "fp16", D, causal, layout, hdr)
-        self.assertEqual(name_built_by_hand(kind, D, causal, layout, hdr), e.entry)
+    def assert_selects(self, kind, D, causal, layout, hdr, module, dtype="fp16"):
+        e = select_variant(SHIPPED, kind, dtype, D, causal, layout, hdr)
+        self.assertEqual(name_built_by_hand(kind, D, causal, layout, hdr, dtype), e.entry)
+        self.assertEqual(dtype, e.dtype, e.entry)
         # cache_check.py loads one module per run: the CUDA-driver entries', or the twins'.
         self.assertEqual(module, e.module, e.entry)
         return e
 
     def test_every_cache_variant_the_harness_asks_for_is_the_entry_it_named(self):
-        for D in (64, 128):
-            for causal in (False, True):
-                for layout in ("contiguous", "paged"):
-                    with self.subTest(D=D, causal=causal, layout=layout):
-                        for kind in (CACHE_SPLIT, CACHE_COMBINE, CACHE_PREFILL, CACHE_APPEND):
-                            self.assert_selects(kind, D, causal, layout, 0, "flash_cache.ptx")
-                        for hdr in (16, 128):
-                            for kind in (CACHE_FUSED, CACHE_APPEND_FUSED, CACHE_STAGED_FUSED, CACHE_PREFILL):
-                                e = self.assert_selects(kind, D, causal, layout, hdr, "flash_cache_tornado.ptx")
-                                self.assertTrue(e.tornado)
-        for D in (64, 128, 80):  # the merge serves any head dim
-            self.assert_selects(MERGE_STATES, D, False, "none", 0, "flash_cache.ptx")
+        for dtype in DTYPES:
+            cuda, twins = module_of("flash_cache.ptx", dtype), module_of("flash_cache_tornado.ptx", dtype)
+            for D in HEAD_DIMS:
+                for causal in (False, True):
+                    for layout in ("contiguous", "paged"):
+                        with self.subTest(dtype=dtype, D=D, causal=causal, layout=layout):
+                            for kind in (CACHE_SPLIT, CACHE_COMBINE, CACHE_PREFILL, CACHE_APPEND):
+                                self.assert_selects(kind, D, causal, layout, 0, cuda, dtype)
+                            for hdr in (16, 128):
+                                for kind in (CACHE_FUSED, CACHE_APPEND_FUSED, CACHE_STAGED_FUSED, CACHE_PREFILL):
+                                    e = self.assert_selects(kind, D, causal, layout, hdr, twins, dtype)
+                                    self.assertTrue(e.tornado)
+            for D in HEAD_DIMS + (80,):  # the merge serves any head dim
+                self.assert_selects(MERGE_STATES, D, False, "none", 0, cuda, dtype)
 
     def test_the_tiles_the_harness_hard_coded_are_the_manifests(self):
-        for D in (64, 128):
-            for layout in ("contiguous", "paged"):
-                split = select_variant(SHIPPED, CACHE_SPLIT, "fp16", D, False, layout)
-                self.assertEqual((16, 32), (split.br, split.threads))
-                self.assertEqual(128 // (D // 8), select_variant(SHIPPED, CACHE_COMBINE, "fp16", D, False, layout).br)
-                self.assertEqual(128, select_variant(SHIPPED, CACHE_APPEND, "fp16", D, False, layout).threads)
-                for hdr in (16, 128):
-                    for kind in (CACHE_FUSED, CACHE_APPEND_FUSED, CACHE_STAGED_FUSED):
-                        twin = select_variant(SHIPPED, kind, "fp16", D, True, layout, hdr)
-                        self.assertEqual((16, 32 if D == 128 else 64, 32), (twin.br, twin.bc, twin.threads))
-                for hdr in (0, 16, 128):
-                    for causal in (False, True):
-                        fwd = select_variant(SHIPPED, CACHE_PREFILL, "fp16", D, causal, layout, hdr)
-                        self.assertEqual(64 if D == 128 and causal else 128, fwd.br)
-                        self.assertEqual(128, fwd.threads)
-        self.assertEqual(128, select_variant(SHIPPED, MERGE_STATES, "fp16", 80, False).threads)
+        for dtype in DTYPES:
+            for D in HEAD_DIMS:
+                for layout in ("contiguous", "paged"):
+                    split = select_variant(SHIPPED, CACHE_SPLIT, dtype, D, False, layout)
+                    self.assertEqual((16, DECODE_BC[D], 32), (split.br, split.bc, split.threads))
+                    # D/8 threads per row; D = 96, 192 leave 128 % (D/8) threads of the block idle.
+                    combine = select_variant(SHIPPED, CACHE_COMBINE, dtype, D, False, layout)
+                    self.assertEqual((128 // (D // 8), 128), (combine.br, combine.threads))
+                    self.assertEqual(128, select_variant(SHIPPED, CACHE_APPEND, dtype, D, False, layout).threads)
+                    for hdr in (16, 128):
+                        for kind in (CACHE_FUSED, CACHE_APPEND_FUSED, CACHE_STAGED_FUSED):
+                            twin = select_variant(SHIPPED, kind, dtype, D, True, layout, hdr)
+                            self.assertEqual((16, DECODE_BC[D], 32), (twin.br, twin.bc, twin.threads))
+                    for hdr in (0, 16, 128):
+                        for causal in (False, True):
+                            fwd = select_variant(SHIPPED, CACHE_PREFILL, dtype, D, causal, layout, hdr)
+                            self.assertEqual(CACHE_PREFILL_BR[D][causal], fwd.br)
+                            self.assertEqual(128, fwd.threads)
+                            self.assertEqual(0, fwd.smem_dynamic)  # cache entries: static shared memory
+            self.assertEqual(128, select_variant(SHIPPED, MERGE_STATES, dtype, 80, False).threads)
 
     def test_prefill_configurations_are_those_the_harness_named(self):
         for hdr in (0, 16, 128):
             configs = manifest.layout_configs(SHIPPED, CACHE_PREFILL, hdr)
             for layout in ("contiguous", "paged"):
                 names = [c[layout].entry for c in configs]
-                built = [name_built_by_hand(CACHE_PREFILL, D, causal, layout, hdr)
-                         for D, causal in ((64, False), (128, False), (128, True))]
+                built = [name_built_by_hand(CACHE_PREFILL, D, causal, layout, hdr, dtype)
+                         for dtype in DTYPES for D in CACHE_PREFILL_ORDER
+                         for causal in ((False, True) if D == 128 else (False,))]
                 self.assertEqual(built, names, f"header {hdr} {layout}")
 
     def test_the_dense_tuning_baselines(self):
@@ -167,14 +186,29 @@ class ShippedManifestTest(unittest.TestCase):
                                              e.header_bytes, e.features, e.arch)
                         self.assertEqual(e.entry, got.entry)
 
+    def test_every_head_dim_and_type_is_served_by_every_shipped_kind_and_abi(self):
+        """The table's coverage: each kind in each of its ABIs, both element types, every head dim."""
+        kinds = {(e.kind, e.header_bytes) for e in SHIPPED if e.selectable}
+        for kind, hdr in sorted(kinds):
+            layouts = ("contiguous", "paged") if kind.startswith("cache") else ("none",)
+            for dtype in DTYPES:
+                for D in HEAD_DIMS:
+                    for causal in (False, True):
+                        for layout in layouts:
+                            with self.subTest(kind=kind, hdr=hdr, dtype=dtype, D=D, causal=causal, layout=layout):
+                                e = select_variant(SHIPPED, kind, dtype, D, causal, layout, hdr)
+                                if hdr:
+                                    self.assertEqual(0, e.smem_dynamic, "TornadoVM: static shared memory only")
+                                    self.assertLessEqual(e.smem_static, 48 * 1024)
+
     def test_the_shipped_table_refuses_what_it_does_not_serve_by_name(self):
         with self.assertRaises(Refused) as r:
-            select_variant(SHIPPED, CACHE_PREFILL, "fp16", 96, True, "paged")
+            select_variant(SHIPPED, CACHE_PREFILL, "fp16", 80, True, "paged")
         self.assertEqual("headDim", r.exception.argument)
-        self.assertIn("D=64", str(r.exception))
-        self.assertIn("D=128", str(r.exception))
+        for D in HEAD_DIMS:
+            self.assertIn(f"D={D}", str(r.exception))
         with self.assertRaises(Refused) as r:
-            select_variant(SHIPPED, CACHE_FUSED, "bf16", 128, False, "contiguous", 16)
+            select_variant(SHIPPED, CACHE_FUSED, "fp32", 128, False, "contiguous", 16)
         self.assertEqual("dtype", r.exception.argument)
         with self.assertRaises(Refused) as r:  # the twins are TornadoVM entries only
             select_variant(SHIPPED, CACHE_FUSED, "fp16", 128, False, "contiguous")

@@ -67,38 +67,40 @@ def sdpa_fn(pb, backend):
 
 
 def timing(runner, kernels, quick):
-    """Prefill beside SDPA FLASH/CUDNN on TIMING_SHAPES, then the decode pair at three split counts."""
+    """Prefill beside SDPA FLASH/CUDNN on TIMING_SHAPES in each element type with loaded entries, then the fp16
+    decode pair at three split counts."""
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
     fwd = [e for e in kernels if e.kind == manifest.PREFILL and not e.tornado and not e.ablation]
     rows = []
     reps = 10 if quick else 100
-    for (B, H, S, D) in TIMING_SHAPES:
-        for causal in (False, True):
-            pb = Problem(B, H, H, S, S, D, causal, "bhsd", lse=True, gen=gen)
-            fl = pb.flops()
-            res = dict(shape=f"({B},{H},{S},{D})", causal=causal, flops=fl, kernels={})
-            for be in ("flash", "cudnn"):
-                fn = sdpa_fn(pb, be)
-                if fn:
-                    m, lo, hi = time_fn(fn, reps)
-                    res["kernels"]["sdpa_" + be] = dict(ms=m, lo=lo, hi=hi, tflops=fl / m / 1e9)
-            o, lse = pb.new_out()
-            for e in fwd:
-                if e.D != D:
-                    continue
-                prm = pb.params(o)
-                args = [pb.q.data_ptr(), pb.k.data_ptr(), pb.v.data_ptr(), o.data_ptr(), lse.data_ptr(), prm.data_ptr()]
-                grid = runner.prefill_grid(e, pb)
-                m, lo, hi = time_fn(lambda: runner.launch(e, grid, args), reps)
-                res["kernels"][e.name] = dict(ms=m, lo=lo, hi=hi, tflops=fl / m / 1e9)
-            rows.append(res)
-            log(fmt_timing_row(res))
-            del pb
+    for (B, H, S, D), dtype, causal in ((s, t, c) for s in TIMING_SHAPES for t in manifest.DTYPES for c in (False, True)):
+        if not any(e.D == D and e.m.dtype == dtype for e in fwd):
+            continue
+        pb = Problem(B, H, H, S, S, D, causal, "bhsd", lse=True, gen=gen, dtype=dtype)
+        fl = pb.flops()
+        res = dict(shape=f"({B},{H},{S},{D}) {dtype}", causal=causal, flops=fl, kernels={})
+        for be in ("flash", "cudnn"):
+            fn = sdpa_fn(pb, be)
+            if fn:
+                m, lo, hi = time_fn(fn, reps)
+                res["kernels"]["sdpa_" + be] = dict(ms=m, lo=lo, hi=hi, tflops=fl / m / 1e9)
+        o, lse = pb.new_out()
+        for e in fwd:
+            if e.D != D or e.m.dtype != dtype:
+                continue
+            prm = pb.params(o)
+            args = [pb.q.data_ptr(), pb.k.data_ptr(), pb.v.data_ptr(), o.data_ptr(), lse.data_ptr(), prm.data_ptr()]
+            grid = runner.prefill_grid(e, pb)
+            m, lo, hi = time_fn(lambda: runner.launch(e, grid, args), reps)
+            res["kernels"][e.name] = dict(ms=m, lo=lo, hi=hi, tflops=fl / m / 1e9)
+        rows.append(res)
+        log(fmt_timing_row(res))
+        del pb
     # decode
     dec = []
-    splits_e = [e for e in kernels if e.kind == manifest.SPLIT and e.D == 128]
-    comb = {e.D: e for e in kernels if e.kind == manifest.COMBINE}
+    splits_e = [e for e in kernels if e.kind == manifest.SPLIT and e.D == 128 and e.m.dtype == "fp16"]
+    comb = {e.D: e for e in kernels if e.kind == manifest.COMBINE and e.m.dtype == "fp16"}
     for Skv in DECODE_TIMING_KV:
         pb = Problem(8, 32, 8, 1, Skv, 128, False, "bhsd", lse=True, gen=gen)
         fl = pb.flops()

@@ -23,9 +23,12 @@ __device__ __forceinline__ void cache_combine_body(const float* __restrict__ o_p
                                                    const float* __restrict__ lse_partial,
                                                    typename E::Storage* __restrict__ o, float* __restrict__ lse,
                                                    const int* __restrict__ params, int num_splits) {
-  static_assert(kCombineFits<D>, "combine: D/8 threads per row must divide the block");
+  static_assert(kCombineFits<D>, "combine: D/8 threads per row, at most the block");
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerBlock = kCombineThreads / kThreadsPerRow;
+  if constexpr (kCombineIdle<D>) {
+    if (threadIdx.x >= kRowsPerBlock * kThreadsPerRow) return;
+  }
   const float kNegInf = -CUDART_INF_F;
   const int Hq = __ldg(params + P_HQ), Sq = __ldg(params + P_SQ);
   const int64_t rows = (int64_t)__ldg(params + P_B) * Hq * Sq;
@@ -259,7 +262,10 @@ __device__ __forceinline__ void cache_append_split_range(T* k, T* v, const T* ne
   const int lo = max(s0, first), hi = min(L, s0 + kps);
   if (lo >= hi) return;  // uniform over the CTA
   constexpr int kCpr = D / 8, kRowsPerPass = kThreads / kCpr;
-  static_assert(kThreads % kCpr == 0, "whole rows per pass");
+  static_assert(kRowsPerPass >= 1, "a row per pass at least");
+  if constexpr (kThreads % kCpr != 0) {
+    if ((int)threadIdx.x >= kRowsPerPass * kCpr) return;  // D = 96, 192: the last threads idle
+  }
   const int* a = at_data<kHdr>(append_params);
   const int c = (threadIdx.x % kCpr) * 8;
   const T* nk = at_data<kHdr>(new_k) + (int64_t)b * __ldg(a + A_NEW_STRIDE) +
@@ -353,7 +359,9 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
 
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
-  static_assert(Kt::kNThreads % kThreadsPerRow == 0, "combine: whole rows per pass");
+  static_assert(kRowsPerPass >= 1, "combine: a row per pass at least");
+  // D = 96, 192: the threads past the last whole row idle.
+  constexpr bool kIdle = Kt::kNThreads % kThreadsPerRow != 0;
   Params p = load_params(pd);
   p.num_splits = gridDim.x;
   const int G = p.Hq / p.Hkv;
@@ -363,7 +371,9 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
   // Packed row r of this block as in the split pass: the G*n_b real queries (r = j*n_b + s),
   // then the absent ones (every split wrote O = 0 and kAbsentLseBits for them).
   const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
-  for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
+  const int r_first = kIdle && (int)threadIdx.x >= kRowsPerPass * kThreadsPerRow
+                          ? r_end : (int)(blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow);
+  for (int r = r_first; r < r_end; r += kRowsPerPass) {
     const int h = kvh * G + (r < nvalid ? r / n_b : (r - nvalid) / n_abs);
     const int s = r < nvalid ? r % n_b : n_b + (r - nvalid) % n_abs;
     const int64_t row = ((int64_t)b * p.Hq + h) * p.Sq + s;

@@ -15,9 +15,12 @@ constexpr int kCombineThreads = 128;
 // D/8 threads per row, each combining 8 values (one 16-byte store of 8 elements): rows per block.
 template <int D>
 constexpr int kCombineRows = kCombineThreads / (D / 8);
-// Every thread of a block owns one 8-column slice of a row (no thread left over).
+// Every thread of a block but the last 128 % (D/8) (D = 96, 192: 8 idle threads) owns one
+// 8-column slice of a row.
 template <int D>
-constexpr bool kCombineFits = D % 8 == 0 && kCombineThreads % (D / 8) == 0;
+constexpr bool kCombineFits = D % 8 == 0 && D / 8 <= kCombineThreads;
+template <int D>
+constexpr bool kCombineIdle = kCombineThreads % (D / 8) != 0;
 
 // A partial result: kL2Only reads it with ld.global.cg (L2, not L1), for the fused decode kernel,
 // where other CTAs of the same launch wrote it and this SM's L1 may hold an older copy of the line.
@@ -78,9 +81,12 @@ __device__ __forceinline__ void decode_combine_body(const float* __restrict__ o_
                                                     const float* __restrict__ lse_partial,
                                                     typename E::Storage* __restrict__ o, float* __restrict__ lse,
                                                     const int* __restrict__ params) {
-  static_assert(kCombineFits<D>, "combine: D/8 threads per row must divide the block");
+  static_assert(kCombineFits<D>, "combine: D/8 threads per row, at most the block");
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerBlock = kCombineRows<D>;
+  if constexpr (kCombineIdle<D>) {
+    if (threadIdx.x >= kRowsPerBlock * kThreadsPerRow) return;
+  }
   const Params p = load_params(params);
   const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
   const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;

@@ -22,14 +22,18 @@ __device__ __forceinline__ void decode_fused_body(const elem_t<Kt>* q, const ele
   constexpr int D = Kt::kHeadDim;
   constexpr int kThreadsPerRow = D / 8;
   constexpr int kRowsPerPass = Kt::kNThreads / kThreadsPerRow;
-  static_assert(Kt::kNThreads % kThreadsPerRow == 0, "combine: whole rows per pass");
+  static_assert(kRowsPerPass >= 1, "combine: a row per pass at least");
+  // D = 96, 192: the threads past the last whole row idle.
+  constexpr bool kIdle = Kt::kNThreads % kThreadsPerRow != 0;
   const Params p = load_params(at_data<kHdr>(params));
   const int G = p.Hq / p.Hkv;
   const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
   const int64_t rows = (int64_t)p.B * p.Hq * p.Sq;
   // Packed row r of this block = query r % Sq of head kvh*G + r / Sq (as in the split pass).
   const int r_end = min((int)(blockIdx.y + 1) * Kt::kBlockM, G * p.Sq);
-  for (int r = blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow; r < r_end; r += kRowsPerPass) {
+  const int r_first = kIdle && (int)threadIdx.x >= kRowsPerPass * kThreadsPerRow
+                          ? r_end : (int)(blockIdx.y * Kt::kBlockM + threadIdx.x / kThreadsPerRow);
+  for (int r = r_first; r < r_end; r += kRowsPerPass) {
     const int64_t row = ((int64_t)b * p.Hq + kvh * G + r / p.Sq) * p.Sq + r % p.Sq;
     combine_row<typename Kt::Element, D, true>(at_data<kHdr>(o_partial), at_data<kHdr>(lse_partial), at_data<kHdr>(o),
                    at_data<kHdr>(lse), p, at_data<kHdr>(params), rows, row, (threadIdx.x % kThreadsPerRow) * 8);

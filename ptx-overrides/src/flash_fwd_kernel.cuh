@@ -22,9 +22,13 @@ __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; 
 
 template <class Kt>
 struct TileLayout {
+  // The xor term of row `row` (kernel_traits.cuh says why it is conflict-free): row % 8 where
+  // rows are whole groups of 8 chunks, (row / 2) % 4 where they end in a group of 4.  It
+  // depends on row % 8 only.
+  static __device__ __forceinline__ int swz(int row) { return Kt::kSwizzle8 ? (row & 7) : ((row >> 1) & 3); }
   // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] tile.
   static __device__ __forceinline__ uint32_t chunk_off(int row, int chunk) {
-    const int c = Kt::O::kSwizzle ? (chunk ^ (row & 7)) : chunk;
+    const int c = Kt::O::kSwizzle ? (chunk ^ swz(row)) : chunk;
     return row * Kt::kRowBytes + c * 16;
   }
   // Byte offset of element (row, col): used by the scalar-load ablation.
@@ -245,12 +249,11 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   // Tiles are visited from the last one down, so the only tiles that need a mask (the ragged
   // end of Skv and the causal diagonal) come first and the rest run mask-free.
   // with_k / with_v are constants at every call: the split K/V pipeline loads them apart.
-  auto load_kv = [&](int n, int stage, bool with_k = true, bool with_v = true) {
-    // Thread -> (rows r0 + i*kRowsPerPass, chunk c): consecutive threads copy consecutive
-    // 16-byte chunks of a row (coalesced).  Pointers advance by a fixed stride so that no
-    // per-chunk 64-bit address has to live across the tile loop.
-    constexpr int kRowsPerPass = Kt::kNThreads / CH;
-    const int r0 = tid / CH, c = tid % CH;
+  // One copy pass (Kt::kCopyPasses of them per tile): this thread's rows r0 + i*kRowsPerPass,
+  // chunk c.  Pointers advance by a fixed stride so that no per-chunk 64-bit address has to live
+  // across the tile loop.
+  auto load_kv_pass = [&](int n, int stage, bool with_k, bool with_v, int r0, int c) {
+    constexpr int kRowsPerPass = Kt::kCopyRows;
     const uint32_t sK = sbase + stage * Kt::kStageBytes;
     const uint32_t sV = sK + Kt::kTileBytes;
     const int key0 = n * BN + r0;
@@ -315,22 +318,33 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       if (with_v) vp += (int64_t)kRowsPerPass * v_sr;
     }
   };
+  // Thread -> (row, chunk) of each pass (kernel_traits.cuh, kCopyPasses): consecutive threads copy
+  // consecutive 16-byte chunks of a row (coalesced).
+  auto load_kv = [&](int n, int stage, bool with_k = true, bool with_v = true) {
+#pragma unroll
+    for (int pass = 0; pass < Kt::kCopyPasses; ++pass) {
+      const int i = tid + pass * Kt::kNThreads;
+      load_kv_pass(n, stage, with_k, with_v, i / CH, i % CH);
+    }
+  };
 
   // ldmatrix x4 lane roles: lane supplies row (lane % 8) of matrix (lane / 8).
   const int lm = lane >> 3, lr = lane & 7;
   // A operand (Q, P) and V^T: matrices (rows 0-7 | 8-15) x (chunk 0 | 1).
   const int a_row = lr + (lm & 1) * 8;
-  const int a_x = Opt::kSwizzle ? ((lm >> 1) ^ lr) : (lm >> 1);
+  const int a_x = Opt::kSwizzle ? ((lm >> 1) ^ L::swz(lr)) : (lm >> 1);
   // K as the B operand of Q K^T: matrices (keys 0-7: chunk 0 | 1), (keys 8-15: chunk 0 | 1).
   // (kLeanKRoles: K is read with the A-operand lane roles instead, matrices (keys 0-7 | 8-15)
   // x (chunk 0 | 1), and the fragment registers are permuted: Q, K and V then share one set
   // of lane offsets.)
   const int k_row = (Opt::kLean & kLeanKRoles) ? a_row : lr + (lm >> 1) * 8;
-  const int k_x = (Opt::kLean & kLeanKRoles) ? a_x : Opt::kSwizzle ? ((lm & 1) ^ lr) : (lm & 1);
-  // Rows are multiples of 8 apart from a_row / k_row, so row & 7 == lr throughout, and because
-  // the chunk pair starts at an even chunk, (2s + x0) ^ lr == 2s ^ (x0 ^ lr).
+  const int k_x = (Opt::kLean & kLeanKRoles) ? a_x : Opt::kSwizzle ? ((lm & 1) ^ L::swz(lr)) : (lm & 1);
+  // Rows are multiples of 8 apart from a_row / k_row, so row & 7 == lr throughout (and the xor
+  // term is swz(lr)), and because the chunk pair starts at an even chunk, (2s + x0) ^ w ==
+  // 2s ^ (x0 ^ w).
   // Byte offset of chunk pair s (chunks 2s, 2s+1) for a lane with swizzle term x < 8.  The
-  // xor only touches chunk bits 0..2, so pairs 4 apart differ by the constant 128 bytes: with
+  // xor only touches chunk bits 0..2 (0..1 for x < 4), so pairs 4 apart differ by the constant
+  // 128 bytes: with
   // that spelled out, four lane offsets serve all D/16 pairs and the rest folds into the
   // ldmatrix immediate, which the Q-in-shared-memory configurations need to fit 255
   // registers.  The Q-in-registers ones keep the plain form their budgets were tuned with

@@ -42,6 +42,8 @@ struct OptLean : Base {
   static constexpr int kLean = kLean_;
 };
 
+constexpr int gcd_int(int a, int b) { return b == 0 ? a : gcd_int(b, a % b); }
+
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_,
           int kMinBlocksPerSm_, bool kQInRegs_ = true, bool kDynamicSmem_ = false, class Opt_ = Opt<>>
 struct FwdTraits {
@@ -76,18 +78,25 @@ struct FwdTraits {
   static_assert(kRowGroups * 16 * kNWarps == kBlockM, "Br must be 16 * warps * row groups");
   // What the body relies on (which head dims ship is the kernel table's business): k-steps of
   // 16 for Q K^T and pairs of 8-column n-tiles for P V; every row whole 16-byte chunks, and with
-  // the swizzle (chunk ^ row % 8) whole groups of 8 chunks; registers for O and S bound it
+  // the swizzle whole groups of 4 or 8 chunks (TileLayout); registers for O and S bound it
   // at 256.
   static_assert(kHeadDim % 16 == 0 && kHeadDim > 0 && kHeadDim <= 256, "head dim: a multiple of 16, at most 256");
-  static_assert(!O::kSwizzle || kHeadDim % 64 == 0, "the swizzle permutes chunks in groups of 8: head dim a multiple of 64");
+  static_assert(!O::kSwizzle || kHeadDim % 32 == 0, "the swizzle permutes chunks in groups of 4 or 8: head dim a multiple of 32");
   static_assert(kBlockN % 16 == 0, "Bc must be a multiple of 16 (one mma k-step of P V)");
   static_assert(kStages >= 1 && kStages <= 4, "1..4 K/V stages");
 
-  // Shared memory: rows of kHeadDim 16-bit elements = kChunks 16-byte chunks.  With the swizzle, chunk c
-  // of row r lives at chunk c ^ (r % 8): the 8 rows one ldmatrix 8x8 reads (same logical
-  // chunk) land on 8 different 16-byte bank groups, and so do cp.async's 16-byte writes.
+  // Shared memory: rows of kHeadDim 16-bit elements = kChunks 16-byte chunks, unpadded.  With the
+  // swizzle, chunk c of row r lives at chunk c ^ swizzle(r) (TileLayout): the 8 rows one ldmatrix
+  // 8x8 reads (same logical chunk) land on 8 different 16-byte bank groups, and so do cp.async's
+  // 16-byte writes.  kChunks % 8 == 0 (D = 64, 128, 192, 256): every row starts at bank group 0,
+  // swizzle(r) = r % 8 permutes groups of 8 chunks.  kChunks % 8 == 4 (D = 32, 96): rows start
+  // at bank group 0 and 4 alternately (the row term r % 2), so swizzle(r) = (r / 2) % 4 within
+  // groups of 4 chunks gives the 8 rows 4 * (r % 2) + (c ^ (r / 2) % 4), 8 different groups.
+  // (Padding rows by 16 bytes would also be conflict-free but costs shared memory and breaks
+  // the 128-byte alignment of rows; the xor costs nothing.)
   static constexpr int kRowBytes = kHeadDim * 2;
   static constexpr int kChunks = kHeadDim / 8;
+  static constexpr bool kSwizzle8 = kChunks % 8 == 0;
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
   static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
   static constexpr int kQBytes = kBlockM * kRowBytes;
@@ -106,8 +115,17 @@ struct FwdTraits {
   static constexpr int kSmemBytes = kMainBytes + kPBytes;
   static_assert(kDynamicSmem || kSmemBytes <= 48 * 1024, "static shared memory is limited to 48 KB");
 
+  // Tile copies: consecutive threads copy consecutive 16-byte chunks of a row (coalesced).  Where
+  // the threads are no multiple of the chunks per row (D = 96, 192), kCopyPasses = lcm / threads
+  // passes of the threads cover kCopyRows = lcm / chunks whole rows, thread t copying chunk
+  // (t + pass * threads) % kChunks of row (t + pass * threads) / kChunks in each, and the pattern
+  // repeats every kCopyRows rows; otherwise one pass covers kNThreads / kChunks rows.
   static constexpr int kTileChunks = kBlockN * kChunks;
-  static_assert(kTileChunks % kNThreads == 0 && kNThreads % kChunks == 0, "every thread copies the same number of chunks");
+  static constexpr int kCopyLcm = kNThreads / gcd_int(kNThreads, kChunks) * kChunks;
+  static constexpr int kCopyPasses = kCopyLcm / kNThreads;
+  static constexpr int kCopyRows = kCopyLcm / kChunks;
+  static_assert(kTileChunks % kNThreads == 0 && kBlockN % kCopyRows == 0 && kBlockM * kChunks % kNThreads == 0,
+                "every thread copies the same number of chunks");
 };
 
 // A configuration with another element type (same tile, same layout: every element type is 16

@@ -18,6 +18,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.stream.Collectors;
+import java.util.zip.GZIPInputStream;
 
 /**
  * The launch table of the hand-tuned kernels: {@code ptx-overrides/ptx/manifest.tsv}, which
@@ -212,8 +213,21 @@ public final class KernelManifest {
                 .map(Kernel::headerBytes).distinct().sorted().toList();
     }
 
-    /** The text of a shipped PTX module (a class-path resource built from ptx-overrides/ptx). */
+    /**
+     * The text of a shipped PTX module (a class-path resource built from ptx-overrides/ptx): {@code <module>.gz}, the
+     * gzip-compressed text that ships, else {@code <module>} uncompressed.
+     */
     public static String ptx(String module) {
+        String path = RESOURCE_DIR + module + ".gz";
+        try (InputStream gz = KernelManifest.class.getResourceAsStream(path)) {
+            if (gz != null) {
+                try (InputStream in = new GZIPInputStream(gz)) {
+                    return new String(in.readAllBytes(), StandardCharsets.US_ASCII);
+                }
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
         return resource(module);
     }
 

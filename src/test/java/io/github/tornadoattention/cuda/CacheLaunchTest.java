@@ -45,9 +45,9 @@ class CacheLaunchTest {
 
     @Test
     void aHeadDimOrDtypeTheManifestLacksIsRefusedWithWhatIsServed() {
-        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(8).kvHeads(2).headDim(96)
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(8).kvHeads(2).headDim(80)
                 .maxQueryLength(1).maxTotalQueries(8).maxLength(256).build();
-        KernelVariant v = CudaCachePlan.variant(spec, KvCacheSpec.contiguous(2, 2, 256, 96)).kind(Kind.CACHE_DECODE_SPLIT);
+        KernelVariant v = CudaCachePlan.variant(spec, KvCacheSpec.contiguous(2, 2, 256, 80)).kind(Kind.CACHE_DECODE_SPLIT);
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> KernelManifest.shipped().select(v));
         assertEquals("headDim", e.argument());
         assertTrue(e.getMessage().contains("fp16 D=64 contiguous cache") && e.getMessage().contains("fp16 D=128"), e.getMessage());

@@ -17,11 +17,11 @@ class LaunchTableTest {
 
     @Test
     void unsupportedHeadDimsAndGridsAreRejectedByName() {
-        assertEquals(List.of(64, 128), LaunchTable.HEAD_DIMS);
+        assertEquals(List.of(32, 64, 96, 128, 192, 256), LaunchTable.HEAD_DIMS);
         InvalidArgumentException d = assertThrows(InvalidArgumentException.class,
-                () -> Backends.get(Backends.PTX_CUDA).checkSupported(shape().headDim(96).build()));
+                () -> Backends.get(Backends.PTX_CUDA).checkSupported(shape().headDim(80).build()));
         assertEquals("headDim", d.argument());
-        assertTrue(d.allowed().contains("[64, 128]"), d.allowed());
+        assertTrue(d.allowed().contains("[32, 64, 96, 128, 192, 256]"), d.allowed());
         InvalidArgumentException grid = assertThrows(InvalidArgumentException.class,
                 () -> LaunchTable.checkSupported("ptx-cuda", shape().batch(65536).heads(1).kvHeads(1).queryLength(1).build()));
         assertEquals("batch*heads", grid.argument());
