@@ -6,6 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.cuda.PtxCudaBackend;
+import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 
@@ -205,18 +208,26 @@ class Bf16Test {
         return t;
     }
 
-    /** ptx-cuda looks bf16 up in the manifest like any variant field and is refused by name, without a driver. */
+    /**
+     * ptx-cuda looks bf16 up in the manifest like any variant field, without a driver: accepted where the shipped
+     * manifest lists bf16 entries, else refused by name with what it serves.
+     */
     @Test
-    void ptxCudaRefusesBf16ThroughTheManifest() {
+    void ptxCudaServesBf16WhereTheManifestListsIt() {
         PtxCudaBackend cuda = new PtxCudaBackend();
         AttentionShape d64 = SHAPE.toBuilder().headDim(64).build();
         cuda.checkSupported(d64.toBuilder().dtype(DType.FP16).build());
         for (AttentionShape shape : new AttentionShape[] {d64, d64.toBuilder().queryLength(1).build()}) {
+            Kind kind = shape.queryLength() == 1 ? Kind.DECODE_SPLIT : Kind.PREFILL;
+            if (KernelManifest.shipped().serves(KernelVariant.of(kind, BF16, 64).causal(shape.causal()))) {
+                cuda.checkSupported(shape);
+                continue;
+            }
             InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> cuda.checkSupported(shape));
             assertEquals("dtype", e.argument());
             assertEquals("bf16", e.value());
-            assertTrue(e.allowed().startsWith("ptx-cuda has no bf16 kernel yet (served "), e.getMessage());
-            assertTrue(e.allowed().contains("fp16 D=64") && e.allowed().endsWith("cpu-reference serves it"), e.getMessage());
+            assertTrue(e.allowed().startsWith("ptx-cuda serves what its kernel manifest lists (served "), e.getMessage());
+            assertTrue(e.allowed().contains("fp16 D=64") && e.allowed().endsWith("cpu-reference serves every dtype"), e.getMessage());
         }
     }
 

@@ -181,7 +181,7 @@ public final class KernelManifest {
         List<Kernel> sized = typed.stream().filter(k -> k.headDim() == 0 || k.headDim() == v.headDim()).toList();
         List<Kernel> laid = sized.stream().filter(k -> k.servesLayout(v.layout())).toList();
         if (typed.isEmpty()) {
-            return new InvalidArgumentException("dtype", v.dtype(), served);
+            return new InvalidArgumentException("dtype", v.dtype().label(), served);
         } else if (sized.isEmpty()) {
             return new InvalidArgumentException("headDim", v.headDim(), served);
         } else if (laid.isEmpty()) {

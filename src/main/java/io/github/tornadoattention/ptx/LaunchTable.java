@@ -80,14 +80,22 @@ public final class LaunchTable {
      * value), the backend and what the manifest serves.
      */
     public static void checkSupported(String backendId, AttentionShape shape, KernelManifest manifest) {
+        checkSupported(backendId, shape, manifest, 0);
+    }
+
+    /**
+     * As {@link #checkSupported(String, AttentionShape, KernelManifest)} for the ABI of {@code headerBytes}: 0, the
+     * CUDA driver's prefill or split + combine entries; else the TornadoVM twins (prefill or the fused decode).
+     */
+    public static void checkSupported(String backendId, AttentionShape shape, KernelManifest manifest, int headerBytes) {
         if ((long) shape.batch() * shape.heads() > MAX_GRID_YZ) {
             throw new InvalidArgumentException("batch*heads", (long) shape.batch() * shape.heads(),
                     backendId + " launches one block row per (batch, head): at most " + MAX_GRID_YZ);
         }
-        Kind kind = isDecode(shape) ? Kind.DECODE_SPLIT : Kind.PREFILL;
-        require(backendId, manifest, variant(kind, shape), shape.features(), shape::featureValue);
-        if (kind == Kind.DECODE_SPLIT) {
-            require(backendId, manifest, variant(Kind.DECODE_COMBINE, shape), shape.features(), shape::featureValue);
+        List<Kind> kinds = !isDecode(shape) ? List.of(Kind.PREFILL)
+                : headerBytes == 0 ? List.of(Kind.DECODE_SPLIT, Kind.DECODE_COMBINE) : List.of(Kind.DECODE_FUSED);
+        for (Kind kind : kinds) {
+            require(backendId, manifest, variant(kind, shape).headerBytes(headerBytes), shape.features(), shape::featureValue);
         }
     }
 
@@ -201,7 +209,8 @@ public final class LaunchTable {
         return manifest.select(variant(kind, shape).features(features(shape)));
     }
 
-    private static KernelVariant variant(Kind kind, AttentionShape shape) {
+    /** The CUDA-driver variant of {@code kind} for a dense call of {@code shape}, without its features. */
+    public static KernelVariant variant(Kind kind, AttentionShape shape) {
         return KernelVariant.of(kind, shape.dtype(), shape.headDim()).causal(shape.causal());
     }
 

@@ -216,7 +216,7 @@ final class JavaCacheTasks {
      * The kernel reads one element of each cache (into a device-only sink), so TornadoVM sends a cache declared
      * {@code FIRST_EXECUTION} even when this task is the graph's first user of it.
      */
-    void addAppend(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray newK,
+    static void addAppend(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray newK,
                    HalfFloatArray newV, IntArray appendParams, HalfFloatArray kCache, HalfFloatArray vCache,
                    IntArray step, IntArray blockTable) {
         String name = taskPrefix + "Append";
