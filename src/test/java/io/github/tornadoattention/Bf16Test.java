@@ -196,6 +196,14 @@ class Bf16Test {
         }
     }
 
+    private static float[] normals(long length, SplittableRandom random) {
+        float[] values = new float[Math.toIntExact(length)];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = (float) random.nextGaussian();
+        }
+        return values;
+    }
+
     private static HalfTensor gaussian(long length, SplittableRandom random) {
         float[] values = new float[Math.toIntExact(length)];
         for (int i = 0; i < values.length; i++) {
@@ -228,6 +236,30 @@ class Bf16Test {
             assertEquals("bf16", e.value());
             assertTrue(e.allowed().startsWith("ptx-cuda serves what its kernel manifest lists (served "), e.getMessage());
             assertTrue(e.allowed().contains("fp16 D=64") && e.allowed().endsWith("cpu-reference serves every dtype"), e.getMessage());
+        }
+    }
+
+    /** The definition serves every element type, head dim and feature together (the GPU hosts: where their manifest does). */
+    @Test
+    void cpuReferenceServesEveryTypeHeadDimAndFeature() {
+        SplittableRandom random = new SplittableRandom(5);
+        for (DType type : new DType[] {DType.FP16, BF16}) {
+            for (int d : new int[] {32, 96, 192, 256}) {
+                AttentionShape shape = AttentionShape.builder().batch(1).heads(2).kvHeads(1).queryLength(3).kvLength(11)
+                        .headDim(d).causal(true).window(4, 0).softcap(20f).sinks(new float[] {0.25f, -1f}).dtype(type).build();
+                try (AttentionPlan plan = Attention.plan(shape, "cpu-reference");
+                     HalfTensor q = HalfTensor.of(type, normals(shape.queryElements(), random));
+                     HalfTensor k = HalfTensor.of(type, normals(shape.kvElements(), random));
+                     HalfTensor v = HalfTensor.of(type, normals(shape.kvElements(), random));
+                     HalfTensor o = HalfTensor.allocate(type, shape.outputElements())) {
+                    float[] lse = new float[shape.logSumExpElements()];
+                    plan.forward(q, k, v, o, lse);
+                    for (int i = 0; i < o.length(); i++) {
+                        assertTrue(Float.isFinite(o.get(i)), type + " D=" + d);
+                    }
+                    assertTrue(Float.isFinite(lse[0]), type + " D=" + d);
+                }
+            }
         }
     }
 
