@@ -150,6 +150,23 @@ class KernelManifestTest {
     }
 
     @Test
+    void ofEntriesThatServeAVariantTheOneWithFewestFeaturesRuns() {
+        KernelManifest both = KernelManifest.parse(HEADER
+                + row("plain", "prefill", "fp16", 64, "any", "none", "-", 0, 64)
+                + row("windowed", "prefill", "fp16", 64, "any", "none", "window", 0, 64)
+                + row("all", "prefill", "fp16", 64, "any", "none", "window+softcap+sinks", 0, 64)
+                + row("twice", "prefill", "fp16", 128, "any", "none", "window", 0, 64)
+                + row("again", "prefill", "fp16", 128, "0", "none", "window", 0, 64));
+        KernelVariant v = KernelVariant.of(Kind.PREFILL, DType.FP16, 64);
+        assertEquals("plain", both.select(v).entry());
+        assertEquals("windowed", both.select(v.features(Set.of(KernelVariant.Feature.WINDOW))).entry());
+        assertEquals("all", both.select(v.features(Set.of(KernelVariant.Feature.SINKS))).entry());
+        // Two with as few features: the table is wrong, said so.
+        assertThrows(IllegalStateException.class, () -> both.select(KernelVariant.of(Kind.PREFILL, DType.FP16, 128)
+                .features(Set.of(KernelVariant.Feature.WINDOW))));
+    }
+
+    @Test
     void columnsAreFoundByNameAndRaggedRowsRejected() {
         KernelManifest m = KernelManifest.parse("""
                 threads\tentry\tnew_column\tmodule\tkind\tdtype\theader_bytes\tcausal\thead_dim\tlayout\tfeatures\tarch\tbr\tbc\tsmem_dynamic
