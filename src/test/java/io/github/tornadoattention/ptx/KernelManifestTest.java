@@ -167,6 +167,17 @@ class KernelManifestTest {
     }
 
     @Test
+    void aTornadoTwinWithDynamicSharedMemoryIsNeverSelected() {
+        String row = row("dyn_t", "prefill", "bf16", 96, "any", "none", "-", 16, 64);
+        KernelManifest m = KernelManifest.parse(HEADER + row.replace("\t-\t0\t32768\t", "\t-\t65536\t0\t")
+                + row("dyn", "prefill", "bf16", 96, "any", "none", "-", 0, 64).replace("\t-\t0\t32768\t", "\t-\t65536\t0\t"));
+        KernelVariant v = KernelVariant.of(Kind.PREFILL, DType.BF16, 96);
+        assertEquals(65536, m.select(v).dynamicSharedBytes());   // the CUDA driver sets the attribute and launches with it
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> m.select(v.headerBytes(16)));
+        assertTrue(e.getMessage().contains("dyn_t") && e.getMessage().contains("TornadoVM launches with none"), e.getMessage());
+    }
+
+    @Test
     void columnsAreFoundByNameAndRaggedRowsRejected() {
         KernelManifest m = KernelManifest.parse("""
                 threads\tentry\tnew_column\tmodule\tkind\tdtype\theader_bytes\tcausal\thead_dim\tlayout\tfeatures\tarch\tbr\tbc\tsmem_dynamic

@@ -65,7 +65,8 @@ final class JavaCacheTasks {
         this.sq = Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
         this.rowBlocks = (spec.groupSize() * sq + config.rows() - 1) / config.rows();
         long perSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
-        this.splits = splits > 0 ? splits : DecodeSplitPolicy.gridSplits(cacheSpec.capacity(), perSplit, computeUnits);
+        this.splits = splits > 0 ? splits
+                : DecodeSplitPolicy.gridSplits(DecodeSplitPolicy.keySpan(spec, cacheSpec.capacity(), sq), perSplit, computeUnits);
         if (decodeWorkspaceFloats() > Integer.MAX_VALUE || decodeGroups() > Integer.MAX_VALUE / config.threads()) {
             throw new InvalidArgumentException("batch*heads*maxQueryLength*headDim", denseLseElements() * spec.headDim(),
                     "too large for the decode workspace's 32-bit indices with " + this.splits + " splits");
