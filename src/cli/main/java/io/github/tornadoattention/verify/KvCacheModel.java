@@ -24,7 +24,7 @@ public final class KvCacheModel {
     public final List<List<float[][]>> keys = new ArrayList<>();
     public final List<List<float[][]>> values = new ArrayList<>();
     public final int[] newTokens;
-    /** The cache's element type: rows are drawn as its values and sent as it (fp16 or bf16). */
+    /** The caches' element type: new K/V rows are drawn rounded to it and uploaded as it. */
     public final DType dtype;
 
     public KvCacheModel(int slots, int kvHeads, int headDim) {
@@ -137,16 +137,16 @@ public final class KvCacheModel {
         return random(DType.FP16, random, n);
     }
 
-    /** N(0,1) values as {@code type} holds them (rounded once, the conversions of {@link DType}). */
-    public static float[] random(DType type, Random random, int n) {
+    /** {@code n} N(0,1) values rounded to {@code dtype} (so the oracle sees exactly what the device holds). */
+    public static float[] random(DType dtype, Random random, int n) {
         float[] x = new float[n];
         for (int i = 0; i < n; i++) {
-            x[i] = type.toFloat(type.fromFloat((float) random.nextGaussian()));
+            x[i] = dtype.toFloat(dtype.fromFloat((float) random.nextGaussian()));
         }
         return x;
     }
 
-    /** Fills a 16-bit device tensor (fp16 or bf16) with NaN: an output poisoned before the call under test. */
+    /** Fills a device tensor with NaN: an output poisoned before the call under test. */
     public static void poison(DeviceTensor t) {
         try (HalfTensor nan = HalfTensor.allocate(t.dtype(), t.length())) {
             nan.fill(Float.NaN);
@@ -158,16 +158,15 @@ public final class KvCacheModel {
         return upload(device, DType.FP16, values);
     }
 
-    /** A new {@code type} device tensor holding {@code values}. */
-    public static DeviceTensor upload(AttentionDevice device, DType type, float[] values) {
-        DeviceTensor t = device.allocate(type, values.length);
-        try (HalfTensor h = HalfTensor.of(type, values)) {
+    /** A new device tensor of {@code dtype} holding {@code values} (rounded to it). */
+    public static DeviceTensor upload(AttentionDevice device, DType dtype, float[] values) {
+        DeviceTensor t = device.allocate(dtype, values.length);
+        try (HalfTensor h = HalfTensor.of(dtype, values)) {
             t.copyFrom(h);
         }
         return t;
     }
 
-    /** The values of a 16-bit device tensor (its own type). */
     public static float[] download(AttentionDevice device, DeviceTensor t) {
         try (HalfTensor h = HalfTensor.allocate(t.dtype(), t.length())) {
             t.copyTo(h);
