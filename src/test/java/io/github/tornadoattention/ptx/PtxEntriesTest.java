@@ -73,6 +73,17 @@ class PtxEntriesTest {
         assertTrue(renamed.contains(".entry s0_t0_first(") && !renamed.contains(".version"), renamed);
     }
 
+    /** A module on the class path stored gzip-compressed (as branch hd ships them; a test resource here) is read. */
+    @Test
+    void aCompressedModuleOnTheClassPathIsRead() {
+        String text = KernelManifest.ptx("classpath_probe.ptx");
+        assertTrue(text.contains(".entry probe_from_gz("), text);
+        assertTrue(PtxEntries.module(text, "probe_from_gz").startsWith(".version 9.0"));
+        IllegalStateException missing = assertThrows(IllegalStateException.class, () -> KernelManifest.ptx("no_such.ptx"));
+        assertTrue(missing.getMessage().contains("no_such.ptx.gz") && missing.getMessage().contains("class path"),
+                missing.getMessage());
+    }
+
     /** What TornadoVM 5.2 puts in front of a prebuilt PTX kernel on a CUDA 13 driver. */
     private static final String TORNADO_HEADER = ".version 7.6\n.target sm_86\n.address_size 64\n";
 
