@@ -263,6 +263,24 @@ class Bf16Test {
         }
     }
 
+    /** Device tensors move bf16 bits both ways; a host tensor of the other 16-bit type is refused naming it. */
+    @Test
+    void bf16DeviceTensorsCopyBitsAndRefuseTheOtherType() {
+        AttentionDevice device = Attention.device("cpu-reference");
+        short[] bits = {(short) 0x3F80, (short) 0xC2F7, (short) 0x7FC0, (short) 0x0001, (short) 0xFF80};
+        try (HalfTensor up = HalfTensor.ofBits(BF16, bits); DeviceTensor t = device.allocate(BF16, bits.length);
+             HalfTensor down = HalfTensor.allocate(BF16, bits.length); HalfTensor fp16 = HalfTensor.allocate(bits.length)) {
+            t.copyFrom(up);
+            t.copyTo(down);
+            device.synchronize();
+            assertArrayEquals(bits, down.toBitsArray());
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> t.copyFrom(fp16));
+            assertEquals("source.dtype", e.argument());
+            e = assertThrows(InvalidArgumentException.class, () -> t.copyTo(fp16));
+            assertEquals("destination.dtype", e.argument());
+        }
+    }
+
     @Test
     void theShapeCarriesItsType() {
         assertEquals(DType.FP16, AttentionShape.builder().build().dtype());
