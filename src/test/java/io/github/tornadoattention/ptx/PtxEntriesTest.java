@@ -96,7 +96,8 @@ class PtxEntriesTest {
                 String module = KernelManifest.ptx(k.module());
                 Files.writeString(file, tornado ? TORNADO_HEADER + PtxEntries.adapt(module, k.entry(), "s0_t0_" + k.entry())
                         : PtxEntries.module(module, k.entry()));
-                for (String arch : tornado ? List.of("sm_86", "sm_90") : List.of("sm_89")) {
+                // One arch each: generate.sh checks the modules on sm_89 and sm_90; this checks the cut.
+                for (String arch : tornado ? List.of("sm_86") : List.of("sm_89")) {
                     Process p = new ProcessBuilder("ptxas", "-arch=" + arch, file.toString(), "-o",
                             dir.resolve("out.cubin").toString()).redirectErrorStream(true).start();
                     String log = new String(p.getInputStream().readAllBytes());
