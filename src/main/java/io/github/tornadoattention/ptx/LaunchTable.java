@@ -121,7 +121,7 @@ public final class LaunchTable {
                         backendId + " has no kernel with these features together (" + e.allowed() + "); cpu-reference serves them");
             }
             throw new InvalidArgumentException(e.argument(), e.value(), backendId + " serves what its kernel manifest lists ("
-                    + e.allowed() + "); cpu-reference serves every " + e.argument());
+                    + e.allowed() + "); cpu-reference serves it");
         }
     }
 
