@@ -235,14 +235,15 @@ class FakeDriverHostTest {
     void badFeatureValuesAreRefusedByNameBeforeTheDeviceIsTouched() {
         long allocations = device.allocations();
         long loads = FakeDriver.count("cuModuleLoadData");
-        CacheAttentionSpec.Builder cache = CacheAttentionSpec.builder().batch(2).heads(4).kvHeads(2).headDim(96)
-                .maxLength(512).dtype(DType.BF16);
+        // A fresh builder per case: each case sets one bad value and nothing else.
+        java.util.function.Supplier<CacheAttentionSpec.Builder> cache = () -> CacheAttentionSpec.builder().batch(2).heads(4)
+                .kvHeads(2).headDim(96).maxLength(512).dtype(DType.BF16);
         java.util.Map<String, List<org.junit.jupiter.api.function.Executable>> bad = java.util.Map.of(
-                "window.left", List.of(() -> cache.window(-2, 0).build(), () -> bf16d96().window(-5, 0).queryLength(8).build()),
-                "window.right", List.of(() -> cache.window(4, -2).build(), () -> bf16d96().window(4, -7).queryLength(8).build()),
-                "softcap", List.of(() -> cache.window(-1, -1).softcap(Float.NaN).build(),
-                        () -> cache.window(-1, -1).softcap(-1f).build(), () -> bf16d96().softcap(Float.POSITIVE_INFINITY).build()),
-                "sinks", List.of(() -> cache.softcap(0f).sinks(new float[] {1, 2, 3}).build(),
+                "window.left", List.of(() -> cache.get().window(-2, 0).build(), () -> bf16d96().window(-5, 0).queryLength(8).build()),
+                "window.right", List.of(() -> cache.get().window(4, -2).build(), () -> bf16d96().window(4, -7).queryLength(8).build()),
+                "softcap", List.of(() -> cache.get().softcap(Float.NaN).build(), () -> cache.get().softcap(-1f).build(),
+                        () -> bf16d96().softcap(Float.POSITIVE_INFINITY).build()),
+                "sinks", List.of(() -> cache.get().sinks(new float[] {1, 2, 3}).build(),
                         () -> bf16d96().sinks(new float[] {1f, Float.NaN}).build()));
         bad.forEach((argument, calls) -> calls.forEach(call ->
                 assertEquals(argument, assertThrows(InvalidArgumentException.class, call).argument())));
