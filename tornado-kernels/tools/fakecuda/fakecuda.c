@@ -48,12 +48,14 @@ static void check_range(const char *what, uintptr_t p, size_t n) {
 static void *dummy(void) { return malloc(16); }
 
 /* Counters a test in the same process reads through fakecuda_count (Java: the core module's FakeDriver):
- * module loads, and cuFuncSetAttribute calls with the last value set. */
-static long module_loads, func_set_attribute_calls, last_max_dynamic_shared;
+ * module loads, cuFuncSetAttribute calls with the last value set, launches with the last one's dynamic shared memory. */
+static long module_loads, func_set_attribute_calls, last_max_dynamic_shared, kernel_launches, last_launch_dynamic_shared;
 long fakecuda_count(const char *what) {
     if (!strcmp(what, "cuModuleLoadData")) return module_loads;
     if (!strcmp(what, "cuFuncSetAttribute")) return func_set_attribute_calls;
     if (!strcmp(what, "maxDynamicSharedBytes")) return last_max_dynamic_shared;
+    if (!strcmp(what, "cuLaunchKernel")) return kernel_launches;
+    if (!strcmp(what, "lastLaunchDynamicSharedBytes")) return last_launch_dynamic_shared;
     return -1;
 }
 
@@ -197,6 +199,8 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *minGrid, int *block, CUfunction f
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int smem, CUstream s, void **params, void **extra) {
+    kernel_launches++;
+    last_launch_dynamic_shared = smem;
     if (extra && extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[2] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
         const uint64_t *words = (const uint64_t *) extra[1];
         for (size_t w = 0; w < *(size_t *) extra[3] / 8; w++) check_live("launch argument", (uintptr_t) words[w]);

@@ -117,6 +117,7 @@ class FakeDriverHostTest {
             assertEquals(loads + 1, FakeDriver.count("cuModuleLoadData"));
             assertEquals(attributes + 1, FakeDriver.count("cuFuncSetAttribute"));
             assertEquals(65536, FakeDriver.count("maxDynamicSharedBytes"));
+            assertEquals(65536, FakeDriver.count("lastLaunchDynamicSharedBytes"), "launched with the entry's dynamic bytes");
             try (PtxCudaPlan again = new PtxCudaPlan("ptx-cuda", shape, device)) {
                 again.forward(q, k, v, o, null);
             }
@@ -139,6 +140,21 @@ class FakeDriverHostTest {
              HalfTensor q = ones(DType.BF16, shape.queryElements()); HalfTensor k = ones(DType.BF16, shape.kvElements());
              HalfTensor v = ones(DType.BF16, shape.kvElements()); HalfTensor o = HalfTensor.allocate(DType.BF16, shape.outputElements())) {
             plan.forward(q, k, v, o, null);
+            assertEquals(0, FakeDriver.count("lastLaunchDynamicSharedBytes"), "the combine: static shared memory only");
+            // Device tensors: two launches more, nothing loaded or allocated.
+            long launches = FakeDriver.count("cuLaunchKernel");
+            long allocations = device.allocations();
+            try (DeviceTensor dq = device.allocate(DType.BF16, shape.queryElements());
+                 DeviceTensor dk = device.allocate(DType.BF16, shape.kvElements());
+                 DeviceTensor dv = device.allocate(DType.BF16, shape.kvElements());
+                 DeviceTensor dout = device.allocate(DType.BF16, shape.outputElements())) {
+                long withTensors = device.allocations();
+                plan.forward(dq, dk, dv, dout, null);
+                device.synchronize();
+                assertEquals(launches + 2, FakeDriver.count("cuLaunchKernel"));
+                assertEquals(withTensors, device.allocations());
+                assertEquals(allocations + 4, withTensors);
+            }
         }
         assertEquals(loads + 2, FakeDriver.count("cuModuleLoadData"));
     }
@@ -169,6 +185,7 @@ class FakeDriverHostTest {
             cache.appendPacked(newK, newV, 1, 1);
             plan.forwardPacked(pq, cache, po, null);
             device.synchronize();
+            assertEquals(70000, FakeDriver.count("lastLaunchDynamicSharedBytes"), "the prefill entry's dynamic bytes");
             assertEquals(allocations, device.allocations(), "a step allocates nothing");
             assertEquals(5, cache.length(0));
             // The cache's type is the plan's: an fp16 query is refused naming q.
