@@ -44,14 +44,6 @@ public final class LaunchTable {
         public int dynamicSharedBytes() {
             return kernel.dynamicSharedBytes();
         }
-
-        /** The same grid with {@code other}, which must have this kernel's block (another ABI's twin, a fused pass). */
-        public Launch withKernel(Kernel other) {
-            if (other.threads() != kernel.threads() || other.rowsPerBlock() != kernel.rowsPerBlock()) {
-                throw new IllegalArgumentException(other.entry() + " does not share the block of " + kernel.entry());
-            }
-            return new Launch(other, gridX, gridY, gridZ);
-        }
     }
 
     /**
