@@ -186,15 +186,18 @@ def ptx_text(module):
 
 
 def select_variant(entries, kind, dtype, head_dim, causal, layout="none", header_bytes=0, features=(), arch=SM80):
-    """The one entry that serves the variant (KernelManifest.select): the harness names no entry by its parts.
+    """The entry that serves the variant (KernelManifest.select): the harness names no entry by its parts. An entry
+    serves its features and any subset; of several, the one with the fewest features runs.
     None: Refused, naming the first field that rules the variant out and listing what is served."""
     v = Variant(kind, dtype, head_dim, bool(causal), layout, frozenset(features), header_bytes, arch)
     found = [e for e in entries if e.serves(v)]
-    if len(found) > 1:
-        raise RuntimeError(f"the kernel manifest has {len(found)} entries for {v}: {[e.entry for e in found]}")
     if not found:
         raise _refusal(entries, v)
-    return found[0]
+    fewest = min(len(e.features) for e in found)
+    best = [e for e in found if len(e.features) == fewest]
+    if len(best) > 1:
+        raise RuntimeError(f"the kernel manifest has {len(best)} entries for {v}: {[e.entry for e in best]}")
+    return best[0]
 
 
 def _refusal(entries, v):

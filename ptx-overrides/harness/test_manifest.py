@@ -70,6 +70,14 @@ class ToyManifestTest(unittest.TestCase):
             select_variant(TOY, "cache-prefill", "fp16", 128, False, "contiguous")
         self.assertEqual("layout", r.exception.argument)
 
+    def test_of_entries_that_serve_a_variant_the_one_with_fewest_features_runs(self):
+        both = manifest.parse("\n".join([HEADER, row("plain", "prefill", "fp16", 64, "any", "none", "-", 0, 64),
+                                          row("windowed", "prefill", "fp16", 64, "any", "none", "window", 0, 64),
+                                          row("all", "prefill", "fp16", 64, "any", "none", "window+softcap+sinks", 0, 64)]))
+        self.assertEqual("plain", select_variant(both, "prefill", "fp16", 64, False).entry)
+        self.assertEqual("windowed", select_variant(both, "prefill", "fp16", 64, False, features=("window",)).entry)
+        self.assertEqual("all", select_variant(both, "prefill", "fp16", 64, False, features=("sinks",)).entry)
+
     def test_two_entries_for_one_variant_are_an_error(self):
         twice = manifest.parse("\n".join([HEADER, row("a", "prefill", "fp16", 64, "any", "none", "-", 0, 64),
                                           row("b", "prefill", "fp16", 64, "0", "none", "-", 0, 64)]))

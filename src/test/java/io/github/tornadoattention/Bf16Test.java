@@ -6,6 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.cuda.PtxCudaBackend;
+import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 
@@ -193,6 +196,14 @@ class Bf16Test {
         }
     }
 
+    private static float[] normals(long length, SplittableRandom random) {
+        float[] values = new float[Math.toIntExact(length)];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = (float) random.nextGaussian();
+        }
+        return values;
+    }
+
     private static HalfTensor gaussian(long length, SplittableRandom random) {
         float[] values = new float[Math.toIntExact(length)];
         for (int i = 0; i < values.length; i++) {
@@ -219,6 +230,48 @@ class Bf16Test {
             InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                     () -> cuda.checkSupported(shape.toBuilder().headDim(80).build()));
             assertEquals("headDim", e.argument());
+        }
+    }
+
+    /** The definition serves every element type, head dim and feature together (the GPU hosts: where their manifest does). */
+    @Test
+    void cpuReferenceServesEveryTypeHeadDimAndFeature() {
+        SplittableRandom random = new SplittableRandom(5);
+        for (DType type : new DType[] {DType.FP16, BF16}) {
+            for (int d : new int[] {32, 96, 192, 256}) {
+                AttentionShape shape = AttentionShape.builder().batch(1).heads(2).kvHeads(1).queryLength(3).kvLength(11)
+                        .headDim(d).causal(true).window(4, 0).softcap(20f).sinks(new float[] {0.25f, -1f}).dtype(type).build();
+                try (AttentionPlan plan = Attention.plan(shape, "cpu-reference");
+                     HalfTensor q = HalfTensor.of(type, normals(shape.queryElements(), random));
+                     HalfTensor k = HalfTensor.of(type, normals(shape.kvElements(), random));
+                     HalfTensor v = HalfTensor.of(type, normals(shape.kvElements(), random));
+                     HalfTensor o = HalfTensor.allocate(type, shape.outputElements())) {
+                    float[] lse = new float[shape.logSumExpElements()];
+                    plan.forward(q, k, v, o, lse);
+                    for (int i = 0; i < o.length(); i++) {
+                        assertTrue(Float.isFinite(o.get(i)), type + " D=" + d);
+                    }
+                    assertTrue(Float.isFinite(lse[0]), type + " D=" + d);
+                }
+            }
+        }
+    }
+
+    /** Device tensors move bf16 bits both ways; a host tensor of the other 16-bit type is refused naming it. */
+    @Test
+    void bf16DeviceTensorsCopyBitsAndRefuseTheOtherType() {
+        AttentionDevice device = Attention.device("cpu-reference");
+        short[] bits = {(short) 0x3F80, (short) 0xC2F7, (short) 0x7FC0, (short) 0x0001, (short) 0xFF80};
+        try (HalfTensor up = HalfTensor.ofBits(BF16, bits); DeviceTensor t = device.allocate(BF16, bits.length);
+             HalfTensor down = HalfTensor.allocate(BF16, bits.length); HalfTensor fp16 = HalfTensor.allocate(bits.length)) {
+            t.copyFrom(up);
+            t.copyTo(down);
+            device.synchronize();
+            assertArrayEquals(bits, down.toBitsArray());
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> t.copyFrom(fp16));
+            assertEquals("source.dtype", e.argument());
+            e = assertThrows(InvalidArgumentException.class, () -> t.copyTo(fp16));
+            assertEquals("destination.dtype", e.argument());
         }
     }
 

@@ -24,18 +24,19 @@ class KernelManifestTest {
 
     @Test
     void everyHeadDimAndCausalFlagSelectsExactlyOneEntryOfEachKind() {
-        for (int d : LaunchTable.HEAD_DIMS) {
-            for (boolean causal : List.of(false, true)) {
-                for (Kind kind : List.of(Kind.PREFILL, Kind.DECODE_SPLIT, Kind.DECODE_COMBINE)) {
-                  for (DType dtype : List.of(DType.FP16, DType.BF16)) {
-                    Kernel k = SHIPPED.select(KernelVariant.of(kind, dtype, d).causal(causal));
-                    assertEquals(d, k.headDim(), k.entry());
-                    assertEquals(dtype, k.dtype(), k.entry());
-                    assertTrue(k.threads() > 0 && k.threads() % 32 == 0 && k.rowsPerBlock() > 0, k.toString());
-                    // Dynamic shared memory (above 48 KB) only in CUDA-driver entries, within the L4's 99 KB per block.
-                    assertTrue(k.dynamicSharedBytes() == 0 || k.headerBytes() == 0 && k.dynamicSharedBytes() <= 99 * 1024,
-                            k.entry());
-                  }
+        for (DType dtype : SHIPPED.dtypes(Kind.PREFILL)) {
+            List<Integer> dims = SHIPPED.headDims(KernelVariant.of(Kind.PREFILL, dtype, 0));
+            assertEquals(List.of(32, 64, 96, 128, 192, 256), dims);
+            for (int d : dims) {
+                for (boolean causal : List.of(false, true)) {
+                    for (Kind kind : List.of(Kind.PREFILL, Kind.DECODE_SPLIT, Kind.DECODE_COMBINE)) {
+                        Kernel k = SHIPPED.select(KernelVariant.of(kind, dtype, d).causal(causal));
+                        assertEquals(d, k.headDim(), k.entry());
+                        assertTrue(k.threads() > 0 && k.threads() % 32 == 0 && k.rowsPerBlock() > 0, k.toString());
+                        // Dynamic shared memory (above 48 KB) only in CUDA-driver entries, within the L4's 99 KB per block.
+                        assertTrue(k.dynamicSharedBytes() == 0 || k.headerBytes() == 0 && k.dynamicSharedBytes() <= 99 * 1024,
+                                k.entry());
+                    }
                 }
             }
         }
@@ -149,6 +150,34 @@ class KernelManifestTest {
         for (int d : List.of(32, 64, 96, 128, 192, 256)) {
             assertTrue(d80.getMessage().contains("D=" + d), d80.getMessage());
         }
+    }
+
+    @Test
+    void ofEntriesThatServeAVariantTheOneWithFewestFeaturesRuns() {
+        KernelManifest both = KernelManifest.parse(HEADER
+                + row("plain", "prefill", "fp16", 64, "any", "none", "-", 0, 64)
+                + row("windowed", "prefill", "fp16", 64, "any", "none", "window", 0, 64)
+                + row("all", "prefill", "fp16", 64, "any", "none", "window+softcap+sinks", 0, 64)
+                + row("twice", "prefill", "fp16", 128, "any", "none", "window", 0, 64)
+                + row("again", "prefill", "fp16", 128, "0", "none", "window", 0, 64));
+        KernelVariant v = KernelVariant.of(Kind.PREFILL, DType.FP16, 64);
+        assertEquals("plain", both.select(v).entry());
+        assertEquals("windowed", both.select(v.features(Set.of(KernelVariant.Feature.WINDOW))).entry());
+        assertEquals("all", both.select(v.features(Set.of(KernelVariant.Feature.SINKS))).entry());
+        // Two with as few features: the table is wrong, said so.
+        assertThrows(IllegalStateException.class, () -> both.select(KernelVariant.of(Kind.PREFILL, DType.FP16, 128)
+                .features(Set.of(KernelVariant.Feature.WINDOW))));
+    }
+
+    @Test
+    void aTornadoTwinWithDynamicSharedMemoryIsNeverSelected() {
+        String row = row("dyn_t", "prefill", "bf16", 96, "any", "none", "-", 16, 64);
+        KernelManifest m = KernelManifest.parse(HEADER + row.replace("\t-\t0\t32768\t", "\t-\t65536\t0\t")
+                + row("dyn", "prefill", "bf16", 96, "any", "none", "-", 0, 64).replace("\t-\t0\t32768\t", "\t-\t65536\t0\t"));
+        KernelVariant v = KernelVariant.of(Kind.PREFILL, DType.BF16, 96);
+        assertEquals(65536, m.select(v).dynamicSharedBytes());   // the CUDA driver sets the attribute and launches with it
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> m.select(v.headerBytes(16)));
+        assertTrue(e.getMessage().contains("dyn_t") && e.getMessage().contains("TornadoVM launches with none"), e.getMessage());
     }
 
     @Test

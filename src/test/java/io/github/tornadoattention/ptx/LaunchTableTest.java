@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.InvalidArgumentException;
 import java.util.List;
@@ -17,11 +18,12 @@ class LaunchTableTest {
 
     @Test
     void unsupportedHeadDimsAndGridsAreRejectedByName() {
-        assertEquals(List.of(32, 64, 96, 128, 192, 256), LaunchTable.HEAD_DIMS);
+        // A head dim the shipped manifest lacks (none has 40) is refused naming what it serves.
         InvalidArgumentException d = assertThrows(InvalidArgumentException.class,
-                () -> Backends.get(Backends.PTX_CUDA).checkSupported(shape().headDim(80).build()));
+                () -> Backends.get(Backends.PTX_CUDA).checkSupported(shape().headDim(40).build()));
         assertEquals("headDim", d.argument());
-        assertTrue(d.allowed().contains("[32, 64, 96, 128, 192, 256]"), d.allowed());
+        assertTrue(d.allowed().contains("fp16 D=32") && d.allowed().contains("bf16 D=256"), d.allowed());
+        assertTrue(d.allowed().startsWith("ptx-cuda serves what its kernel manifest lists"), d.allowed());
         InvalidArgumentException grid = assertThrows(InvalidArgumentException.class,
                 () -> LaunchTable.checkSupported("ptx-cuda", shape().batch(65536).heads(1).kvHeads(1).queryLength(1).build()));
         assertEquals("batch*heads", grid.argument());
@@ -86,11 +88,32 @@ class LaunchTableTest {
         assertEquals(5L * 3 * 8 * 6 * 64, w.partialOFloats());
     }
 
+    /**
+     * What a manifest lists is served, for either ABI: the CUDA driver's split + combine, TornadoVM's fused decode
+     * (a hand-made table with bf16 at head dim 96 and every feature, as branches bring them).
+     */
     @Test
-    void withKernelKeepsTheGridAndRefusesAnotherBlock() {
-        LaunchTable.Launch split = LaunchTable.decodeSplitLaunch(shape().queryLength(1).kvLength(4096).build(), 3);
-        KernelManifest.Kernel prefill = LaunchTable.prefillLaunch(shape().build()).kernel();
-        assertThrows(IllegalArgumentException.class, () -> split.withKernel(prefill));
-        assertEquals(split, split.withKernel(split.kernel()));
+    void eachAbiIsCheckedAgainstTheEntriesItRuns() {
+        String header = "module\tentry\tkind\tdtype\thead_dim\tcausal\tlayout\tfeatures\tabi\theader_bytes\tarch\tbr\tbc"
+                + "\twarps\tthreads\tstages\tq_in_smem\topt\tsmem_dynamic\tsmem_static\tregs_sm_89\tregs_sm_90\n";
+        java.util.function.BiFunction<String, Integer, String> row = (kind, bytes) -> String.join("\t", "m.ptx",
+                kind + bytes, kind, "bf16", "96", "any", "none", "window+softcap+sinks", bytes == 0 ? "cuda" : "tornado",
+                String.valueOf(bytes), "sm80", "16", "64", "1", "32", "2", "0", "-", "0", "0", "1", "1") + "\n";
+        KernelManifest m = KernelManifest.parse(header + row.apply("prefill", 0) + row.apply("decode-split", 0)
+                + row.apply("decode-combine", 0) + row.apply("prefill", 16) + row.apply("decode-fused", 16));
+        AttentionShape.Builder b = AttentionShape.builder().heads(4).kvHeads(2).headDim(96).dtype(DType.BF16)
+                .causal(true).window(63, 0).softcap(30f).sinks(new float[] {1, 2, 3, 4});
+        for (int queries : new int[] {1, 300}) {
+            AttentionShape s = b.queryLength(queries).kvLength(4096).build();
+            LaunchTable.checkSupported("ptx-cuda", s, m, 0);
+            LaunchTable.checkSupported("ptx-tornado", s, m, 16);
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                    () -> LaunchTable.checkSupported("ptx-tornado", s, m, 128));
+            assertTrue(e.allowed().startsWith("ptx-tornado serves what its kernel manifest lists"), e.getMessage());
+        }
+        // The fused decode twin alone serves decode behind a header: without it, a decode shape is refused.
+        KernelManifest noFused = KernelManifest.parse(header + row.apply("prefill", 16));
+        AttentionShape decode = b.queryLength(1).kvLength(4096).build();
+        assertThrows(InvalidArgumentException.class, () -> LaunchTable.checkSupported("ptx-tornado", decode, noFused, 16));
     }
 }

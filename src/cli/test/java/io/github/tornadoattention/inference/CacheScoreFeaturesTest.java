@@ -81,6 +81,39 @@ class CacheScoreFeaturesTest {
         }
     }
 
+    /** bf16 caches: the CPU plan computes on the bf16 values as held and rounds O once to bf16. */
+    @ParameterizedTest
+    @ValueSource(ints = {0, 16})
+    void aBf16CacheMatchesTheBruteForceDefinition(int pageSize) {
+        Features f = FEATURES.get(0);
+        Random random = new Random(7 + pageSize);
+        KvCacheSpec cacheSpec = (pageSize == 0 ? KvCacheSpec.contiguous(SLOTS, KV_HEADS, CAPACITY, D)
+                : KvCacheSpec.paged(SLOTS, KV_HEADS, CAPACITY, D, pageSize)).withDtype(DType.BF16);
+        CacheAttentionSpec decode = f.apply().apply(base(f.causal()).maxQueryLength(4)).dtype(DType.BF16).build();
+        CacheAttentionSpec prefill = f.apply().apply(base(f.causal()).maxQueryLength(CAPACITY).maxTotalQueries(256))
+                .dtype(DType.BF16).build();
+        KvCacheModel model = new KvCacheModel(SLOTS, KV_HEADS, D, DType.BF16);
+        try (KvCache cache = device.kvCache(cacheSpec);
+             CacheAttentionPlan decodePlan = device.plan(decode, cacheSpec);
+             CacheAttentionPlan prefillPlan = device.plan(prefill, cacheSpec)) {
+            model.appendPacked(cache, device, random, new int[] {0, 5, 40, 77});
+            check("bf16 varlen prefill", prefillPlan, cache, model, random, true);
+            model.appendDense(cache, device, random, 1, new int[] {1, 0, 1, 1});
+            check("bf16 decode", decodePlan, cache, model, random, false);
+            // One type per call: an fp16 query over the bf16 cache is refused naming q.
+            try (DeviceTensor q16 = device.allocate(DType.FP16, decode.denseQueryElements());
+                 DeviceTensor o = device.allocate(DType.BF16, decode.denseQueryElements())) {
+                refused("q.dtype", () -> decodePlan.forward(q16, cache, o, null));
+            }
+            // An fp16 append into the bf16 cache: refused naming the new keys, the cache unchanged.
+            try (DeviceTensor k16 = device.allocate(DType.FP16, (long) SLOTS * KV_HEADS * D)) {
+                int before = cache.length(0);
+                refused("newKeys.dtype", () -> cache.append(k16, k16, io.github.tornadoattention.Layout.BHSD, 1, 1, 1, 1, 1));
+                assertEquals(before, cache.length(0));
+            }
+        }
+    }
+
     @Test
     void theCacheSuiteWithFeaturesPassesOnCpuReference() {
         List<CacheSuite.CaseResult> results = CacheSuite.runWithFeatures(device, 32, 2026L);
@@ -170,11 +203,13 @@ class CacheScoreFeaturesTest {
         CacheAttentionSpec spec = plan.spec();
         long elements = packed ? spec.packedQueryElements() : spec.denseQueryElements();
         long lseElements = packed ? spec.packedLseElements() : spec.denseLseElements();
-        float[] q = KvCacheModel.randomFp16(random, Math.toIntExact(elements));
+        float[] q = KvCacheModel.random(spec.dtype(), random, Math.toIntExact(elements));
         float[] out;
         float[] lse;
-        try (DeviceTensor dq = KvCacheModel.upload(device, q);
-             DeviceTensor o = device.allocate(DType.FP16, elements);
+        // O is rounded once to the spec's type: bf16 keeps 8 significant bits (half an ulp: 2^-8 relative).
+        double tolerance = spec.dtype() == DType.BF16 ? 4e-3 : 2e-3;
+        try (DeviceTensor dq = KvCacheModel.upload(device, spec.dtype(), q);
+             DeviceTensor o = device.allocate(spec.dtype(), elements);
              DeviceTensor l = device.allocate(DType.FP32, lseElements)) {
             if (packed) {
                 plan.forwardPacked(dq, cache, o, l);
@@ -204,7 +239,7 @@ class CacheScoreFeaturesTest {
                     String at = name + ": slot " + b + " head " + h + " query " + j + " of " + n + " over " + length;
                     assertEquals(expectedLse, lse[lseAt], 1e-4 * Math.max(1, Math.abs(expectedLse)), at + " lse");
                     for (int c = 0; c < D; c++) {
-                        assertEquals(expected[c], out[(int) (row + c)], 2e-3 * Math.max(1, Math.abs(expected[c])), at + " O");
+                        assertEquals(expected[c], out[(int) (row + c)], tolerance * Math.max(1, Math.abs(expected[c])), at + " O");
                     }
                     visibleRows++;
                 }

@@ -6,7 +6,9 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.PlanOptions;
-import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
+import java.util.List;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * {@code ptx-tornado}: the hand-tuned PTX kernels of ptx-overrides/ run as prebuilt tasks inside
@@ -32,7 +34,10 @@ public final class PtxTornadoBackend implements AttentionBackend {
 
     @Override
     public void checkSupported(AttentionShape shape) {
-        LaunchTable.checkSupported(id(), shape);
+        // The twins this JVM's array header selects (the plan refuses a header no twin has, as unavailable).
+        long header = TornadoNativeArray.ARRAY_HEADER;
+        List<Integer> headers = PrebuiltLaunches.headerBytes();
+        PrebuiltLaunches.checkSupported(id(), shape, headers.contains((int) header) || headers.isEmpty() ? header : headers.get(0));
     }
 
     /** Options used: {@link PlanOptions#profile()}, {@link PlanOptions#cudaGraph()}. */

@@ -47,7 +47,8 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
             throw new BackendUnavailableException(Backends.PTX_TORNADO, "TornadoVM's array header is " + header
                     + " bytes (tornado.panama.objectHeader); the prebuilt kernels support " + PrebuiltLaunches.headerBytes());
         }
-        int splits = LaunchTable.isDecode(s) ? LaunchTable.decodeSplits(s, device.getPhysicalDevice().getDeviceMaxComputeUnits()) : 0;
+        int splits = LaunchTable.isDecode(s)
+                ? PrebuiltLaunches.decodeSplits(s, device.getPhysicalDevice().getDeviceMaxComputeUnits(), header) : 0;
         IntArray params = IntArray.fromArray(KernelParams.of(s, splits));
         List<Object> arguments = new ArrayList<>(List.of(q, Access.READ_ONLY, k, Access.READ_ONLY, v, Access.READ_ONLY,
                 o, Access.WRITE_ONLY, lseArray, Access.WRITE_ONLY));

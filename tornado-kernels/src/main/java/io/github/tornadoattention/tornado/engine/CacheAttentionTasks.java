@@ -98,11 +98,13 @@ public final class CacheAttentionTasks {
         this.spec = spec;
         this.cacheSpec = cacheSpec;
         int rowBlocks = Math.max(1, Math.ceilDiv(spec.groupSize() * denseQueries(), 16));
-        // A fixed grid (graphs are built once); the kernels derive the keys per split from each step's lengths.
-        this.splits = DecodeSplitPolicy.gridSplits(cacheSpec.capacity(), (long) spec.batch() * spec.kvHeads() * rowBlocks,
-                computeUnits);
-        this.javaTasks = JavaCacheTasks.withSplits(spec, cacheSpec, splits);
+        // A fixed grid (graphs are built once) over the keys a full cache's queries see (with a window, its span);
+        // the kernels derive the keys per split from each step's lengths.
+        this.splits = DecodeSplitPolicy.gridSplits(DecodeSplitPolicy.keySpan(spec, cacheSpec.capacity(), denseQueries()),
+                (long) spec.batch() * spec.kvHeads() * rowBlocks, computeUnits);
         this.prebuilt = backendId.equals(Backends.PTX_TORNADO);
+        // ptx-tornado attends with the prebuilt twins; the Java kernels only append there (a bit copy, any element type).
+        this.javaTasks = prebuilt ? null : JavaCacheTasks.withSplits(spec, cacheSpec, splits);
     }
 
     /**
@@ -135,28 +137,34 @@ public final class CacheAttentionTasks {
             throw new InvalidArgumentException("backendId", backendId, "must be one of " + BACKENDS);
         }
         spec.checkCache(cacheSpec);
-        if (spec.dtype() != DType.FP16) {
-            throw new InvalidArgumentException("spec.dtype", spec.dtype(), "the TornadoVM cache kernels are fp16 (bf16 is planned)");
-        }
         if (backendId.equals(Backends.PTX_TORNADO)) {
             List<Integer> headers = PrebuiltLaunches.headerBytes();
             if (!headers.contains((int) TornadoNativeArray.ARRAY_HEADER)) {
                 throw new InvalidArgumentException("tornado.panama.objectHeader", TornadoNativeArray.ARRAY_HEADER,
                         "the prebuilt kernels read arrays behind a header of " + headers + " bytes");
             }
-            // Every twin a graph of this spec may add (a head dim no entry serves is refused here, by name; window,
-            // softcap and sinks are looked up like any variant field and refused by their own names).
+            // Every twin a graph of this spec may add: element type, head dim and the features (window, softcap,
+            // sinks) are looked up in the manifest like any variant field, so whatever it serves is accepted; a
+            // refusal names the field (a feature by its own name) and what the manifest serves.
             for (Kind kind : new Kind[] {Kind.CACHE_DECODE_FUSED, Kind.CACHE_APPEND_DECODE_FUSED,
                     Kind.CACHE_STAGED_DECODE_FUSED, Kind.CACHE_PREFILL}) {
-                LaunchTable.requireFeatures(backendId, twin(kind, spec, cacheSpec), spec.features(), spec::featureValue);
                 try {
-                    KernelManifest.shipped().select(twin(kind, spec, cacheSpec));
+                    LaunchTable.require(backendId, KernelManifest.shipped(), twin(kind, spec, cacheSpec), spec.features(),
+                            spec::featureValue);
                 } catch (InvalidArgumentException e) {
-                    throw new InvalidArgumentException("spec." + e.argument(), e.value(), "ptx-tornado: " + e.allowed());
+                    // A field of the spec argument (dtype, headDim, causal) is named as one; features by their own names.
+                    if (spec.features().contains(e.argument())) {
+                        throw e;
+                    }
+                    throw new InvalidArgumentException("spec." + e.argument(), e.value(), e.allowed());
                 }
             }
         } else {
-            spec.requireNoFeatures(backendId); // the Java cache kernels serve no window, softcap or sinks yet
+            // The Java cache kernels (another engineer's) serve fp16 and no window, softcap or sinks yet.
+            if (spec.dtype() != DType.FP16) {
+                throw new InvalidArgumentException("spec.dtype", spec.dtype(), backendId + "'s cache kernels are fp16");
+            }
+            spec.requireNoFeatures(backendId);
             JavaCacheTasks.checkSupported(spec, cacheSpec);
         }
     }
@@ -279,7 +287,7 @@ public final class CacheAttentionTasks {
         InvalidArgumentException.requireNonNull("newK", newK);
         InvalidArgumentException.requireNonNull("newV", newV);
         requireLength("appendParams", appendParams, 16, "16 ints (appendParams)");
-        javaTasks.addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, kCache, vCache, step, blockTable);
+        JavaCacheTasks.addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, kCache, vCache, step, blockTable);
     }
 
     /**
@@ -418,7 +426,7 @@ public final class CacheAttentionTasks {
         CacheAttentionSpec dense = spec.toBuilder().maxQueryLength(denseQueries()).build();
         IntArray params = IntArray.fromArray(KernelParams.forCache(dense, cacheSpec, false));
         params.set(KernelParams.P_KEYS_PER_SPLIT, 0);   // derived from the lengths by the kernel
-        KernelManifest.Kernel kernel = KernelManifest.shipped().select(twin(kind, spec, cacheSpec));
+        KernelManifest.Kernel kernel = twinKernel(kind, spec, cacheSpec);
         int rowBlocks = Math.ceilDiv(spec.groupSize() * denseQueries(), kernel.rowsPerBlock());
         FloatArray workspace = new FloatArray(Math.toIntExact((long) splits * lseRows * (spec.headDim() + 1)));
         IntArray tickets = new IntArray(rowBlocks * spec.batch() * spec.kvHeads());
@@ -454,7 +462,7 @@ public final class CacheAttentionTasks {
         IntArray params = IntArray.fromArray(KernelParams.forCache(spec, cacheSpec, true));
         params.set(KernelParams.P_WRITE_LSE, lse != null ? 1 : 0);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
-        KernelManifest.Kernel kernel = KernelManifest.shipped().select(twin(Kind.CACHE_PREFILL, spec, cacheSpec));
+        KernelManifest.Kernel kernel = twinKernel(Kind.CACHE_PREFILL, spec, cacheSpec);
         int longestPrompt = Math.min(spec.maxQueryLength(), spec.maxTotalQueries());
         PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "prefill", kernel,
                 Math.max(1, Math.ceilDiv(longestPrompt, kernel.rowsPerBlock())), spec.batch() * spec.heads(), 1,
@@ -490,7 +498,12 @@ public final class CacheAttentionTasks {
     /** The TornadoVM twin of {@code kind} for a spec over a cache, reading arrays behind TornadoVM's array header. */
     private static KernelVariant twin(Kind kind, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         return KernelVariant.of(kind, spec.dtype(), spec.headDim()).causal(spec.causal()).paged(cacheSpec.paged())
-                .headerBytes(Math.toIntExact(TornadoNativeArray.ARRAY_HEADER)).features(LaunchTable.features(spec.features()));
+                .headerBytes(Math.toIntExact(TornadoNativeArray.ARRAY_HEADER));
+    }
+
+    /** The twin of {@code kind} with the spec's features, from the shipped manifest. */
+    private static KernelManifest.Kernel twinKernel(Kind kind, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        return KernelManifest.shipped().select(twin(kind, spec, cacheSpec).features(LaunchTable.features(spec.features())));
     }
 
     /** Checks a dense call's arrays; returns the lse rows, slots*heads*maxQueryLength. */

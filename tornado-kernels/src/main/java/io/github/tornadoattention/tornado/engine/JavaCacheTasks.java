@@ -65,7 +65,8 @@ final class JavaCacheTasks {
         this.sq = Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
         this.rowBlocks = (spec.groupSize() * sq + config.rows() - 1) / config.rows();
         long perSplit = (long) spec.batch() * spec.kvHeads() * rowBlocks;
-        this.splits = splits > 0 ? splits : DecodeSplitPolicy.gridSplits(cacheSpec.capacity(), perSplit, computeUnits);
+        this.splits = splits > 0 ? splits
+                : DecodeSplitPolicy.gridSplits(DecodeSplitPolicy.keySpan(spec, cacheSpec.capacity(), sq), perSplit, computeUnits);
         if (decodeWorkspaceFloats() > Integer.MAX_VALUE || decodeGroups() > Integer.MAX_VALUE / config.threads()) {
             throw new InvalidArgumentException("batch*heads*maxQueryLength*headDim", denseLseElements() * spec.headDim(),
                     "too large for the decode workspace's 32-bit indices with " + this.splits + " splits");
@@ -216,7 +217,7 @@ final class JavaCacheTasks {
      * The kernel reads one element of each cache (into a device-only sink), so TornadoVM sends a cache declared
      * {@code FIRST_EXECUTION} even when this task is the graph's first user of it.
      */
-    void addAppend(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray newK,
+    static void addAppend(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray newK,
                    HalfFloatArray newV, IntArray appendParams, HalfFloatArray kCache, HalfFloatArray vCache,
                    IntArray step, IntArray blockTable) {
         String name = taskPrefix + "Append";

@@ -164,10 +164,11 @@ final class DeviceState {
         }
         int n = (int) length;
         TornadoNativeArray array = switch (dtype) {
-            case FP16 -> new HalfFloatArray(n);
+            // bf16 lives in a HalfFloatArray as 16-bit words: copies and the prebuilt kernels move bits, never convert.
+            case FP16, BF16 -> new HalfFloatArray(n);
             case FP32 -> new FloatArray(n);
             case INT32 -> new IntArray(n);
-            default -> throw new InvalidArgumentException("dtype", dtype, "TornadoVM devices hold FP16, FP32 and INT32 tensors");
+            default -> throw new InvalidArgumentException("dtype", dtype, "TornadoVM devices hold fp16, bf16, fp32 and int32 tensors");
         };
         Memory m = new Memory(array, dtype);
         memory.put(m.address, m);

@@ -166,6 +166,10 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     @Override
     protected void merge(DeviceTensor oParts, DeviceTensor lseParts, int parts, long rows, int headDim,
                          DeviceTensor o, DeviceTensor lse) {
+        if (o.dtype() != DType.FP16) {   // the Java merge kernel reads and writes fp16 values, not bits
+            throw new InvalidArgumentException("o.dtype", o.dtype().label(), backendId()
+                    + "'s mergeStates (a Java kernel) is fp16; cpu-reference merges bf16");
+        }
         state.merge(oParts, lseParts, parts, rows, headDim, o, lse);
     }
 }

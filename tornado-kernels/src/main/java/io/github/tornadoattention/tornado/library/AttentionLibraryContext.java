@@ -2,12 +2,13 @@ package io.github.tornadoattention.tornado.library;
 
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.PtxEntries;
 import java.util.HashMap;
 import java.util.Map;
 
 /**
  * The provider's state for one (TornadoVM device, execution plan): TornadoVM's CUcontext and CUstream
- * (from its CUDA backend's {@code TornadoNativeStreamSupport}), the cache kernels' module loaded into
+ * (from its CUDA backend's {@code TornadoNativeStreamSupport}), the cache kernels' entries it runs loaded into
  * that context, and per decode shape the uploaded params block and the split workspace. Plain types
  * only, so it compiles and is tested without TornadoVM's runtime; {@code AttentionLibrary} adapts it to
  * the {@code TornadoLibraryProvider} SPI.
@@ -22,8 +23,10 @@ public final class AttentionLibraryContext implements AutoCloseable {
     private final LibraryCuda cuda;
     private final long context;
     private final long stream;
-    private long module;
+    /** One module per entry used (only that entry is JIT-compiled: {@link PtxEntries#module}), and its function. */
+    private final Map<String, Long> modules = new HashMap<>();
     private final Map<String, Long> functions = new HashMap<>();
+    private boolean capabilityChecked;
     private final Map<DecodeCall.Shape, Prepared> prepared = new HashMap<>();
     private boolean closed;
 
@@ -55,13 +58,16 @@ public final class AttentionLibraryContext implements AutoCloseable {
             return;
         }
         inContext(() -> {
-            if (module == 0) {
+            if (!capabilityChecked) {
                 int cc = cuda.computeCapability();
                 if (cc < MIN_COMPUTE_CAPABILITY) {
                     throw new IllegalStateException("the device is sm_" + cc + "; the cache kernels need sm_80 or newer");
                 }
-                module = cuda.loadModule(KernelManifest.ptx(DecodeCall.MODULE));
+                capabilityChecked = true;
             }
+            // Loaded here, before any capture: dispatch only looks the functions up.
+            load(call.splitEntry());
+            load(call.combineEntry());
             long params = 0, partialO = 0, partialLse = 0;
             try {
                 params = cuda.malloc(4L * call.params().length);
@@ -103,8 +109,16 @@ public final class AttentionLibraryContext implements AutoCloseable {
         });
     }
 
+    private void load(String entry) {
+        if (!functions.containsKey(entry)) {
+            long module = cuda.loadModule(PtxEntries.module(KernelManifest.ptx(DecodeCall.MODULE), entry));
+            modules.put(entry, module);
+            functions.put(entry, cuda.function(module, entry));
+        }
+    }
+
     private long function(String entry) {
-        return functions.computeIfAbsent(entry, e -> cuda.function(module, e));
+        return functions.get(entry);
     }
 
     /** Shapes prepared so far (tests). */
@@ -131,7 +145,7 @@ public final class AttentionLibraryContext implements AutoCloseable {
         }
     }
 
-    /** Frees the buffers and unloads the module (TornadoVM: when the execution plan is freed). */
+    /** Frees the buffers and unloads the modules (TornadoVM: when the execution plan is freed). */
     @Override
     public synchronized void close() {
         if (closed) {
@@ -145,10 +159,9 @@ public final class AttentionLibraryContext implements AutoCloseable {
                 cuda.free(p.partialLse());
             }
             prepared.clear();
-            if (module != 0) {
-                cuda.unloadModule(module);
-                module = 0;
-            }
+            modules.values().forEach(cuda::unloadModule);
+            modules.clear();
+            functions.clear();
         });
     }
 }

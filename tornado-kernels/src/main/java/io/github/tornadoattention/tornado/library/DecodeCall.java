@@ -81,7 +81,7 @@ public record DecodeCall(Shape shape, int[] params, String splitEntry, String co
 
         // The CUDA-driver cache entries of this variant (a head dim or dtype no entry serves is refused here).
         KernelManifest manifest = KernelManifest.shipped();
-        KernelVariant variant = KernelVariant.of(Kind.CACHE_DECODE_SPLIT, DType.FP16, s.headDim()).causal(s.causal())
+        KernelVariant variant = KernelVariant.of(Kind.CACHE_DECODE_SPLIT, spec.dtype(), s.headDim()).causal(s.causal())
                 .paged(false);
         KernelManifest.Kernel split = manifest.select(variant);
         KernelManifest.Kernel combine = manifest.select(variant.kind(Kind.CACHE_DECODE_COMBINE));

@@ -1,6 +1,7 @@
 package io.github.tornadoattention.tornado.prebuilt;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelVariant;
 import io.github.tornadoattention.ptx.KernelVariant.Kind;
@@ -27,10 +28,18 @@ public final class PrebuiltLaunches {
         return KernelManifest.shipped().headerBytes(Kind.PREFILL);
     }
 
-    /** The prefill launch of {@code shape} with the twin reading arrays behind {@code headerBytes}. */
+    /**
+     * Throws unless the shipped manifest has the twins {@code shape} runs behind {@code headerBytes} (prefill, or the
+     * fused decode): whatever it serves (element type, head dim, window, softcap, sinks) is accepted.
+     */
+    public static void checkSupported(String backendId, AttentionShape shape, long headerBytes) {
+        LaunchTable.checkSupported(backendId, shape, KernelManifest.shipped(), Math.toIntExact(headerBytes));
+    }
+
+    /** The prefill launch of {@code shape} with the twin reading arrays behind {@code headerBytes} (its own tile). */
     public static Launch prefill(AttentionShape shape, long headerBytes) {
-        return LaunchTable.prefillLaunch(shape).withKernel(
-                KernelManifest.shipped().select(twin(Kind.PREFILL, shape, headerBytes)));
+        KernelManifest.Kernel k = KernelManifest.shipped().select(twin(Kind.PREFILL, shape, headerBytes));
+        return new Launch(k, Math.ceilDiv(shape.queryLength(), k.rowsPerBlock()), shape.batch() * shape.heads(), 1);
     }
 
     /**
@@ -39,8 +48,18 @@ public final class PrebuiltLaunches {
      * partial O and partial lse, {@link #tickets} zeroed ints (the kernel leaves them zero), params.
      */
     public static Launch fusedDecode(AttentionShape shape, int splits, long headerBytes) {
-        return LaunchTable.decodeSplitLaunch(shape, splits).withKernel(
-                KernelManifest.shipped().select(twin(Kind.DECODE_FUSED, shape, headerBytes)));
+        KernelManifest.Kernel k = KernelManifest.shipped().select(twin(Kind.DECODE_FUSED, shape, headerBytes));
+        int rowBlocks = Math.toIntExact(Math.ceilDiv((long) shape.groupSize() * shape.queryLength(), k.rowsPerBlock()));
+        return new Launch(k, splits, rowBlocks, shape.batch() * shape.kvHeads());
+    }
+
+    /**
+     * Splits of the fused decode of {@code shape} on {@code multiprocessors} SMs: {@link DecodeSplitPolicy#gridSplits}
+     * over the queries' key span, with the twin's row blocks.
+     */
+    public static int decodeSplits(AttentionShape shape, int multiprocessors, long headerBytes) {
+        Launch one = fusedDecode(shape, 1, headerBytes);
+        return DecodeSplitPolicy.gridSplits(DecodeSplitPolicy.keySpan(shape), (long) one.gridY() * one.gridZ(), multiprocessors);
     }
 
     /** The dense variant of {@code kind} for {@code shape} in the twin reading arrays behind {@code headerBytes}. */

@@ -88,8 +88,9 @@ class CacheAttentionTasksTest {
     @Test
     void unsupportedBackendsAndSpecsAreRefused() {
         refused("backendId", () -> CacheAttentionTasks.check("ptx-cuda", SPEC, PAGED));
+        // No kernel table has head dim 40.
         refused("spec.headDim", () -> CacheAttentionTasks.check("ptx-tornado",
-                SPEC.toBuilder().headDim(96).build(), KvCacheSpec.paged(SLOTS, HKV, 128, 96, 16)));
+                SPEC.toBuilder().headDim(40).build(), KvCacheSpec.paged(SLOTS, HKV, 128, 40, 16)));
         refused("spec.dtype", () -> CacheAttentionTasks.check("tornado-simt", SPEC.toBuilder().dtype(DType.BF16).build(),
                 new KvCacheSpec(SLOTS, HKV, 128, D, DType.BF16, 16, PAGED.pages())));
     }
