@@ -22,7 +22,9 @@ final class KernelVariants {
     /** tornado-simt ({@code SimtKernels}, {@code SimtTileConfig}): the smallest row whose maxHeadDim >= D runs D. */
     static final List<Simt> SIMT = List.of(
             new Simt(64, 32, 32, 8),
-            new Simt(128, 16, 16, 16));
+            new Simt(128, 16, 16, 16),
+            // 42 KB of local memory: Br = 8 rows of 16 threads, one key each, 16 output columns per thread.
+            new Simt(256, 8, 16, 16));
 
     /** tornado-mma ({@code MmaKernels}, {@code MmaTileConfig}): one row per head dim it runs. */
     static final List<Mma> MMA = List.of(

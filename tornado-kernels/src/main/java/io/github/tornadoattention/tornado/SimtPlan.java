@@ -8,10 +8,11 @@ import java.util.List;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
-import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task15;
+import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task17;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
@@ -20,8 +21,8 @@ final class SimtPlan extends TornadoAttentionPlan {
     private final ShortArray o;
 
     /** The signature every tornado-simt kernel shares (see {@link SimtKernels}). */
-    interface Kernel extends Task15<KernelContext, HalfFloatArray, HalfFloatArray, HalfFloatArray, ShortArray, FloatArray,
-            Integer, Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float> {
+    interface Kernel extends Task17<KernelContext, HalfFloatArray, HalfFloatArray, HalfFloatArray, ShortArray, FloatArray,
+            Integer, Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, IntArray, FloatArray> {
     }
 
     SimtPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
@@ -34,9 +35,13 @@ final class SimtPlan extends TornadoAttentionPlan {
         int causal = s.causal() ? 1 : 0;
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
 
+        // Window, softcap and sinks: device arrays sent once (ScoreFeatures says why not scalars).
+        IntArray window = windowOf(s);
+        FloatArray scores = scoresOf(s);
+
         // One workgroup of config.threads() threads per (query tile, batch x head), a 1D grid.
         int workgroups = config.workgroups(s.batch(), s.heads(), s.queryLength());
-        build(device, q, k, v, List.of(), (graph, name, scheduler) -> {
+        build(device, q, k, v, List.of(window, scores), (graph, name, scheduler) -> {
             WorkerGrid1D worker = new WorkerGrid1D(workgroups * config.threads());
             worker.setLocalWork(config.threads(), 1, 1);
             scheduler.addWorkerGrid(name + ".flash", worker);
@@ -44,8 +49,18 @@ final class SimtPlan extends TornadoAttentionPlan {
             // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
             graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
             graph.task("flash", SimtKernels.kernel(config), kc, q, k, v, o, lseArray, s.batch(), s.heads(),
-                    s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale());
+                    s.kvHeads(), s.queryLength(), s.kvLength(), s.headDim(), causal, bshd, s.scale(), window, scores);
         }, null);
+    }
+
+    /** The shape's window words ({@link ScoreFeatures#window}). */
+    static IntArray windowOf(AttentionShape s) {
+        return ScoreFeatures.window(s.windowLeft(), s.windowRight(), ScoreFeatures.windowBound(s.queryLength(), s.kvLength()));
+    }
+
+    /** The shape's score words ({@link ScoreFeatures#scores}). */
+    static FloatArray scoresOf(AttentionShape s) {
+        return ScoreFeatures.scores(s.softcap(), s.sinkArray(), s.heads());
     }
 
     @Override

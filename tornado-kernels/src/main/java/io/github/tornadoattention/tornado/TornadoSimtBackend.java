@@ -9,6 +9,12 @@ import io.github.tornadoattention.PlanOptions;
 
 /** {@code tornado-simt}: the FlashAttention-2 kernel of {@link SimtKernels}, scalar fp32 math, any TornadoVM device. */
 public final class TornadoSimtBackend implements AttentionBackend {
+    /**
+     * Why bf16 is refused: TornadoVM 5.2's PTX backend (the SDK this builds against) compiles no BFloat16/BFloat16Array
+     * (only its CUDA backend lowers them); tried in {@code Bf16ProbeTest}.
+     */
+    static final String BF16_REFUSAL = Backends.TORNADO_SIMT + " serves fp16: TornadoVM 5.2's PTX backend compiles no"
+            + " BFloat16Array (only TornadoVM's CUDA backend does); cpu-reference serves bf16";
 
     @Override
     public String id() {
@@ -25,14 +31,15 @@ public final class TornadoSimtBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.anyDevice().availability());
     }
 
-    /** Head dims 1..128 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; no window, softcap or sinks. */
+    /**
+     * Head dims 1..256 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; window, softcap
+     * and sinks; fp16 only (bf16: TornadoVM 5.2's PTX backend has no BFloat16 type, see the dtype refusal).
+     */
     @Override
     public void checkSupported(AttentionShape shape) {
         if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
-            throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
-                    + " serves fp16 (bf16 through TornadoVM's BFloat16Array: planned); cpu-reference serves bf16");
+            throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), BF16_REFUSAL);
         }
-        shape.requireNoFeatures(id());
         SimtTileConfig.forHeadDim(shape.headDim());
     }
 
