@@ -156,7 +156,7 @@ public final class CacheAttentionTasks {
                 }
             }
         } else {
-            spec.requireNoFeatures(backendId); // the Java cache kernels serve no window, softcap or sinks yet
+            // The Java cache kernels serve window, softcap and sinks (run-time words; CacheKernels).
             JavaCacheTasks.checkSupported(spec, cacheSpec);
         }
     }
