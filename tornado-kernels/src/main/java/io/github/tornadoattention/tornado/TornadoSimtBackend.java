@@ -9,12 +9,6 @@ import io.github.tornadoattention.PlanOptions;
 
 /** {@code tornado-simt}: the FlashAttention-2 kernel of {@link SimtKernels}, scalar fp32 math, any TornadoVM device. */
 public final class TornadoSimtBackend implements AttentionBackend {
-    /**
-     * Why bf16 is refused: TornadoVM 5.2's PTX backend (the SDK this builds against) compiles no BFloat16/BFloat16Array
-     * (only its CUDA backend lowers them); tried in {@code Bf16ProbeTest}.
-     */
-    static final String BF16_REFUSAL = Backends.TORNADO_SIMT + " serves fp16: TornadoVM 5.2's PTX backend compiles no"
-            + " BFloat16Array (only TornadoVM's CUDA backend does); cpu-reference serves bf16";
 
     @Override
     public String id() {
@@ -32,14 +26,11 @@ public final class TornadoSimtBackend implements AttentionBackend {
     }
 
     /**
-     * Head dims 1..256 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; window, softcap
-     * and sinks; fp16 only (bf16: TornadoVM 5.2's PTX backend has no BFloat16 type, see the dtype refusal).
+     * fp16 and bf16 (bf16 bits in ShortArrays with TornadoVM's BFloat16 conversions, see {@link SimtKernels}); head dims 1..256 (see {@link SimtTileConfig#forHeadDim});
+     * both layouts, MHA/GQA/MQA, any lengths; window, softcap and sinks.
      */
     @Override
     public void checkSupported(AttentionShape shape) {
-        if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
-            throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), BF16_REFUSAL);
-        }
         SimtTileConfig.forHeadDim(shape.headDim());
     }
 

@@ -11,14 +11,15 @@ import io.github.tornadoattention.InvalidArgumentException;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
-/** Every TornadoVM backend refuses bf16 at plan time by name (no device needed); fp16 of the same shape passes. */
+/** tornado-simt serves bf16; tornado-mma and ptx-tornado refuse it at plan time by name (no device needed); fp16 of the same shape passes. */
 class Bf16RefusalTest {
     private static final AttentionShape BF16 = AttentionShape.builder().batch(1).heads(2).queryLength(64).headDim(64)
             .dtype(DType.BF16).build();
 
     @Test
     void everyTornadoBackendRefusesBf16ByName() {
-        for (AttentionBackend backend : List.of(new TornadoSimtBackend(), new TornadoMmaBackend(), new PtxTornadoBackend())) {
+        new TornadoSimtBackend().checkSupported(BF16);   // served: BFloat16Array kernels (SimtKernelsTest, VariantCompileTest)
+        for (AttentionBackend backend : List.of(new TornadoMmaBackend(), new PtxTornadoBackend())) {
             backend.checkSupported(BF16.toBuilder().dtype(DType.FP16).build());
             InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> backend.checkSupported(BF16),
                     backend.id());

@@ -148,6 +148,43 @@ class SimtKernelsTest {
         }
     }
 
+    /**
+     * bf16 (Q, K, V, O as bf16 bits in ShortArrays): every kernel of the table, with and without the features, against the
+     * reference on the same bf16 inputs, within the bf16 tolerance (verify/Tolerance).
+     */
+    static Stream<AttentionShape> bf16Shapes() {
+        float[] sinks = {0.3f, -0.8f};
+        return Stream.of(
+                shape(1, 2, 1, 70, 150, 64, false, Layout.BHSD),
+                shape(1, 2, 2, 33, 33, 128, true, Layout.BSHD),
+                shape(1, 2, 2, 20, 45, 256, true, Layout.BHSD),
+                shape(1, 2, 1, 40, 90, 80, true, Layout.BHSD).toBuilder().window(20, 0).softcap(4f).sinks(sinks).build(),
+                shape(1, 2, 2, 50, 20, 192, true, Layout.BSHD).toBuilder().sinks(sinks).build())
+                .map(s -> s.toBuilder().dtype(io.github.tornadoattention.DType.BF16).build());
+    }
+
+    @ParameterizedTest
+    @MethodSource("bf16Shapes")
+    void bf16MatchesTheReference(AttentionShape s) {
+        try (RandomInputs in = RandomInputs.generate(s, 17)) {
+            ShortArray o = EmulatedInputs.shortsFor(s);
+            EmulatedInputs.poison(o.getSegment());
+            FloatArray lse = EmulatedInputs.poisonedLse(s);
+            SimtTileConfig config = SimtTileConfig.forHeadDim(s.headDim());
+            ShortArray q = EmulatedInputs.bits(in.q());
+            ShortArray k = EmulatedInputs.bits(in.k());
+            ShortArray v = EmulatedInputs.bits(in.v());
+            SimtPlan.Bf16Kernel kernel = SimtKernels.bf16Kernel(config);
+            KernelEmulator.launch(config.workgroups(s.batch(), s.heads(), s.queryLength()), config.threads(),
+                    kc -> kernel.apply(kc, q, k, v, o, lse, s.batch(), s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(),
+                            s.headDim(), s.causal() ? 1 : 0, s.layout() == Layout.BSHD ? 1 : 0, s.scale(),
+                            SimtPlan.windowOf(s), SimtPlan.scoresOf(s)));
+            assertEquals(config.sharedMemoryBytes(), KernelEmulator.localBytesOfLastLaunch());
+            ErrorStats errors = EmulatedInputs.compare("tornado-simt", s, in, o.getSegment(), lse);
+            assertTrue(errors.passes(), s + ": " + errors);
+        }
+    }
+
     private static void run(AttentionShape s, RandomInputs in, ShortArray o, FloatArray lse) {
         SimtTileConfig config = SimtTileConfig.forHeadDim(s.headDim());
         HalfFloatArray q = EmulatedInputs.halves(in.q());
