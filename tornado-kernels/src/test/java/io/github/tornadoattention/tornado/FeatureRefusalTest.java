@@ -11,8 +11,8 @@ import java.util.List;
 import org.junit.jupiter.api.Test;
 
 /**
- * Window, softcap and sinks on dense calls, decided at plan time with no device: tornado-simt serves them (its kernels
- * are checked in SimtKernelsTest), the backends that do not refuse each by its own name.
+ * Window, softcap and sinks on dense calls, decided at plan time with no device: tornado-simt and tornado-mma serve them
+ * (their kernels are checked in SimtKernelsTest, MmaKernelsTest), ptx-tornado refuses each by its own name.
  */
 class FeatureRefusalTest {
     private static final AttentionShape D64 = AttentionShape.builder().batch(1).heads(2).queryLength(64).headDim(64).build();
@@ -21,7 +21,7 @@ class FeatureRefusalTest {
     void everyTornadoBackendRefusesEachFeatureByName() {
         List<AttentionShape> shapes = List.of(D64.toBuilder().window(16, 0).build(), D64.toBuilder().softcap(30f).build(),
                 D64.toBuilder().sinks(new float[] {0.5f, -0.5f}).build());
-        for (AttentionBackend backend : List.of(new TornadoMmaBackend(), new PtxTornadoBackend())) {
+        for (AttentionBackend backend : List.of(new PtxTornadoBackend())) {
             backend.checkSupported(D64);
             for (AttentionShape shape : shapes) {
                 String feature = shape.features().get(0);
@@ -36,13 +36,15 @@ class FeatureRefusalTest {
     }
 
     @Test
-    void tornadoSimtServesEveryFeature() {
-        TornadoSimtBackend simt = new TornadoSimtBackend();
-        for (AttentionShape shape : List.of(D64.toBuilder().window(16, 0).build(), D64.toBuilder().softcap(30f).build(),
-                D64.toBuilder().sinks(new float[] {0.5f, -0.5f}).build(),
-                D64.toBuilder().headDim(256).causal(true).window(100, -1).softcap(50f).sinks(new float[] {1f, 2f}).build())) {
-            simt.checkSupported(shape);
+    void theJavaKernelsServeEveryFeature() {
+        for (AttentionBackend backend : List.of(new TornadoSimtBackend(), new TornadoMmaBackend())) {
+            for (AttentionShape shape : List.of(D64.toBuilder().window(16, 0).build(), D64.toBuilder().softcap(30f).build(),
+                    D64.toBuilder().sinks(new float[] {0.5f, -0.5f}).build(), D64.toBuilder().headDim(128).causal(true)
+                            .window(100, -1).softcap(50f).sinks(new float[] {1f, 2f}).build())) {
+                backend.checkSupported(shape);
+            }
         }
+        new TornadoSimtBackend().checkSupported(D64.toBuilder().headDim(256).window(8, 8).build());
     }
 
     @Test
