@@ -62,7 +62,7 @@ class BackendAvailabilityTest {
         mma.checkSupported(D64.toBuilder().headDim(128).build());
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> mma.checkSupported(D64.toBuilder().headDim(96).build()));
-        assertEquals("headDim = 96: tornado-mma supports 64, 128", e.getMessage());
+        assertEquals("headDim = 96: tornado-mma supports 64, 128" + MmaTileConfig.HEAD_DIM_NOTE, e.getMessage());
     }
 
     @Test

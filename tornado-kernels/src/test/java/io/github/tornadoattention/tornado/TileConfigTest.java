@@ -63,7 +63,7 @@ class TileConfigTest {
                 () -> MmaTileConfig.forHeadDim(headDim));
         assertEquals("headDim", e.argument());
         assertEquals(String.valueOf(headDim), e.value());
-        assertEquals("tornado-mma supports 64, 128", e.allowed());
+        assertEquals("tornado-mma supports 64, 128" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
     }
 
     @Test

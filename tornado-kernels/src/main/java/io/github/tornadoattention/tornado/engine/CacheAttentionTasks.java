@@ -136,7 +136,8 @@ public final class CacheAttentionTasks {
         }
         spec.checkCache(cacheSpec);
         if (spec.dtype() != DType.FP16) {
-            throw new InvalidArgumentException("spec.dtype", spec.dtype(), "the TornadoVM cache kernels are fp16 (bf16 is planned)");
+            throw new InvalidArgumentException("spec.dtype", spec.dtype(), backendId + "'s cache kernels serve fp16 caches"
+                    + " (bf16: tornado-simt on dense calls only; cpu-reference serves bf16 caches)");
         }
         if (backendId.equals(Backends.PTX_TORNADO)) {
             List<Integer> headers = PrebuiltLaunches.headerBytes();
