@@ -3,7 +3,8 @@
 # device machine): unpacks the GPU bundle (jlink'ed JDK 25 + TornadoVM PTX SDK), then
 #   1. the PTX TornadoVM generates for tornado-mma (-Dtornado.printKernel=True), with ptxas's
 #      resource report when ptxas is there,
-#   2. correctness: `selftest --random 50` for both backends against the CPU reference,
+#   2. correctness: `selftest --random 50` for both backends against the CPU reference, then with window, softcap
+#      and sinks (both), bf16 (tornado-simt), and EngineTasksCheck on the Java cache kernels (with the features too),
 #   3. timing: `run --json` for (16,8,512,64) and (4,16,2048,128), causal and not, both backends.
 # Build first, here: bin/build (with TORNADOVM_HOME set), then run from the repository root with
 #   .gpu/gpu-bundle.tar.xz, src/target, src/cli/target and tornado-kernels/target present (carried to the device).
@@ -83,6 +84,25 @@ if want correct; then
     grep -E "^\[.*FAIL" "$OUT/selftest-$backend.log" | head -5
     grep -vE "^\[|^selftest|passed, " "$OUT/selftest-$backend.log" | head -5
   done
+  # Window, softcap and sinks on both Java kernels; bf16 on tornado-simt; the device-only JUnit-style checks of the
+  # engine tasks (EngineTasksCheck: with and without the features on the cache paths) when the test jar is there.
+  for run in "tornado-mma features --window 64,0 --softcap 30 --sinks" "tornado-simt features --window 64,0 --softcap 30 --sinks" \
+             "tornado-mma window-right --window 17,9" "tornado-simt bf16 --dtype bf16 --window 40,-1 --sinks"; do
+    read -r backend tag extra <<< "$run"
+    timeout 120 bin/tornado-attention selftest --backend "$backend" --random 25 --seed 20261126 $extra \
+      > "$OUT/selftest-$backend-$tag.log" 2>&1
+    echo "selftest $backend $tag: $(grep -E 'passed, ' "$OUT/selftest-$backend-$tag.log" || echo 'no summary (see log)')"
+    grep -E "^\[.*FAIL" "$OUT/selftest-$backend-$tag.log" | head -5
+  done
+  tests_jar=$(ls tornado-kernels/target/tornado-kernels*-tests.jar 2>/dev/null | head -1)
+  if [ -n "$tests_jar" ]; then
+    timeout 300 "$JAVA_HOME/bin/java" @"$TORNADOVM_HOME/tornado-argfile" --enable-native-access=ALL-UNNAMED \
+      -Dtornado.recover.bailout=False \
+      -cp "$tests_jar:tornado-kernels/target/tornado-kernels.jar:src/cli/target/tornado-attention-cli.jar:src/cli/target/lib/*" \
+      io.github.tornadoattention.tornado.engine.EngineTasksCheck tornado-simt,tornado-mma 14 > "$OUT/engine-tasks.log" 2>&1
+    echo "engine tasks: $(tail -n 1 "$OUT/engine-tasks.log")"
+    grep -E "^FAIL" "$OUT/engine-tasks.log" | head -5
+  fi
 fi
 
 if want time; then

@@ -22,7 +22,9 @@ final class KernelVariants {
     /** tornado-simt ({@code SimtKernels}, {@code SimtTileConfig}): the smallest row whose maxHeadDim >= D runs D. */
     static final List<Simt> SIMT = List.of(
             new Simt(64, 32, 32, 8),
-            new Simt(128, 16, 16, 16));
+            new Simt(128, 16, 16, 16),
+            // 42 KB of local memory: Br = 8 rows of 16 threads, one key each, 16 output columns per thread.
+            new Simt(256, 8, 16, 16));
 
     /** tornado-mma ({@code MmaKernels}, {@code MmaTileConfig}): one row per head dim it runs. */
     static final List<Mma> MMA = List.of(
@@ -40,7 +42,8 @@ final class KernelVariants {
     /** The rows of the family whose template makes class {@code className}, as the template's names. */
     static List<Map<String, Object>> rowsOf(String className) {
         return switch (className) {
-            case "SimtKernels" -> SIMT.stream().map(Simt::names).toList();
+            // Each row twice: its fp16 kernel, then its bf16 one (the same body over bf16 bits).
+            case "SimtKernels" -> SIMT.stream().flatMap(r -> java.util.stream.Stream.of(r.names(false), r.names(true))).toList();
             case "MmaKernels" -> MMA.stream().map(Mma::names).toList();
             case "CacheKernels" -> CACHE.stream().map(Cache::names).toList();
             default -> throw new IllegalArgumentException("no variant table for " + className);
@@ -52,8 +55,14 @@ final class KernelVariants {
      * blockKv / threadsPerRow scores and maxHeadDim / threadsPerRow output columns.
      */
     record Simt(int maxHeadDim, int blockQ, int blockKv, int threadsPerRow) {
-        Map<String, Object> names() {
-            return Map.of("MAX_D", maxHeadDim, "BQ", blockQ, "BKV", blockKv, "TPR", threadsPerRow);
+        /**
+         * The names of its fp16 kernel or, {@code bf16}, of its bf16 kernel: BF16 (a trait), TENSOR (the array type of
+         * Q, K, V: bf16 bits in a ShortArray, see SimtKernels), OUTPUT (O's), KERNEL (the method's name).
+         */
+        Map<String, Object> names(boolean bf16) {
+            return Map.of("MAX_D", maxHeadDim, "BQ", blockQ, "BKV", blockKv, "TPR", threadsPerRow, "BF16", bf16,
+                    "TENSOR", bf16 ? "ShortArray" : "HalfFloatArray", "OUTPUT", "ShortArray",
+                    "KERNEL", "attentionUpTo" + maxHeadDim + (bf16 ? "Bf16" : ""));
         }
     }
 

@@ -9,8 +9,9 @@ import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
-import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task16;
+import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task18;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
@@ -23,8 +24,8 @@ final class MmaPlan extends TornadoAttentionPlan {
     private final LongArray o;
 
     /** The signature every tornado-mma kernel shares (see {@link MmaKernels}). */
-    interface Kernel extends Task16<KernelContext, LongArray, LongArray, LongArray, LongArray, FloatArray, FloatArray,
-            Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, Integer> {
+    interface Kernel extends Task18<KernelContext, LongArray, LongArray, LongArray, LongArray, FloatArray, FloatArray,
+            Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, Integer, IntArray, FloatArray> {
     }
 
     MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
@@ -49,7 +50,9 @@ final class MmaPlan extends TornadoAttentionPlan {
         // the rest); each CTA owns scratchFloatsPerCta() floats of scratch. A 1D grid.
         int gridSize = config.gridSize(s.batch(), s.heads(), s.queryLength());
         FloatArray scratch = new FloatArray(gridSize * config.scratchFloatsPerCta());
-        build(device, q, k, v, List.of(scratch), (graph, name, scheduler) -> {   // scratch: device-only workspace
+        IntArray window = SimtPlan.windowOf(s);     // window, softcap, sinks: run-time words (ScoreFeatures)
+        FloatArray scores = SimtPlan.scoresOf(s);
+        build(device, q, k, v, List.of(scratch, window, scores), (graph, name, scheduler) -> {   // scratch: device-only workspace
             WorkerGrid1D worker = new WorkerGrid1D(gridSize * config.threads());
             worker.setLocalWork(config.threads(), 1, 1);
             scheduler.addWorkerGrid(name + ".flash", worker);
@@ -57,7 +60,7 @@ final class MmaPlan extends TornadoAttentionPlan {
             // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
             graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
             graph.task("flash", kernel, kc, q, k, v, o, lseArray, scratch, s.batch(), s.heads(),
-                    s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize);
+                    s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize, window, scores);
         }, config.jitFlags(options));
     }
 

@@ -36,6 +36,13 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, Str
     public static final int MAX_SHARED_BYTES = 48 * 1024;
 
     /**
+     * Why no other head dim, in the refusal: D = 256 at Br = 64 (4 warps of 16 rows) needs Q^T alone 32 KB of the 48 KB
+     * of static shared memory (K, V^T and P^T take 20 KB more at Bc = 16) and 128 accumulator registers per thread.
+     */
+    static final String HEAD_DIM_NOTE = " (256 does not fit its 4-warp tiles in 48 KB of static shared memory;"
+            + " tornado-simt serves every head dim up to 256)";
+
+    /**
      * The launch table ({@link MmaKernels#CONFIGS}): the configuration of the kernel for {@code headDim}. D = 64 is
      * JIT-compiled with at most 128 registers, so 4 CTAs of 128 threads fit an SM instead of 3 (measured on an H200
      * with the pipelined kernel before its row max moved to shuffles: 0.232 ms instead of 0.277 at (16,8,512,64),
@@ -49,7 +56,7 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, Str
             }
         }
         throw new InvalidArgumentException("headDim", headDim, "tornado-mma supports " + String.join(", ",
-                MmaKernels.CONFIGS.stream().map(c -> String.valueOf(c.headDim())).toList()));
+                MmaKernels.CONFIGS.stream().map(c -> String.valueOf(c.headDim())).toList()) + HEAD_DIM_NOTE);
     }
 
     /** The JIT options a plan loads the kernels with: {@code options}' if it sets some ("" for none), else {@link #jitFlags()}. */

@@ -116,7 +116,7 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
 
     /**
      * Builds the plan's four task graphs around {@code tasks} over the plan's arrays {@code q}, {@code k}, {@code v}
-     * (LongArray or HalfFloatArray), {@link #outputArray()}, {@link #lseArray} and the device-only {@code workspace}
+     * (LongArray, HalfFloatArray, or ShortArray for bf16 bits), {@link #outputArray()}, {@link #lseArray} and the device-only {@code workspace}
      * (read and written by the kernels only; sent once), compiles them into one execution plan and runs each once.
      *
      * @param ptxJitFlags CUDA JIT options for the generated PTX ({@code withCompilerFlags}: pairs such as
@@ -187,8 +187,11 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
             graph.task("keep", TornadoAttentionPlan::keep, longs);
         } else if (array instanceof HalfFloatArray halves) {
             graph.task("keep", TornadoAttentionPlan::keep, halves);
+        } else if (array instanceof uk.ac.manchester.tornado.api.types.arrays.ShortArray bits) {
+            graph.task("keep", TornadoAttentionPlan::keep, bits);
         } else {
-            throw new IllegalArgumentException("inputs are LongArray or HalfFloatArray, not " + array.getClass());
+            throw new IllegalArgumentException("inputs are LongArray, HalfFloatArray or ShortArray, not "
+                    + array.getClass());
         }
         return graph.persistOnDevice(array);
     }
@@ -210,6 +213,10 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
 
     /** The send graphs' task for fp16 arrays. */
     public static void keep(HalfFloatArray array) {
+    }
+
+    /** The send graphs' task for bf16 bits (tornado-simt). */
+    public static void keep(uk.ac.manchester.tornado.api.types.arrays.ShortArray array) {
     }
 
     /** Runs {@code graph} alone. */

@@ -30,7 +30,7 @@ public final class TornadoMmaBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
     }
 
-    /** Head dims 64 and 128 ({@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; no window, softcap or sinks. */
+    /** Head dims 64 and 128 ({@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; window, softcap and sinks. */
     @Override
     public void checkSupported(AttentionShape shape) {
         if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
@@ -38,7 +38,6 @@ public final class TornadoMmaBackend implements AttentionBackend {
                     + " serves fp16: TornadoVM 5.2's PTX backend has no bf16 MMA; its CUDA backend has (planned);"
                     + " cpu-reference serves bf16");
         }
-        shape.requireNoFeatures(id());
         MmaTileConfig.forHeadDim(shape.headDim());
     }
 

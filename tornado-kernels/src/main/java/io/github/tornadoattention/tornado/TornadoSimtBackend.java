@@ -25,14 +25,12 @@ public final class TornadoSimtBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.anyDevice().availability());
     }
 
-    /** Head dims 1..128 (see {@link SimtTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; no window, softcap or sinks. */
+    /**
+     * fp16 and bf16 (bf16 bits in ShortArrays with TornadoVM's BFloat16 conversions, see {@link SimtKernels}); head dims 1..256 (see {@link SimtTileConfig#forHeadDim});
+     * both layouts, MHA/GQA/MQA, any lengths; window, softcap and sinks.
+     */
     @Override
     public void checkSupported(AttentionShape shape) {
-        if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
-            throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
-                    + " serves fp16 (bf16 through TornadoVM's BFloat16Array: planned); cpu-reference serves bf16");
-        }
-        shape.requireNoFeatures(id());
         SimtTileConfig.forHeadDim(shape.headDim());
     }
 

@@ -62,16 +62,18 @@ class BackendAvailabilityTest {
         mma.checkSupported(D64.toBuilder().headDim(128).build());
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> mma.checkSupported(D64.toBuilder().headDim(96).build()));
-        assertEquals("headDim = 96: tornado-mma supports 64, 128", e.getMessage());
+        assertEquals("headDim = 96: tornado-mma supports 64, 128" + MmaTileConfig.HEAD_DIM_NOTE, e.getMessage());
     }
 
     @Test
-    void simtRejectsHeadDimsAbove128() {
+    void simtRejectsHeadDimsAbove256() {
         TornadoSimtBackend simt = new TornadoSimtBackend();
         simt.checkSupported(D64.toBuilder().headDim(80).build());
+        simt.checkSupported(D64.toBuilder().headDim(256).build());
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
-                () -> simt.checkSupported(D64.toBuilder().headDim(256).build()));
+                () -> simt.checkSupported(D64.toBuilder().headDim(264).scale(0.05f).build()));
         assertEquals("headDim", e.argument());
+        assertEquals("headDim = 264: tornado-simt supports 1..256", e.getMessage());
     }
 
     @Test

@@ -28,11 +28,18 @@ final class EmulatedInputs {
         return array;
     }
 
-    /** fp16 NaN everywhere, so that an element the kernel does not write fails the comparison. */
+    /** NaN everywhere (0x7FC0: a NaN in fp16 and in bf16), so that an element the kernel does not write fails the comparison. */
     static void poison(MemorySegment segment) {
         for (long i = 0; i < segment.byteSize() / 2; i++) {
-            segment.setAtIndex(java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED, i, (short) 0x7E00);
+            segment.setAtIndex(java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED, i, (short) 0x7FC0);
         }
+    }
+
+    /** The tensor's 16-bit values (bf16 bits) in a ShortArray. */
+    static ShortArray bits(HalfTensor tensor) {
+        ShortArray array = new ShortArray(Math.toIntExact(tensor.length()));
+        MemorySegment.copy(tensor.data(), 0, array.getSegment(), 0, tensor.data().byteSize());
+        return array;
     }
 
     static FloatArray poisonedLse(AttentionShape shape) {
@@ -42,7 +49,7 @@ final class EmulatedInputs {
     }
 
     static ErrorStats compare(String backend, AttentionShape shape, RandomInputs in, MemorySegment output, FloatArray lse) {
-        try (HalfTensor o = HalfTensor.allocate(shape.outputElements())) {
+        try (HalfTensor o = HalfTensor.allocate(shape.dtype(), shape.outputElements())) {
             MemorySegment.copy(output, 0, o.data(), 0, o.data().byteSize());
             o.markModified();
             float[] lseValues = lse.toHeapArray();

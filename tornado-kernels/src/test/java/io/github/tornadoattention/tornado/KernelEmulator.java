@@ -119,12 +119,13 @@ public final class KernelEmulator {
             MethodHandle kernel = MethodHandles.privateLookupIn(hidden, MethodHandles.lookup()).findStatic(hidden, name,
                     MethodType.methodType(void.class, KernelContext.class, LongArray.class, LongArray.class,
                             LongArray.class, LongArray.class, FloatArray.class, FloatArray.class, int.class, int.class,
-                            int.class, int.class, int.class, int.class, int.class, float.class, int.class));
+                            int.class, int.class, int.class, int.class, int.class, float.class, int.class,
+                            uk.ac.manchester.tornado.api.types.arrays.IntArray.class, FloatArray.class));
             return (kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength, causal, bshd,
-                    scale, grid) -> {
+                    scale, grid, window, scores) -> {
                 try {
                     kernel.invoke(kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength,
-                            causal, bshd, scale, grid);
+                            causal, bshd, scale, grid, window, scores);
                 } catch (RuntimeException | Error e) {
                     throw e;
                 } catch (Throwable e) {

@@ -67,6 +67,39 @@ class MmaKernelsTest {
                 .causal(causal).layout(layout).build();
     }
 
+    /**
+     * Window, softcap and sinks on the shipped kernels (the synchronous ones of the tests serve none): alone and
+     * together, causal or not, windows that start tiles past 0 (rows whose first visible tile is not their CTA's first),
+     * rows that see no key (with a sink: O = 0, logsumexp = the sink), a softcap small enough that every score is capped.
+     */
+    static Stream<AttentionShape> featureShapes() {
+        float[] sinks2 = {0.8f, -1.5f};
+        float[] sinks4 = {3.0f, -0.2f, 0.0f, 1.2f};
+        AttentionShape d64 = shape(1, 2, 2, 200, 260, 64, true, Layout.BHSD);
+        AttentionShape d128 = shape(2, 4, 2, 150, 150, 128, false, Layout.BSHD);
+        return Stream.of(
+                d64.toBuilder().window(40, 0).build(),
+                d64.toBuilder().causal(false).window(5, 70).build(),
+                d64.toBuilder().causal(false).window(-1, 3).build(),
+                d64.toBuilder().softcap(1.0f).build(),
+                d64.toBuilder().sinks(sinks2).build(),
+                d64.toBuilder().window(100, 0).softcap(10.0f).sinks(sinks2).build(),
+                shape(1, 2, 2, 100, 40, 64, true, Layout.BHSD).toBuilder().sinks(sinks2).build(),   // rows with no key
+                shape(1, 2, 2, 90, 90, 64, false, Layout.BHSD).toBuilder().window(0, 0).sinks(sinks2).build(),
+                d128.toBuilder().window(33, 7).build(),
+                d128.toBuilder().softcap(2.5f).sinks(sinks4).build(),
+                d128.toBuilder().causal(true).window(64, 0).softcap(30.0f).sinks(sinks4).build());
+    }
+
+    @ParameterizedTest
+    @MethodSource("featureShapes")
+    void featuresMatchTheReference(AttentionShape shape) {
+        try (RandomInputs in = RandomInputs.generate(shape, 43)) {
+            ErrorStats errors = run(shape, in, 5);
+            assertTrue(errors.passes(), shape + ": " + errors);
+        }
+    }
+
     /** The synchronous kernels of the tests, the baseline and reference of the shipped ones. */
     @ParameterizedTest
     @MethodSource("shapes")
@@ -233,7 +266,7 @@ class MmaKernelsTest {
         MmaPlan.Kernel kernel = kernel(s.headDim(), false);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
                 s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), s.causal() ? 1 : 0,
-                s.layout() == Layout.BSHD ? 1 : 0, s.scale(), grid));
+                s.layout() == Layout.BSHD ? 1 : 0, s.scale(), grid, SimtPlan.windowOf(s), SimtPlan.scoresOf(s)));
         MemorySegment.copy(o.getSegment(), 0, out.data(), 0, out.data().byteSize());
         out.markModified();
         return lse.toHeapArray();
@@ -272,7 +305,8 @@ class MmaKernelsTest {
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         MmaPlan.Kernel kernel = kernel(s.headDim(), synchronous);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
-                s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid));
+                s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid, SimtPlan.windowOf(s),
+                SimtPlan.scoresOf(s)));
         assertEquals(synchronous ? MmaSynchronousKernels.sharedMemoryBytes(config) : config.sharedMemoryBytes(),
                 KernelEmulator.localBytesOfLastLaunch(), "MmaTileConfig and the kernel's local arrays disagree");
         return EmulatedInputs.compare("tornado-mma", s, in, o.getSegment(), lse);

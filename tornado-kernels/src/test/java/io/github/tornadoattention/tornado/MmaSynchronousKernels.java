@@ -65,7 +65,8 @@ final class MmaSynchronousKernels {
     /** The tiles of {@code MmaTileConfig.forHeadDim(64)}: D = 64, Br = 64, Bc = 64, 4 warps (128 threads). */
     public static void attentionD64(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
                                     FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
-                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize,
+                                    uk.ac.manchester.tornado.api.types.arrays.IntArray window, FloatArray scores) {
         final int d = 64;
         final int bq = 64;
         final int bkv = 64;
@@ -309,7 +310,8 @@ final class MmaSynchronousKernels {
     /** The tiles of {@code MmaTileConfig.forHeadDim(128)}: D = 128, Br = 64, Bc = 32, 4 warps (128 threads). */
     public static void attentionD128(KernelContext kc, LongArray q, LongArray k, LongArray v, LongArray o,
                                     FloatArray lse, FloatArray scratch, int batch, int queryHeads, int kvHeads,
-                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize) {
+                                    int queryLength, int kvLength, int causal, int bshd, float scale, int gridSize,
+                                    uk.ac.manchester.tornado.api.types.arrays.IntArray window, FloatArray scores) {
         final int d = 128;
         final int bq = 64;
         final int bkv = 32;

@@ -30,7 +30,8 @@ class TileConfigTest {
     void launchTablesHoldTheVariantTable() {
         assertEquals(List.of(new MmaTileConfig(64, 64, 64, 4, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
                 new MmaTileConfig(128, 64, 32, 4, null)), MmaKernels.CONFIGS);
-        assertEquals(List.of(new SimtTileConfig(64, 32, 32, 8), new SimtTileConfig(128, 16, 16, 16)), SimtKernels.CONFIGS);
+        assertEquals(List.of(new SimtTileConfig(64, 32, 32, 8), new SimtTileConfig(128, 16, 16, 16),
+                new SimtTileConfig(256, 8, 16, 16)), SimtKernels.CONFIGS);
         for (MmaTileConfig c : MmaKernels.CONFIGS) {
             assertSame(c, MmaTileConfig.forHeadDim(c.headDim()));
             assertTrue(MmaKernels.kernelName(c).contains(String.valueOf(c.headDim())), MmaKernels.kernelName(c));
@@ -41,7 +42,7 @@ class TileConfigTest {
             assertNotNull(SimtKernels.kernel(c));
         }
         assertThrows(IllegalArgumentException.class, () -> MmaKernels.kernel(new MmaTileConfig(96, 64, 32, 4, null)));
-        assertThrows(IllegalArgumentException.class, () -> SimtKernels.kernel(new SimtTileConfig(256, 8, 16, 16)));
+        assertThrows(IllegalArgumentException.class, () -> SimtKernels.kernel(new SimtTileConfig(512, 8, 16, 16)));
     }
 
     /** The register cap lives with the configuration; PlanOptions.mmaJitFlags replaces it ("" for none). */
@@ -62,7 +63,7 @@ class TileConfigTest {
                 () -> MmaTileConfig.forHeadDim(headDim));
         assertEquals("headDim", e.argument());
         assertEquals(String.valueOf(headDim), e.value());
-        assertEquals("tornado-mma supports 64, 128", e.allowed());
+        assertEquals("tornado-mma supports 64, 128" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
     }
 
     @Test
@@ -130,12 +131,20 @@ class TileConfigTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {-1, 0, 129, 256})
+    @ValueSource(ints = {129, 136, 200, 255, 256})
+    void simtUsesTheLargestConfigurationUpTo256(int headDim) {
+        SimtTileConfig config = SimtTileConfig.forHeadDim(headDim);
+        assertEquals(256, config.maxHeadDim());
+        assertTrue(config.sharedMemoryBytes() <= SimtTileConfig.MAX_SHARED_BYTES, config.toString());
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {-1, 0, 257, 512})
     void simtRejectsOtherHeadDims(int headDim) {
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> SimtTileConfig.forHeadDim(headDim));
         assertEquals("headDim", e.argument());
-        assertEquals("tornado-simt supports 1..128", e.allowed());
+        assertEquals("tornado-simt supports 1..256", e.allowed());
     }
 
     @Test

@@ -62,6 +62,50 @@ class TornadoDeviceTest {
     }
 
     /**
+     * Window, softcap, sinks, head dims past 128 and bf16 on the device: each case on every Java backend that serves it
+     * (checkSupported; a backend that refuses it skips it, saying so), against the CPU reference.
+     */
+    static Stream<Arguments> featureCases() {
+        AttentionShape base = AttentionShape.builder().batch(2).heads(4).kvHeads(2).queryLength(300).kvLength(300)
+                .headDim(64).causal(true).build();
+        float[] sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+        List<CorrectnessSuite.Case> cases = List.of(
+                new CorrectnessSuite.Case("window 64,0", base.toBuilder().window(64, 0).build()),
+                new CorrectnessSuite.Case("window 17,9 non-causal D=128",
+                        base.toBuilder().causal(false).headDim(128).window(17, 9).build()),
+                new CorrectnessSuite.Case("softcap 30 D=128", base.toBuilder().headDim(128).softcap(30f).build()),
+                new CorrectnessSuite.Case("sinks", base.toBuilder().sinks(sinks).build()),
+                new CorrectnessSuite.Case("all three, Sq<Skv",
+                        base.toBuilder().queryLength(100).kvLength(517).window(128, 0).softcap(20f).sinks(sinks).build()),
+                new CorrectnessSuite.Case("D=256", base.toBuilder().headDim(256).build()),
+                new CorrectnessSuite.Case("D=192 all three",
+                        base.toBuilder().headDim(192).window(40, -1).softcap(15f).sinks(sinks).build()),
+                new CorrectnessSuite.Case("bf16 D=64", base.toBuilder().dtype(io.github.tornadoattention.DType.BF16).build()),
+                new CorrectnessSuite.Case("bf16 D=256 all three", base.toBuilder().headDim(256).window(50, 0).softcap(25f)
+                        .sinks(sinks).dtype(io.github.tornadoattention.DType.BF16).build()));
+        List<Arguments> arguments = new ArrayList<>();
+        for (String id : List.of("tornado-simt", "tornado-mma")) {
+            for (CorrectnessSuite.Case c : cases) {
+                arguments.add(Arguments.of(id, c));
+            }
+        }
+        return arguments.stream();
+    }
+
+    @ParameterizedTest(name = "{0} {1}")
+    @MethodSource("featureCases")
+    void servesTheFeaturesItAccepts(String id, CorrectnessSuite.Case testCase) {
+        AttentionBackend backend = backend(id);
+        try {
+            backend.checkSupported(testCase.shape());
+        } catch (io.github.tornadoattention.InvalidArgumentException e) {
+            assumeTrue(false, () -> "skipped: " + id + " refuses " + testCase.name() + ": " + e.getMessage());
+        }
+        CorrectnessSuite.Outcome outcome = CorrectnessSuite.check(backend, testCase, 20261126L);
+        assertTrue(outcome.passed(), outcome.toString());
+    }
+
+    /**
      * A KV cache: K and V are sent once; a new Q alone sends Q (ATTEND_NEW_Q on the resident K and V); a changed V
      * sends V alone, a different K tensor K alone; nothing changed sends nothing (ATTEND). Each result checked against
      * the reference. (What reaches the driver per call is counted without a GPU by FakeDriverTest.)

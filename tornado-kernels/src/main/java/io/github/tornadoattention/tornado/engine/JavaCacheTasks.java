@@ -7,6 +7,7 @@ import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.ptx.DecodeSplitPolicy;
+import io.github.tornadoattention.tornado.ScoreFeatures;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.TaskGraph;
@@ -161,7 +162,15 @@ final class JavaCacheTasks {
         p[CacheKernels.P_PAGES_PER_SEQ] = cacheSpec.pagesPerSequence();
         p[CacheKernels.P_SPLITS] = splits;
         p[CacheKernels.P_ROW_BLOCKS] = rowBlocks;
+        int bound = ScoreFeatures.windowBound((long) spec.maxQueryLength() + spec.maxTotalQueries(), cacheSpec.capacity());
+        p[CacheKernels.P_WINDOW_LEFT] = ScoreFeatures.windowSide(spec.windowLeft(), bound);
+        p[CacheKernels.P_WINDOW_RIGHT] = ScoreFeatures.windowSide(spec.windowRight(), bound);
         return IntArray.fromArray(p);
+    }
+
+    /** The score words of the spec: softcap, then a sink per query head ({@link ScoreFeatures#scores}). */
+    FloatArray scores() {
+        return ScoreFeatures.scores(spec.softcap(), spec.sinkArray(), spec.heads());
     }
 
     /**
@@ -233,15 +242,16 @@ final class JavaCacheTasks {
                    HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
                    FloatArray lse, boolean writeLse) {
         IntArray params = attentionParams(writeLse);
+        FloatArray scores = scores();
         FloatArray ws = new FloatArray(Math.toIntExact(decodeWorkspaceFloats()));
-        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, ws);
+        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, scores, ws);
         String split = taskPrefix + "DecodeSplit";
         String combine = taskPrefix + "DecodeCombine";
         grid(s, graphName, split, Math.toIntExact(decodeGroups()), config.threads());
         grid(s, graphName, combine, combineGroups(), config.threads());   // at least D threads: one per column
         g.task(split, CacheKernels.decodeSplit(config), context(g), q, kCache, vCache, step, blockTable, params, ws,
-                spec.scale());
-        g.task(combine, CacheKernels::decodeCombine, context(g), ws, step, params, o, lse);
+                spec.scale(), scores);
+        g.task(combine, CacheKernels::decodeCombine, context(g), ws, step, params, o, lse, scores);
     }
 
     /** Packed (varlen) prefill over the cache, causal per prompt when the spec is causal. */
@@ -249,12 +259,13 @@ final class JavaCacheTasks {
                     HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
                     FloatArray lse, boolean writeLse) {
         IntArray params = attentionParams(writeLse);
+        FloatArray scores = scores();
         FloatArray ws = new FloatArray(Math.toIntExact(spec.packedQueryElements()));
-        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, ws);
+        g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, scores, ws);
         String name = taskPrefix + "Prefill";
         grid(s, graphName, name, prefillGroups(), config.threads());
         g.task(name, CacheKernels.prefill(config), context(g), q, kCache, vCache, step, blockTable, params, ws, o, lse,
-                spec.scale());
+                spec.scale(), scores);
     }
 
     /** Copies of element ranges within both caches (copies[0] = n, then n (src, dst, count) triples). */

@@ -11,41 +11,50 @@ import java.util.List;
 import org.junit.jupiter.api.Test;
 
 /**
- * The TornadoVM cache kernels serve no window, softcap or sinks yet: {@link CacheAttentionTasks#check} (which the
- * engine facade and the inference device's cache plans both run at plan time) refuses each by its own name, for
- * every backend and both cache layouts, with no device.
+ * Window, softcap and sinks over a cache, as {@link CacheAttentionTasks#check} (which the engine facade and the
+ * inference device's cache plans both run at plan time) decides them with no device: the Java cache kernels
+ * (tornado-simt, tornado-mma) serve them, ptx-tornado's prebuilt twins refuse each by its own name; both cache layouts.
  */
 class CacheFeatureRefusalTest {
     // ptx-tornado refuses a feature only where the shipped manifest lacks its twins (accepted once they ship).
     private static final CacheAttentionSpec SPEC = CacheAttentionSpec.builder().batch(2).heads(4).kvHeads(2).headDim(64)
             .maxQueryLength(1).maxLength(128).causal(true).build();
 
+    /** ptx-tornado's cache twins serve no window, softcap or sinks: it refuses each by its own name. */
     @Test
-    void everyTornadoCachePlanRefusesEachFeatureByName() {
-        List<CacheAttentionSpec> specs = List.of(SPEC.toBuilder().window(32, 0).build(), SPEC.toBuilder().softcap(30f).build(),
-                SPEC.toBuilder().sinks(new float[] {0.5f, -0.5f, 1f, 0f}).build());
+    void ptxTornadoRefusesEachFeatureByName() {
         for (KvCacheSpec cache : List.of(KvCacheSpec.contiguous(2, 2, 128, 64), KvCacheSpec.paged(2, 2, 128, 64, 16))) {
-            for (String backend : CacheAttentionTasks.BACKENDS) {
-                CacheAttentionTasks.check(backend, SPEC, cache);
+            String backend = "ptx-tornado";
+            CacheAttentionTasks.check(backend, SPEC, cache);
+            for (CacheAttentionSpec spec : featureSpecs()) {
+                String feature = spec.features().get(0);
+                InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                        () -> CacheAttentionTasks.of(backend, spec, cache, 58), backend + " " + spec);
+                assertEquals(feature, e.argument(), e.getMessage());
+                assertEquals(spec.featureValue(feature), e.value());
+                assertTrue(e.allowed().startsWith(backend + " "), e.getMessage());
+            }
+        }
+    }
+
+    /** The Java cache kernels (tornado-simt's and tornado-mma's) serve each feature and all three together. */
+    @Test
+    void theJavaCacheKernelsServeEveryFeature() {
+        List<CacheAttentionSpec> specs = new java.util.ArrayList<>(featureSpecs());
+        specs.add(SPEC.toBuilder().window(32, 4).softcap(30f).sinks(new float[] {0.5f, -0.5f, 1f, 0f}).build());
+        for (KvCacheSpec cache : List.of(KvCacheSpec.contiguous(2, 2, 128, 64), KvCacheSpec.paged(2, 2, 128, 64, 16))) {
+            for (String backend : List.of("tornado-simt", "tornado-mma")) {
                 for (CacheAttentionSpec spec : specs) {
-                    String feature = spec.features().get(0);
-                    if (backend.equals("ptx-tornado") && servesTwins(spec, cache)) {
-                        CacheAttentionTasks.check(backend, spec, cache);   // the shipped manifest lists it: accepted
-                        continue;
-                    }
-                    InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
-                            () -> CacheAttentionTasks.of(backend, spec, cache, 58), backend + " " + spec);
-                    assertEquals(feature, e.argument(), e.getMessage());
-                    assertEquals(spec.featureValue(feature), e.value());
-                    assertTrue(e.allowed().startsWith(backend + " "), e.getMessage());
-                    assertTrue(e.allowed().contains("cpu-reference serves"), e.getMessage());
+                    CacheAttentionTasks.check(backend, spec, cache);
+                    CacheAttentionTasks.of(backend, spec, cache, 58);
                 }
             }
         }
-        assertEquals("softcap = 30.0: tornado-simt serves cache attention without window, softcap or sinks"
-                + " (cpu-reference serves them)", assertThrows(InvalidArgumentException.class,
-                () -> CacheAttentionTasks.check("tornado-simt", specs.get(1), KvCacheSpec.contiguous(2, 2, 128, 64)))
-                .getMessage());
+    }
+
+    private static List<CacheAttentionSpec> featureSpecs() {
+        return List.of(SPEC.toBuilder().window(32, 0).build(), SPEC.toBuilder().softcap(30f).build(),
+                SPEC.toBuilder().sinks(new float[] {0.5f, -0.5f, 1f, 0f}).build());
     }
 
     /** Whether the shipped manifest has every ptx-tornado twin kind with the spec's features (branch feat ships them). */

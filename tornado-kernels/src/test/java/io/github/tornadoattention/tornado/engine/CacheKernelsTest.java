@@ -55,9 +55,17 @@ class CacheKernelsTest {
 
         Fixture(long seed, int d, int batch, int heads, int kvHeads, int maxQuery, int maxTotal, int capacity,
                 int pageSize, boolean causal, Layout layout, int[] lengths, int[] newTokens) {
+            this(seed, d, batch, heads, kvHeads, maxQuery, maxTotal, capacity, pageSize, causal, layout, lengths, newTokens,
+                    b -> b);
+        }
+
+        /** With {@code features} applied to the spec's builder (window, softcap, sinks). */
+        Fixture(long seed, int d, int batch, int heads, int kvHeads, int maxQuery, int maxTotal, int capacity,
+                int pageSize, boolean causal, Layout layout, int[] lengths, int[] newTokens,
+                java.util.function.UnaryOperator<CacheAttentionSpec.Builder> features) {
             this.random = new Random(seed);
-            this.spec = CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(d)
-                    .maxQueryLength(maxQuery).maxTotalQueries(maxTotal).maxLength(capacity).causal(causal).layout(layout)
+            this.spec = features.apply(CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(d)
+                    .maxQueryLength(maxQuery).maxTotalQueries(maxTotal).maxLength(capacity).causal(causal).layout(layout))
                     .build();
             this.cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, d)
                     : KvCacheSpec.paged(batch, kvHeads, capacity, d, pageSize);
@@ -147,10 +155,10 @@ class CacheKernelsTest {
         float scale = spec.scale();
         CacheKernels.DecodeSplit split = CacheKernels.decodeSplit(tasks.config());
         EmulatorAccess.launch(Math.toIntExact(tasks.decodeGroups()), tasks.config().threads(),
-                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, scale));
+                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, scale, tasks.scores()));
         assertTrue(EmulatorAccess.localBytesOfLastLaunch() <= 48 * 1024);
         EmulatorAccess.launch(tasks.combineGroups(), tasks.config().threads(),
-                kc -> CacheKernels.decodeCombine(kc, ws, f.step, params, o, lse));
+                kc -> CacheKernels.decodeCombine(kc, ws, f.step, params, o, lse, tasks.scores()));
         CpuReference.Result ref = CpuReference.cached(spec, floats(q), false, f.source(f.k), f.source(f.v), f.lengths,
                 f.newTokens);
         compare("decode " + describe(f) + " splits " + tasks.splits(), floats(o), lse, ref, spec.denseLseElements(), d);
@@ -168,7 +176,7 @@ class CacheKernelsTest {
         float scale = spec.scale();
         CacheKernels.Prefill kernel = CacheKernels.prefill(tasks.config());
         EmulatorAccess.launch(tasks.prefillGroups(), tasks.config().threads(),
-                kc -> kernel.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, o, lse, scale));
+                kc -> kernel.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, o, lse, scale, tasks.scores()));
         CpuReference.Result ref = CpuReference.cached(spec, floats(q), true, f.source(f.k), f.source(f.v), f.lengths,
                 f.newTokens);
         int total = Arrays.stream(f.newTokens).sum();
@@ -289,9 +297,9 @@ class CacheKernelsTest {
         IntArray params = tasks.attentionParams(true);
         CacheKernels.DecodeSplit split = CacheKernels.decodeSplit(tasks.config());
         EmulatorAccess.launch(Math.toIntExact(tasks.decodeGroups()), tasks.config().threads(),
-                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, f.spec.scale()));
+                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, f.spec.scale(), tasks.scores()));
         EmulatorAccess.launch(tasks.combineGroups(), tasks.config().threads(),
-                kc -> CacheKernels.decodeCombine(kc, ws, f.step, params, o, lse));
+                kc -> CacheKernels.decodeCombine(kc, ws, f.step, params, o, lse, tasks.scores()));
         int d = 64;
         for (int h = 0; h < 2; h++) {
             for (int s = 0; s < 2; s++) {
@@ -325,6 +333,65 @@ class CacheKernelsTest {
         Fixture f = new Fixture(71, 128, 2, 4, 1, 40, 40, 64, 8, true, Layout.BHSD, new int[] {33, 41},
                 new int[] {17, 19});
         prefill(f, new JavaCacheTasks(f.spec, f.cacheSpec, 1));
+    }
+
+    /**
+     * Window (at each sequence's own position), softcap and sinks on the decode (split + combine: the sink joins once,
+     * in the combine) and the packed prefill, contiguous and paged, against {@link CpuReference#cached}; rows that see no
+     * key (window (0, 0) non-causal with n > L... and idle slots) and every head dim of the table.
+     */
+    @Test
+    void decodeWithWindowSoftcapAndSinks() {
+        float[] sinks = {0.9f, -0.6f, 1.7f, 0.0f};
+        for (int d : new int[] {32, 64, 128}) {
+            Fixture f = new Fixture(81 + d, d, 4, 4, 2, 3, 12, 200, d == 64 ? 16 : 0, true, Layout.BHSD,
+                    new int[] {5, 9, 0, 170}, new int[] {3, 0, 0, 2},
+                    b -> b.window(24, 0).softcap(2.5f).sinks(sinks));
+            decode(f, JavaCacheTasks.withSplits(f.spec, f.cacheSpec, 3));
+        }
+        // Each feature alone, non-causal with a right window side, one split and several.
+        for (int splits : new int[] {1, 4}) {
+            Fixture w = new Fixture(91 + splits, 64, 2, 4, 1, 2, 4, 150, 0, false, Layout.BSHD, new int[] {150, 40},
+                    new int[] {2, 1}, b -> b.window(10, 3));
+            decode(w, JavaCacheTasks.withSplits(w.spec, w.cacheSpec, splits));
+            Fixture c = new Fixture(93 + splits, 64, 2, 4, 1, 2, 4, 150, 0, true, Layout.BHSD, new int[] {150, 40},
+                    new int[] {2, 1}, b -> b.softcap(1.0f));
+            decode(c, JavaCacheTasks.withSplits(c.spec, c.cacheSpec, splits));
+            Fixture s = new Fixture(95 + splits, 64, 2, 4, 1, 2, 4, 150, 0, true, Layout.BHSD, new int[] {150, 0},
+                    new int[] {2, 0}, b -> b.sinks(sinks));
+            decode(s, JavaCacheTasks.withSplits(s.spec, s.cacheSpec, splits));
+        }
+    }
+
+    @Test
+    void prefillWithWindowSoftcapAndSinks() {
+        float[] sinks = {0.4f, -2.0f, 1.1f, 0.3f};
+        for (int pageSize : new int[] {0, 16}) {
+            for (boolean causal : new boolean[] {true, false}) {
+                Fixture f = new Fixture(101 + pageSize + (causal ? 1 : 0), 64, 4, 4, 2, 64, 56, 80, pageSize, causal,
+                        Layout.BHSD, new int[] {20, 0, 47, 9}, new int[] {20, 0, 22, 3},
+                        b -> b.window(7, causal ? 0 : 2).softcap(3.0f).sinks(sinks));
+                prefill(f, JavaCacheTasks.withSplits(f.spec, f.cacheSpec, 1));
+            }
+        }
+        Fixture big = new Fixture(111, 128, 2, 4, 1, 40, 40, 64, 8, true, Layout.BHSD, new int[] {33, 41},
+                new int[] {17, 19}, b -> b.window(5, -1).sinks(sinks));
+        prefill(big, new JavaCacheTasks(big.spec, big.cacheSpec, 1));
+    }
+
+    /**
+     * The window skips the key tiles left of every row: a NaN in V at key 0 of each slot, which no row's window reaches,
+     * leaves the decode and the prefill finite (a loaded tile gives 0 * NaN = NaN in P V).
+     */
+    @Test
+    void theWindowSkipsKeysLeftOfEveryRow() {
+        Fixture f = new Fixture(121, 64, 2, 2, 1, 2, 4, 200, 0, true, Layout.BHSD, new int[] {200, 130},
+                new int[] {2, 2}, b -> b.window(16, 0));
+        for (int b = 0; b < 2; b++) {
+            f.v.set((int) f.rowStart(b, 0, 0), new HalfFloat(Float.NaN));
+        }
+        decode(f, JavaCacheTasks.withSplits(f.spec, f.cacheSpec, 2));
+        prefill(f, JavaCacheTasks.withSplits(f.spec, f.cacheSpec, 1));
     }
 
     /** The append's expected cache: rows of new K/V at L_b - n_b + j, as in kv_cache_append. */
@@ -451,7 +518,7 @@ class CacheKernelsTest {
         IntArray params = tasks.attentionParams(false);
         CacheKernels.DecodeSplit split = CacheKernels.decodeSplit(tasks.config());
         EmulatorAccess.launch(1, tasks.config().threads(),
-                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, 0.125f));
+                kc -> split.apply(kc, q, f.k, f.v, f.step, f.blockTable, params, ws, 0.125f, tasks.scores()));
         assertEquals(expected, EmulatorAccess.localBytesOfLastLaunch());
         assertTrue(expected <= 48 * 1024);
     }

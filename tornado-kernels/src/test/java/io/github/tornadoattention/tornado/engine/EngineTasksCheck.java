@@ -31,7 +31,8 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  * the queries {@code EVERY_EXECUTION}), then decode steps with changing lengths and idle slots (append + decode as
  * the graph's first task), and a packed prefill of ragged prompts over a prefix (the prompts written with the cache,
  * the prefill task alone in its graph); contiguous and paged
- * with a shuffled block table, D 64 and 128. Outputs are poisoned (NaN) on the host before each execution; TornadoVM
+ * with a shuffled block table, D 64 and 128; on the Java cache kernels (tornado-simt, tornado-mma) each case also with
+ * a window, softcap and sinks. Outputs are poisoned (NaN) on the host before each execution; TornadoVM
  * does not send an array a task only writes, so a row the kernels leave unwritten shows the device buffer's old
  * contents (zeros, or an earlier step's row) and fails the comparison (its lse is 0 or stale, never -inf or the
  * right value). Run under TornadoVM ({@code -Dtornado.recover.bailout=False}):
@@ -61,11 +62,19 @@ public final class EngineTasksCheck {
             for (int d : new int[] {64, 128}) {
                 for (boolean paged : new boolean[] {false, true}) {
                     for (boolean causal : new boolean[] {true, false}) {
-                        String tag = backend + " D=" + d + (paged ? " paged" : " contiguous") + (causal ? " causal" : "");
-                        Random random = new Random(seed + 31L * cases);
-                        cases += 2;
-                        failures += report(tag + " decode steps", decode(backend, device, d, paged, causal, random));
-                        failures += report(tag + " packed prefill", prefill(backend, device, d, paged, causal, random));
+                        for (boolean features : new boolean[] {false, true}) {
+                            if (features && backend.equals("ptx-tornado")) {
+                                continue;   // its prebuilt twins serve no window, softcap or sinks
+                            }
+                            String tag = backend + " D=" + d + (paged ? " paged" : " contiguous") + (causal ? " causal" : "")
+                                    + (features ? " window+softcap+sinks" : "");
+                            Random random = new Random(seed + 31L * cases);
+                            cases += 2;
+                            failures += report(tag + " decode steps", decode(backend, device, d, paged, causal, features,
+                                    random));
+                            failures += report(tag + " packed prefill", prefill(backend, device, d, paged, causal, features,
+                                    random));
+                        }
                     }
                 }
             }
@@ -131,10 +140,26 @@ public final class EngineTasksCheck {
         }
     }
 
-    private static ErrorStats decode(String backend, TornadoDevice device, int d, boolean paged, boolean causal, Random random)
-            throws TornadoExecutionPlanException {
-        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(SLOTS).heads(HQ).kvHeads(HKV).headDim(d)
-                .maxQueryLength(1).maxLength(CAPACITY).causal(causal).build();
+    /**
+     * The spec's window, softcap and sinks when {@code features}: a window of 48 keys left (and 8 right where not
+     * causal) of each sequence's own position, softcap 20 and one sink per query head.
+     */
+    private static CacheAttentionSpec.Builder features(CacheAttentionSpec.Builder builder, boolean features, boolean causal) {
+        if (!features) {
+            return builder;
+        }
+        float[] sinks = new float[HQ];
+        for (int h = 0; h < HQ; h++) {
+            sinks[h] = 0.5f * (h % 3) - 0.4f;
+        }
+        return builder.window(48, causal ? 0 : 8).softcap(20f).sinks(sinks);
+    }
+
+    /** One decode case (also run under the fake driver, results ignored, to compile its kernels: VariantCompileTest). */
+    public static ErrorStats decode(String backend, TornadoDevice device, int d, boolean paged, boolean causal,
+                                    boolean withFeatures, Random random) throws TornadoExecutionPlanException {
+        CacheAttentionSpec spec = features(CacheAttentionSpec.builder().batch(SLOTS).heads(HQ).kvHeads(HKV).headDim(d)
+                .maxQueryLength(1).maxLength(CAPACITY).causal(causal), withFeatures, causal).build();
         Case c = Case.of(backend, device, spec, paged, random);
         int queries = (int) spec.denseQueryElements();
         HalfFloatArray q = new HalfFloatArray(queries);
@@ -179,11 +204,12 @@ public final class EngineTasksCheck {
         return worst;
     }
 
-    private static ErrorStats prefill(String backend, TornadoDevice device, int d, boolean paged, boolean causal, Random random)
-            throws TornadoExecutionPlanException {
+    /** One packed prefill case (as {@link #decode}). */
+    public static ErrorStats prefill(String backend, TornadoDevice device, int d, boolean paged, boolean causal,
+                                     boolean withFeatures, Random random) throws TornadoExecutionPlanException {
         int total = Arrays.stream(PACKED).sum();
-        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(SLOTS).heads(HQ).kvHeads(HKV).headDim(d)
-                .maxQueryLength(128).maxTotalQueries(160).maxLength(CAPACITY).causal(causal).build();
+        CacheAttentionSpec spec = features(CacheAttentionSpec.builder().batch(SLOTS).heads(HQ).kvHeads(HKV).headDim(d)
+                .maxQueryLength(128).maxTotalQueries(160).maxLength(CAPACITY).causal(causal), withFeatures, causal).build();
         Case c = Case.of(backend, device, spec, paged, random);
         int rowsQ = spec.maxTotalQueries() * HQ * d;
         HalfFloatArray q = new HalfFloatArray(rowsQ);

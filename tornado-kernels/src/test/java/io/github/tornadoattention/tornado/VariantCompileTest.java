@@ -1,0 +1,199 @@
+package io.github.tornadoattention.tornado;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import io.github.tornadoattention.AttentionBackend;
+import io.github.tornadoattention.AttentionPlan;
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.tornado.engine.EngineTasksCheck;
+import io.github.tornadoattention.verify.RandomInputs;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import uk.ac.manchester.tornado.api.GridScheduler;
+import uk.ac.manchester.tornado.api.KernelContext;
+import uk.ac.manchester.tornado.api.TaskGraph;
+import uk.ac.manchester.tornado.api.TornadoExecutionPlan;
+import uk.ac.manchester.tornado.api.WorkerGrid1D;
+import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.runtime.TornadoRuntimeProvider;
+import uk.ac.manchester.tornado.api.types.arrays.BFloat16Array;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+
+/**
+ * Every generated Java kernel compiles to PTX, without a GPU: {@link Probe} runs in a child JVM under TornadoVM's PTX
+ * backend with the fake driver of tools/fakecuda ({@code -Dtornado.recover.bailout=False}, so a kernel that fails to
+ * compile fails its plan instead of running as Java) and plans each kernel of the variant tables with window, softcap
+ * and sinks set: tornado-simt's per row of its table, tornado-mma's per row of its, the KV-cache kernels (append, decode
+ * split and combine, prefill) per head dim through {@code CacheAttentionTasks}. Launches are no-ops there: the kernels'
+ * results are checked by the emulator tests and, on a GPU, by TornadoDeviceTest and EngineTasksCheck.
+ *
+ * <p>bf16, found out by trying: TornadoVM 5.2's PTX backend compiles BFloat16's software conversions and a kernel
+ * over a {@link BFloat16Array} (the smallest is compiled here), but its runtime moves a BFloat16Array as an object of
+ * fields (PTXTornadoDevice has no buffer type for it; copied back, it overwrote the array's own fields and crashed the
+ * JVM), so tornado-simt's bf16 kernels take bf16 bits in ShortArrays; they are compiled and run here too. Skipped where
+ * gcc, cuda.h or TornadoVM are missing.
+ */
+class VariantCompileTest {
+    private static String log;
+
+    @BeforeAll
+    static void runTheProbe() throws IOException, InterruptedException {
+        Path argfile = FakeCuda.argfile();
+        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
+        Path lib = FakeCuda.library();
+        assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
+        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False", Probe.class.getName());
+        Path cwd = Files.createTempDirectory("variant-compile");   // the argfile puts "." on the module path
+        Path out = cwd.resolve("probe.log");
+        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString()));
+        log = Files.readString(out, StandardCharsets.UTF_8);
+        assertEquals(0, exit, log);
+    }
+
+    private static List<String> results(String prefix) {
+        return log.lines().filter(l -> l.startsWith("[compile] " + prefix)).toList();
+    }
+
+    @Test
+    void everyTornadoSimtKernelCompiles() {
+        List<String> lines = results("tornado-simt D=");
+        assertEquals(SimtKernels.CONFIGS.size(), lines.size(), log);
+        lines.forEach(l -> assertTrue(l.endsWith(" ok"), l + "\n" + log));
+    }
+
+    @Test
+    void everyTornadoSimtBf16KernelCompiles() {
+        List<String> lines = results("tornado-simt bf16 D=");
+        assertEquals(SimtKernels.CONFIGS.size(), lines.size(), log);
+        lines.forEach(l -> assertTrue(l.endsWith(" ok"), l + "\n" + log));
+    }
+
+    @Test
+    void everyTornadoMmaKernelCompiles() {
+        List<String> lines = results("tornado-mma D=");
+        assertEquals(MmaKernels.CONFIGS.size(), lines.size(), log);
+        lines.forEach(l -> assertTrue(l.endsWith(" ok"), l + "\n" + log));
+    }
+
+    @Test
+    void everyCacheKernelCompiles() {
+        List<String> lines = results("cache ");
+        assertEquals(4, lines.size(), log);
+        lines.forEach(l -> assertTrue(l.endsWith(" ok"), l + "\n" + log));
+    }
+
+    /**
+     * The smallest BFloat16Array kernel compiles on TornadoVM 5.2's PTX backend (only its input array is sent, nothing
+     * copied back: see the class comment for what a copy back does).
+     */
+    @Test
+    void aBf16KernelCompilesOnThePtxBackend() {
+        List<String> lines = results("bf16 ");
+        assertEquals(1, lines.size(), log);
+        assertTrue(lines.getFirst().endsWith(" ok"), log);
+    }
+
+    /** Runs in the child JVM: one plan per kernel, a line "[compile] what ok|failed ..." each. */
+    static final class Probe {
+        private Probe() {
+        }
+
+        public static void main(String[] args) {
+            for (SimtTileConfig config : SimtKernels.CONFIGS) {
+                dense(new TornadoSimtBackend(), config.maxHeadDim(), io.github.tornadoattention.DType.FP16);
+                dense(new TornadoSimtBackend(), config.maxHeadDim(), io.github.tornadoattention.DType.BF16);
+            }
+            for (MmaTileConfig config : MmaKernels.CONFIGS) {
+                dense(new TornadoMmaBackend(), config.headDim(), io.github.tornadoattention.DType.FP16);
+            }
+            TornadoDevice device = TornadoRuntimeProvider.getTornadoRuntime().getDefaultDevice();
+            for (int d : new int[] {64, 128}) {
+                String what = "cache D=" + d + " window+softcap+sinks";
+                try {
+                    EngineTasksCheck.decode("tornado-simt", device, d, true, true, true, new Random(d));
+                    result(what + " append+decode", null);
+                } catch (Exception | Error e) {
+                    result(what + " append+decode", e);
+                }
+                try {
+                    EngineTasksCheck.prefill("tornado-simt", device, d, false, true, true, new Random(d));
+                    result(what + " prefill", null);
+                } catch (Exception | Error e) {
+                    result(what + " prefill", e);
+                }
+            }
+            bf16(device);
+            System.out.flush();
+        }
+
+        /** A plan of {@code backend} at head dim {@code d}, with every feature the backend serves, and one call. */
+        private static void dense(AttentionBackend backend, int d, io.github.tornadoattention.DType dtype) {
+            AttentionShape plain = AttentionShape.builder().batch(1).heads(2).kvHeads(1).queryLength(70).kvLength(90)
+                    .headDim(d).causal(true).layout(Layout.BHSD).dtype(dtype).build();
+            AttentionShape shape = plain.toBuilder().window(33, 0).softcap(20f).sinks(new float[] {0.5f, -0.5f}).build();
+            String features = "window+softcap+sinks";
+            try {
+                backend.checkSupported(shape);
+            } catch (RuntimeException e) {
+                shape = plain;
+                features = "plain";
+            }
+            String what = backend.id() + (dtype == io.github.tornadoattention.DType.BF16 ? " bf16" : "") + " D=" + d + " "
+                    + features;
+            try (RandomInputs in = RandomInputs.generate(shape, 1); HalfTensor o = HalfTensor.allocate(dtype, shape.outputElements());
+                 AttentionPlan plan = backend.plan(shape)) {
+                plan.forward(in.q(), in.k(), in.v(), o, new float[shape.logSumExpElements()]);
+                result(what, null);
+            } catch (RuntimeException | Error e) {
+                result(what, e);
+            }
+        }
+
+        /** bf16 in, fp32 out: the smallest kernel that reads a BFloat16Array. */
+        public static void bf16Kernel(KernelContext kc, BFloat16Array in, FloatArray out) {
+            int i = kc.globalIdx;
+            out.set(i, in.getFloat(i) * 2.0f);
+        }
+
+        private static void bf16(TornadoDevice device) {
+            BFloat16Array in = BFloat16Array.fromFloats(new float[64]);
+            FloatArray out = new FloatArray(64);
+            KernelContext kc = new KernelContext();
+            GridScheduler scheduler = new GridScheduler();
+            WorkerGrid1D worker = new WorkerGrid1D(64);
+            worker.setLocalWork(64, 1, 1);
+            scheduler.addWorkerGrid("bf16.k", worker);
+            TaskGraph graph = new TaskGraph("bf16").transferToDevice(DataTransferMode.EVERY_EXECUTION, in)
+                    .task("k", Probe::bf16Kernel, kc, in, out).transferToHost(DataTransferMode.EVERY_EXECUTION, out);
+            try (TornadoExecutionPlan plan = new TornadoExecutionPlan(graph.snapshot())) {
+                plan.withDevice(device).withGridScheduler(scheduler).execute();
+                result("bf16 BFloat16Array kernel on " + device.getTornadoVMBackend(), null);
+            } catch (Exception | Error e) {
+                result("bf16 BFloat16Array kernel on " + device.getTornadoVMBackend(), e);
+            }
+        }
+
+        private static void result(String what, Throwable failure) {
+            if (failure != null) {
+                System.out.println("[compile] " + what + " failed: " + String.valueOf(failure).replace('\n', ' '));
+                failure.printStackTrace(System.out);
+            } else {
+                System.out.println("[compile] " + what + " ok");
+            }
+            System.out.flush();
+        }
+    }
+}
