@@ -98,6 +98,7 @@ final class SelftestCommand implements Callable<Integer> {
                         CorrectnessSuite.randomCases(baseSeed).map(c -> withFeatures(c, baseSeed)))
                 .skip(from - 1).limit(count).iterator();
         int[] passed = new int[backends.size()];
+        int[] notServed = new int[backends.size()];
         List<Map<String, Object>> caseResults = new ArrayList<>();
         for (long number = from; cases.hasNext(); number++) {
             List<CorrectnessSuite.Outcome> outcomes = CorrectnessSuite.check(backends, cases.next(), baseSeed + number - 1);
@@ -106,6 +107,7 @@ final class SelftestCommand implements Callable<Integer> {
                 String who = backends.size() > 1 ? backends.get(b).id() + " " : "";
                 out.printf("[%d/%d] %s%s%n", number, total, who, outcome);
                 passed[b] += outcome.passed() ? 1 : 0;
+                notServed[b] += outcome.served() ? 0 : 1;
                 if (json) {
                     caseResults.add(caseJson(number, backends.get(b).id(), outcome));
                 }
@@ -114,20 +116,24 @@ final class SelftestCommand implements Callable<Integer> {
         }
         long failed = 0;
         long passedAll = 0;
+        long skippedAll = 0;
         List<Map<String, Object>> totals = new ArrayList<>();
         for (int b = 0; b < backends.size(); b++) {
+            long failedHere = count - passed[b] - notServed[b];
             if (backends.size() > 1) {
-                out.printf("%s: %d passed, %d failed%n", backends.get(b).id(), passed[b], count - passed[b]);
+                out.printf("%s: %d passed, %d failed%s%n", backends.get(b).id(), passed[b], failedHere, notServedText(notServed[b]));
             }
             Map<String, Object> t = new LinkedHashMap<>();
             t.put("backend", backends.get(b).id());
             t.put("passed", passed[b]);
-            t.put("failed", count - passed[b]);
+            t.put("failed", failedHere);
+            t.put("not_served", notServed[b]);
             totals.add(t);
-            failed += count - passed[b];
+            failed += failedHere;
             passedAll += passed[b];
+            skippedAll += notServed[b];
         }
-        out.printf("%d passed, %d failed%n", passedAll, failed);
+        out.printf("%d passed, %d failed%s%n", passedAll, failed, notServedText(skippedAll));
         if (json) {
             Map<String, Object> result = new LinkedHashMap<>();
             result.put("seed", baseSeed);
@@ -136,11 +142,17 @@ final class SelftestCommand implements Callable<Integer> {
             result.put("cases_run", count);
             result.put("passed", passedAll);
             result.put("failed", failed);
+            result.put("not_served", skippedAll);
             result.put("backends", totals);
             result.put("cases", caseResults);
             out.println(JSON.std.asString(result));
         }
         return failed == 0 ? 0 : Main.EXIT_FAILED;
+    }
+
+    /** ", K not served (refused at plan time: no kernel for that head dim, element type or feature)", or nothing. */
+    private static String notServedText(long count) {
+        return count == 0 ? "" : ", " + count + " not served (refused at plan time: see SKIP lines)";
     }
 
     /** {@code testCase} with --window, --softcap and --sinks applied (sink logits drawn from the seed and the case name). */
@@ -207,6 +219,10 @@ final class SelftestCommand implements Callable<Integer> {
         c.put("backend", backendId);
         c.put("ran_on", outcome.backendId());
         c.put("checked_against", outcome.oracle());
+        if (!outcome.served()) {
+            c.put("not_served", outcome.notServed());
+            return c;
+        }
         c.put("check_passed", outcome.passed());
         ErrorStats e = outcome.errors();
         if (e != null) {
