@@ -11,7 +11,7 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code --dtype}, {@code --window}, {@code --softcap} and {@code --sinks}: the element type and the optional score
- * features, for run, selftest, decode and prefill (decode and prefill: fp16 only for now).
+ * features, for run, selftest, decode and prefill (decode and prefill: the KV caches' type too).
  */
 final class FeatureOptions {
     /** Mixed into the seed of the sink logits, so they are not the first draws of the inputs' stream. */
@@ -56,8 +56,8 @@ final class FeatureOptions {
 
     /** The cache spec builder {@code b} (of {@code heads} query heads) with the features given, as {@link #apply}. */
     CacheAttentionSpec.Builder apply(CacheAttentionSpec.Builder b, int heads, long seed) {
-        if (dtype != null && !dtype.equalsIgnoreCase("fp16")) {
-            throw new InvalidArgumentException("--dtype", dtype, "decode and prefill run fp16 only for now (bf16 KV caches are planned)");
+        if (dtype != null) {
+            b.dtype(dtype(dtype));
         }
         if (window != null) {
             int[] w = window(window);
@@ -84,6 +84,7 @@ final class FeatureOptions {
     /** The features set on a cache spec, for a JSON line, as {@link #json(AttentionShape)}. */
     static Map<String, Object> json(CacheAttentionSpec spec) {
         Map<String, Object> m = new LinkedHashMap<>();
+        m.put("dtype", spec.dtype().label());
         if (spec.hasWindow()) {
             m.put("window", java.util.List.of(spec.windowLeft(), spec.windowRight()));
         }

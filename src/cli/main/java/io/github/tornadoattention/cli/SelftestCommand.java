@@ -52,8 +52,8 @@ final class SelftestCommand implements Callable<Integer> {
     FeatureOptions features = new FeatureOptions();
 
     @Option(names = "--inference", description = "instead: the inference API's scenarios (KV caches contiguous and paged,"
-            + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, every head dim, with and"
-            + " without window, softcap and sinks")
+            + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, every head dim, fp16 and"
+            + " bf16 caches, with and without window, softcap and sinks")
     boolean inference;
 
     @Option(names = "--cuda-graph", description = "with --inference on the TornadoVM backends: the caches' task graphs run as"
@@ -272,12 +272,12 @@ final class SelftestCommand implements Callable<Integer> {
                     io.github.tornadoattention.PlanOptions.builder().cudaGraph(cudaGraph).lanes(lanes).build());
             out.printf("inference selftest of %s on %s, seed %d%n", device.backendId(), device.name(), baseSeed);
             for (int d : CorrectnessSuite.HEAD_DIMS) {
-                for (boolean withFeatures : new boolean[] {false, true}) {
-                    String group = "D=" + d + (withFeatures ? " with window, softcap, sinks" : "");
+                for (String kind : new String[] {"fp16", "bf16", "features"}) {
+                    String group = "D=" + d + (kind.equals("features") ? " with window, softcap, sinks" : " " + kind);
                     List<io.github.tornadoattention.verify.CacheSuite.CaseResult> results;
                     try {
-                        results = withFeatures ? io.github.tornadoattention.verify.CacheSuite.runWithFeatures(device, d, baseSeed)
-                                : io.github.tornadoattention.verify.CacheSuite.run(device, d, baseSeed);
+                        results = kind.equals("features") ? io.github.tornadoattention.verify.CacheSuite.runWithFeatures(device, d, baseSeed)
+                                : io.github.tornadoattention.verify.CacheSuite.run(device, d, FeatureOptions.dtype(kind), baseSeed);
                     } catch (InvalidArgumentException refused) {
                         skipped++;
                         out.printf("SKIP %s: not served: %s%n", group, refused.getMessage());

@@ -39,6 +39,8 @@ public final class DecodeLoop implements AutoCloseable {
 
     private final AttentionDevice device;
     private final CacheAttentionSpec spec;
+    /** The element type of the caches, queries and outputs (the spec's). */
+    private final DType dtype;
     /** The spec of the global layers of a window pattern (the spec without its window); null without one. */
     private final CacheAttentionSpec globalSpec;
     /** Per layer: true where the layer is windowed (the layer uses {@link #spec}), false where global. */
@@ -93,33 +95,34 @@ public final class DecodeLoop implements AutoCloseable {
         if (layers < 1) {
             throw new InvalidArgumentException("layers", layers, "must be >= 1");
         }
-        cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
-                : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize);
         spec = features.apply(CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(headDim)
                 .maxQueryLength(1).maxLength(capacity).causal(true)).build();
+        dtype = spec.dtype();
+        cacheSpec = (pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
+                : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize)).withDtype(dtype);
         windowedLayer = windowPattern("windowLayers", windowLayers, layers, spec.hasWindow());
         boolean anyGlobal = windowLayers != null && !allTrue(windowedLayer);
         globalSpec = anyGlobal ? spec.toBuilder().window(-1, -1).build() : null;
         Random random = new Random(seed);
         int longest = Arrays.stream(lengths).max().orElse(0);
         poolRows = Math.max(1, Math.min(longest, 4096));
-        poolKeys = KvCacheModel.randomFp16(random, poolRows * kvHeads * headDim);
-        poolValues = KvCacheModel.randomFp16(random, poolKeys.length);
+        poolKeys = KvCacheModel.random(dtype, random, poolRows * kvHeads * headDim);
+        poolValues = KvCacheModel.random(dtype, random, poolKeys.length);
         ones = new int[batch];
         Arrays.fill(ones, 1);
         try {
-            DeviceTensor pk = track(KvCacheModel.upload(device, poolKeys));
-            DeviceTensor pv = track(KvCacheModel.upload(device, poolValues));
+            DeviceTensor pk = track(KvCacheModel.upload(device, dtype, poolKeys));
+            DeviceTensor pv = track(KvCacheModel.upload(device, dtype, poolValues));
             for (int t = 0; t < STEP_TENSORS; t++) {
-                stepKeys[t] = KvCacheModel.randomFp16(random, batch * kvHeads * headDim);
-                stepValues[t] = KvCacheModel.randomFp16(random, batch * kvHeads * headDim);
-                queries[t] = KvCacheModel.randomFp16(random, Math.toIntExact(spec.denseQueryElements()));
-                stepK[t] = track(KvCacheModel.upload(device, stepKeys[t]));
-                stepV[t] = track(KvCacheModel.upload(device, stepValues[t]));
-                q[t] = track(KvCacheModel.upload(device, queries[t]));
+                stepKeys[t] = KvCacheModel.random(dtype, random, batch * kvHeads * headDim);
+                stepValues[t] = KvCacheModel.random(dtype, random, batch * kvHeads * headDim);
+                queries[t] = KvCacheModel.random(dtype, random, Math.toIntExact(spec.denseQueryElements()));
+                stepK[t] = track(KvCacheModel.upload(device, dtype, stepKeys[t]));
+                stepV[t] = track(KvCacheModel.upload(device, dtype, stepValues[t]));
+                q[t] = track(KvCacheModel.upload(device, dtype, queries[t]));
             }
-            o = track(device.allocate(DType.FP16, spec.denseQueryElements()));
-            oGlobal = globalSpec == null ? null : track(device.allocate(DType.FP16, spec.denseQueryElements()));
+            o = track(device.allocate(dtype, spec.denseQueryElements()));
+            oGlobal = globalSpec == null ? null : track(device.allocate(dtype, spec.denseQueryElements()));
             for (int l = 0; l < layers; l++) {
                 KvCache cache = device.kvCache(cacheSpec);
                 caches.add(cache);
@@ -213,7 +216,7 @@ public final class DecodeLoop implements AutoCloseable {
                 tokens += position - first + 1;
             }
         }
-        return tokens * 2.0 * cacheSpec.kvHeads() * cacheSpec.headDim() * 2;
+        return tokens * 2.0 * cacheSpec.kvHeads() * cacheSpec.headDim() * 2; // K and V, 2-byte elements (fp16, bf16)
     }
 
     /**
@@ -284,7 +287,7 @@ public final class DecodeLoop implements AutoCloseable {
         double[] expected = onCpuReference()
                 ? onlineSoftmax(layerSpec, queries[t], keys, values, lengths)
                 : CpuReference.cached(layerSpec, queries[t], false, keys, values, lengths, ones).output();
-        try (io.github.tornadoattention.HalfTensor out = io.github.tornadoattention.HalfTensor.of(actual)) {
+        try (io.github.tornadoattention.HalfTensor out = io.github.tornadoattention.HalfTensor.of(dtype, actual)) {
             return ErrorStats.compare(out, expected, null, null);
         }
     }

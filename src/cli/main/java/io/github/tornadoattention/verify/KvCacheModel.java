@@ -24,8 +24,15 @@ public final class KvCacheModel {
     public final List<List<float[][]>> keys = new ArrayList<>();
     public final List<List<float[][]>> values = new ArrayList<>();
     public final int[] newTokens;
+    /** The caches' element type: new K/V rows are drawn rounded to it and uploaded as it. */
+    public final DType dtype;
 
     public KvCacheModel(int slots, int kvHeads, int headDim) {
+        this(slots, kvHeads, headDim, DType.FP16);
+    }
+
+    public KvCacheModel(int slots, int kvHeads, int headDim, DType dtype) {
+        this.dtype = dtype;
         this.slots = slots;
         this.kvHeads = kvHeads;
         this.headDim = headDim;
@@ -50,9 +57,9 @@ public final class KvCacheModel {
 
     /** Appends dense [slots, kvHeads, maxNew, headDim] (BHSD) random rows to the model and the cache. */
     public void appendDense(KvCache cache, AttentionDevice device, Random random, int maxNew, int[] counts) {
-        float[] k = randomFp16(random, slots * kvHeads * maxNew * headDim);
-        float[] v = randomFp16(random, k.length);
-        try (DeviceTensor dk = upload(device, k); DeviceTensor dv = upload(device, v)) {
+        float[] k = random(dtype, random, slots * kvHeads * maxNew * headDim);
+        float[] v = random(dtype, random, k.length);
+        try (DeviceTensor dk = upload(device, dtype, k); DeviceTensor dv = upload(device, dtype, v)) {
             cache.append(dk, dv, io.github.tornadoattention.Layout.BHSD, maxNew, counts);
         }
         for (int b = 0; b < slots; b++) {
@@ -74,7 +81,7 @@ public final class KvCacheModel {
     /** Appends packed [total, kvHeads, headDim] random rows to the cache, then to the model. */
     public void appendPacked(KvCache cache, AttentionDevice device, Random random, int[] counts) {
         float[][] kv = randomPacked(random, counts);
-        try (DeviceTensor dk = upload(device, kv[0]); DeviceTensor dv = upload(device, kv[1])) {
+        try (DeviceTensor dk = upload(device, dtype, kv[0]); DeviceTensor dv = upload(device, dtype, kv[1])) {
             cache.appendPacked(dk, dv, counts);
         }
         recordPacked(kv[0], kv[1], counts);
@@ -86,8 +93,8 @@ public final class KvCacheModel {
         for (int n : counts) {
             total += n;
         }
-        float[] k = randomFp16(random, Math.max(1, total) * kvHeads * headDim);
-        return new float[][] {k, randomFp16(random, k.length)};
+        float[] k = random(dtype, random, Math.max(1, total) * kvHeads * headDim);
+        return new float[][] {k, random(dtype, random, k.length)};
     }
 
     /** Records packed rows {@code k}, {@code v} (slot b's counts[b] rows after the slots before it) as appended. */
@@ -127,31 +134,41 @@ public final class KvCacheModel {
     }
 
     public static float[] randomFp16(Random random, int n) {
+        return random(DType.FP16, random, n);
+    }
+
+    /** {@code n} N(0,1) values rounded to {@code dtype} (so the oracle sees exactly what the device holds). */
+    public static float[] random(DType dtype, Random random, int n) {
         float[] x = new float[n];
         for (int i = 0; i < n; i++) {
-            x[i] = Float.float16ToFloat(Float.floatToFloat16((float) random.nextGaussian()));
+            x[i] = dtype.toFloat(dtype.fromFloat((float) random.nextGaussian()));
         }
         return x;
     }
 
-    /** Fills an fp16 device tensor with NaN: an output poisoned before the call under test. */
-    public static void poison(DeviceTensor fp16) {
-        try (HalfTensor nan = HalfTensor.allocate(fp16.length())) {
+    /** Fills a device tensor with NaN: an output poisoned before the call under test. */
+    public static void poison(DeviceTensor t) {
+        try (HalfTensor nan = HalfTensor.allocate(t.dtype(), t.length())) {
             nan.fill(Float.NaN);
-            fp16.copyFrom(nan);
+            t.copyFrom(nan);
         }
     }
 
     public static DeviceTensor upload(AttentionDevice device, float[] values) {
-        DeviceTensor t = device.allocate(DType.FP16, values.length);
-        try (HalfTensor h = HalfTensor.of(values)) {
+        return upload(device, DType.FP16, values);
+    }
+
+    /** A new device tensor of {@code dtype} holding {@code values} (rounded to it). */
+    public static DeviceTensor upload(AttentionDevice device, DType dtype, float[] values) {
+        DeviceTensor t = device.allocate(dtype, values.length);
+        try (HalfTensor h = HalfTensor.of(dtype, values)) {
             t.copyFrom(h);
         }
         return t;
     }
 
     public static float[] download(AttentionDevice device, DeviceTensor t) {
-        try (HalfTensor h = HalfTensor.allocate(t.length())) {
+        try (HalfTensor h = HalfTensor.allocate(t.dtype(), t.length())) {
             t.copyTo(h);
             device.synchronize();
             return h.toFloatArray();
