@@ -19,6 +19,23 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
+def key_span(length, queries, causal, left, right):
+    """Keys the queries at the end of a sequence see together (DecodeSplitPolicy.keySpan): from the first
+    query's first visible key to the last query's last; the window's span, not the context."""
+    if length <= 0:
+        return 0
+    first_pos = length - max(1, queries)
+    first = 0 if left < 0 else min(length, max(0, first_pos - left))
+    pos = length - 1
+    last = length - 1
+    if causal:
+        last = min(last, pos)
+    if right >= 0:
+        last = min(last, pos + right)
+    last = max(-1, last)
+    return max(0, min(length, last - first + 1))
+
+
 def grid_splits(keys, blocks_per_split, sms):
     """Splits of a grid fixed at plan time (DecodeSplitPolicy.gridSplits)."""
     wanted = _round_half_up(BLOCKS_PER_SM * sms / max(1, blocks_per_split))

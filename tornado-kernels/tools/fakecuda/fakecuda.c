@@ -47,6 +47,16 @@ static void check_range(const char *what, uintptr_t p, size_t n) {
 }
 static void *dummy(void) { return malloc(16); }
 
+/* Counters a test in the same process reads through fakecuda_count (Java: the core module's FakeDriver):
+ * module loads, and cuFuncSetAttribute calls with the last value set. */
+static long module_loads, func_set_attribute_calls, last_max_dynamic_shared;
+long fakecuda_count(const char *what) {
+    if (!strcmp(what, "cuModuleLoadData")) return module_loads;
+    if (!strcmp(what, "cuFuncSetAttribute")) return func_set_attribute_calls;
+    if (!strcmp(what, "maxDynamicSharedBytes")) return last_max_dynamic_shared;
+    return -1;
+}
+
 CUresult cuInit(unsigned int flags) { return CUDA_SUCCESS; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
 CUresult cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
@@ -166,6 +176,7 @@ static CUresult dump(CUmodule *m, const void *image) {
     }
     if (verbose()) fprintf(stderr, "[fakecuda] module load #%d\n", modules);
     modules++;
+    module_loads++;
     *m = dummy();
     return CUDA_SUCCESS;
 }
@@ -225,3 +236,33 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
     return CUDA_SUCCESS;
 }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) { *s = dummy(); return CUDA_SUCCESS; }
+
+/* The CUDA-driver host of the core library (cuda/CudaDriver) binds these too. */
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = dummy(); return CUDA_SUCCESS; }
+CUresult cuCtxPushCurrent_v2(CUcontext c) { return CUDA_SUCCESS; }
+CUresult cuCtxPopCurrent_v2(CUcontext *c) { if (c) *c = NULL; return CUDA_SUCCESS; }
+CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
+#undef cuEventElapsedTime /* cuda.h maps the name to _v2; the host binds the original symbol */
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { *ms = 0.001f; return CUDA_SUCCESS; }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags) { *p = malloc(n ? n : 1); return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+    check_range("HtoD", (uintptr_t) dst, n);
+    memcpy((void *) (uintptr_t) dst, src, n);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoD_v2(dst, src, n); }
+/* Device memory is what cuMemAlloc handed out (live allocations); anything else is not device memory. */
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p) {
+    int i = allocation_of((uintptr_t) p);
+    if (i < 0 || alloc_freed[i]) return CUDA_ERROR_INVALID_VALUE;
+    if (a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) { *(int *) data = 0; return CUDA_SUCCESS; }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int value) {
+    if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+        func_set_attribute_calls++;
+        last_max_dynamic_shared = value;
+    }
+    if (verbose()) fprintf(stderr, "[fakecuda] cuFuncSetAttribute %s %d = %d\n", (const char *) f, (int) a, value);
+    return CUDA_SUCCESS;
+}

@@ -92,7 +92,7 @@ public abstract class AttentionDevice {
 
     /**
      * Merges partial attention results over disjoint key sets (cascade or shared-prefix attention,
-     * caches split across devices): {@code oParts} [parts, rows, headDim] fp16 and {@code lseParts}
+     * caches split across devices): {@code oParts} [parts, rows, headDim] of o's element type (fp16 or bf16) and {@code lseParts}
      * [parts, rows] fp32 (natural log) into {@code o} [rows, headDim] and, when not null, {@code lse}:
      * lse = log(sum_i exp(lse_i)), O = sum_i exp(lse_i - lse) O_i; parts with lse_i = -inf weigh 0,
      * a row with none gives O = 0 and lse = -inf.
@@ -109,8 +109,15 @@ public abstract class AttentionDevice {
             throw new InvalidArgumentException("headDim", headDim, "must be a positive multiple of 8");
         }
         long rows = o.length() / headDim;
-        o.require("o", this, DType.FP16, rows * headDim, "rows*headDim");
-        oParts.require("oParts", this, DType.FP16, parts * rows * headDim, "parts*rows*headDim");
+        o.requireOpen("o");
+        if (o.dtype() != DType.FP16 && o.dtype() != DType.BF16) {
+            throw new InvalidArgumentException("o.dtype", o.dtype().label(), "must be fp16 or bf16");
+        }
+        o.require("o", this, o.dtype(), rows * headDim, "rows*headDim");
+        if (oParts.dtype() != o.dtype()) {   // one element type per call
+            throw new InvalidArgumentException("oParts.dtype", oParts.dtype().label(), "must equal o's " + o.dtype().label());
+        }
+        oParts.require("oParts", this, o.dtype(), parts * rows * headDim, "parts*rows*headDim");
         lseParts.require("lseParts", this, DType.FP32, parts * rows, "parts*rows");
         if (lse != null) {
             lse.require("lse", this, DType.FP32, rows, "rows");

@@ -19,7 +19,7 @@ public record KvCacheSpec(int slots, int kvHeads, int capacity, int headDim, DTy
         requirePositive("headDim", headDim);
         InvalidArgumentException.requireNonNull("dtype", dtype);
         if (dtype != DType.FP16 && dtype != DType.BF16) {
-            throw new InvalidArgumentException("dtype", dtype, "a KV cache holds FP16 or BF16");
+            throw new InvalidArgumentException("dtype", dtype.label(), "a KV cache holds fp16 or bf16");
         }
         if (pageSize < 0 || pageSize > MAX_PAGE_SIZE || (pageSize & (pageSize - 1)) != 0) {
             throw new InvalidArgumentException("pageSize", pageSize,
@@ -42,6 +42,11 @@ public record KvCacheSpec(int slots, int kvHeads, int capacity, int headDim, DTy
     /** A contiguous fp16 cache. */
     public static KvCacheSpec contiguous(int slots, int kvHeads, int capacity, int headDim) {
         return new KvCacheSpec(slots, kvHeads, capacity, headDim, DType.FP16, 0, 0);
+    }
+
+    /** The same cache holding {@code dtype} elements (fp16, the default, or bf16: the plan's element type). */
+    public KvCacheSpec withDtype(DType dtype) {
+        return new KvCacheSpec(slots, kvHeads, capacity, headDim, dtype, pageSize, pages);
     }
 
     /** A paged fp16 cache with enough pages for every slot to reach {@code capacity}. */

@@ -5,6 +5,7 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED;
 
 import io.github.tornadoattention.CacheAttentionPlan;
 import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
@@ -43,8 +44,9 @@ final class CpuCachePlan extends CacheAttentionPlan {
         long head = cache.spec().strides().head();
         KvCacheSpec spec = cache.spec();
         int[] table = device.blockTable(cache);
-        CpuReference.RowSource k = (b, h, j, into) -> readRow(keys, HostCacheOps.storageRow(spec, table, b, j) + h * head, into);
-        CpuReference.RowSource v = (b, h, j, into) -> readRow(values, HostCacheOps.storageRow(spec, table, b, j) + h * head, into);
+        DType type = spec.dtype();   // the cache's element type, fp16 or bf16 (the plan's: checked when it was made)
+        CpuReference.RowSource k = (b, h, j, into) -> readRow(type, keys, HostCacheOps.storageRow(spec, table, b, j) + h * head, into);
+        CpuReference.RowSource v = (b, h, j, into) -> readRow(type, values, HostCacheOps.storageRow(spec, table, b, j) + h * head, into);
         CpuReference.Result r = CpuReference.cached(spec(), device.floats16(q), packed, k, v, lengths, newTokens);
         if (packed) {
             // Rows past this call's total stay as they were, as on a GPU.
@@ -52,7 +54,7 @@ final class CpuCachePlan extends CacheAttentionPlan {
             int rowElements = spec().heads() * spec().headDim();
             MemorySegment out = device.tensor(o);
             for (int i = 0; i < total * rowElements; i++) {
-                out.setAtIndex(JAVA_SHORT_UNALIGNED, i, Float.floatToFloat16((float) r.output()[i]));
+                out.setAtIndex(JAVA_SHORT_UNALIGNED, i, o.dtype().fromDouble(r.output()[i]));
             }
             if (lse != null) {
                 MemorySegment l = device.tensor(lse);
@@ -71,9 +73,9 @@ final class CpuCachePlan extends CacheAttentionPlan {
         }
     }
 
-    private static void readRow(MemorySegment m, long at, float[] into) {
+    private static void readRow(DType type, MemorySegment m, long at, float[] into) {
         for (int c = 0; c < into.length; c++) {
-            into[c] = Float.float16ToFloat(m.getAtIndex(JAVA_SHORT_UNALIGNED, at + c));
+            into[c] = type.toFloat(m.getAtIndex(JAVA_SHORT_UNALIGNED, at + c));
         }
     }
 }

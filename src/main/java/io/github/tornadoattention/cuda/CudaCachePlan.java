@@ -51,18 +51,16 @@ final class CudaCachePlan extends CacheAttentionPlan {
         super(device, spec, cacheSpec);
         this.device = device;
         int d = spec.headDim();
-        checkFeatures(device.backendId(), spec, cacheSpec);
         if ((long) spec.batch() * spec.heads() > MAX_GRID_YZ) {
             throw new InvalidArgumentException("batch*heads", (long) spec.batch() * spec.heads(),
                     "the kernels launch one block row per (sequence, head): at most " + MAX_GRID_YZ);
         }
         // Entries and launch geometry from the kernel manifest (ptx/manifest.tsv), the one launch table; a
         // variant it does not serve (dtype, head dim) is refused here, before anything is allocated.
-        KernelVariant variant = variant(spec, cacheSpec);
-        KernelManifest manifest = KernelManifest.shipped();
-        split = manifest.select(variant.kind(Kind.CACHE_DECODE_SPLIT));
-        combine = manifest.select(variant.kind(Kind.CACHE_DECODE_COMBINE));
-        prefill = manifest.select(variant.kind(Kind.CACHE_PREFILL));
+        KernelManifest manifest = device.context().manifest();
+        split = select(device.backendId(), manifest, Kind.CACHE_DECODE_SPLIT, spec, cacheSpec);
+        combine = select(device.backendId(), manifest, Kind.CACHE_DECODE_COMBINE, spec, cacheSpec);
+        prefill = select(device.backendId(), manifest, Kind.CACHE_PREFILL, spec, cacheSpec);
         splitFunction = device.function(split);
         combineFunction = device.function(combine);
         prefillFunction = device.function(prefill);
@@ -92,20 +90,19 @@ final class CudaCachePlan extends CacheAttentionPlan {
     }
 
     /**
-     * Window, softcap and sinks are looked up in the manifest like any variant field, for the decode and the
-     * prefill pass: one no entry serves is refused by its name, its value and what the manifest serves.
+     * The entry of {@code kind} for this spec and cache: element type, head dim, causal flag, layout and the
+     * features (window, softcap, sinks) are looked up in {@code manifest} like any variant field; one no entry
+     * serves is refused by its name, its value and what the manifest serves.
      */
-    static void checkFeatures(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
-        for (Kind kind : new Kind[] {Kind.CACHE_DECODE_SPLIT, Kind.CACHE_PREFILL}) {
-            LaunchTable.requireFeatures(backendId, variant(spec, cacheSpec).kind(kind), spec.features(),
-                    spec::featureValue);
-        }
+    static KernelManifest.Kernel select(String backendId, KernelManifest manifest, Kind kind, CacheAttentionSpec spec,
+                                        KvCacheSpec cacheSpec) {
+        return LaunchTable.require(backendId, manifest, variant(spec, cacheSpec).kind(kind), spec.features(), spec::featureValue);
     }
 
-    /** The CUDA-driver variant of a cache call of this spec (its kind set per pass). */
+    /** The CUDA-driver variant of a cache call of this spec without its features (its kind set per pass). */
     static KernelVariant variant(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         return KernelVariant.of(Kind.CACHE_PREFILL, spec.dtype(), spec.headDim()).causal(spec.causal())
-                .paged(cacheSpec.paged()).features(LaunchTable.features(spec.features()));
+                .paged(cacheSpec.paged());
     }
 
     private DeviceTensor upload(int[] params) {
@@ -123,27 +120,28 @@ final class CudaCachePlan extends CacheAttentionPlan {
         splitArgs.pointer(0, q.address()).pointer(1, cache.keys().address()).pointer(2, cache.values().address())
                 .pointer(3, partialO.address()).pointer(4, partialLse.address()).pointer(5, denseParams.address())
                 .pointer(6, step).pointer(7, blocks).integer(8, splits.keysPerSplit());
-        device.launch(splitFunction, splits.count(), rowBlocks, spec().batch() * spec().kvHeads(), split.threads(), splitArgs);
+        device.launch(split, splitFunction, splits.count(), rowBlocks, spec().batch() * spec().kvHeads(), splitArgs);
         long rows = (long) spec().batch() * spec().heads() * spec().maxQueryLength();
         int rowsPerBlock = combine.rowsPerBlock();
         combineArgs.pointer(0, partialO.address()).pointer(1, partialLse.address()).pointer(2, o.address())
                 .pointer(3, lse == null ? 0 : lse.address()).pointer(4, denseParams.address()).integer(5, splits.count());
-        device.launch(combineFunction, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, combine.threads(),
-                combineArgs);
+        device.launch(combine, combineFunction, Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, combineArgs);
     }
 
     /**
      * Splits from the lengths now, over the slots with queries (idle slots' rows are zeros whatever the
-     * grid): {@link DecodeSplitPolicy#forLengths}.
+     * grid): {@link DecodeSplitPolicy#forLengths} over each sequence's key span (with a window, the window's
+     * keys, from span_start per sequence in the kernel).
      */
     Splits splits(KvCache cache) {
         long granules = 0;
         int maxLength = 0;
         for (int b = 0; b < spec().batch(); b++) {
-            if (cache.newTokens(b) > 0) {
-                int length = cache.length(b);
-                granules += DecodeSplitPolicy.granules(length);
-                maxLength = Math.max(maxLength, length);
+            int n = cache.newTokens(b);
+            if (n > 0) {
+                int span = DecodeSplitPolicy.keySpan(spec(), cache.length(b), n);
+                granules += DecodeSplitPolicy.granules(span);
+                maxLength = Math.max(maxLength, span);
             }
         }
         return DecodeSplitPolicy.forLengths(granules, maxLength, (long) spec().kvHeads() * rowBlocks,
@@ -161,8 +159,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
                 .pointer(3, o.address()).pointer(4, lse == null ? 0 : lse.address()).pointer(5, packedParams.address())
                 .pointer(6, step + 4L * 2 * spec().batch()).pointer(7, step)
                 .pointer(8, cache.spec().paged() ? cache.blockTable().address() : 0);
-        device.launch(prefillFunction, (maxNew + prefill.rowsPerBlock() - 1) / prefill.rowsPerBlock(),
-                spec().batch() * spec().heads(), 1, prefill.threads(), prefillArgs);
+        device.launch(prefill, prefillFunction, (maxNew + prefill.rowsPerBlock() - 1) / prefill.rowsPerBlock(),
+                spec().batch() * spec().heads(), 1, prefillArgs);
     }
 
     @Override

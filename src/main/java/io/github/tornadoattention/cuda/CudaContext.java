@@ -4,6 +4,7 @@ import io.github.tornadoattention.Availability;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.PtxEntries;
 import java.util.HashMap;
 import java.util.Map;
 
@@ -28,11 +29,21 @@ public final class CudaContext {
     private final String deviceName;
     private final int computeCapability;
     private final int multiprocessors;
-    private final Map<String, Long> modules = new HashMap<>();
+    private final KernelManifest manifest;
+    /** PTX module texts read so far (each entry is cut out of its module's text). */
+    private final Map<String, String> moduleTexts = new HashMap<>();
+    /** Function handles by module:entry; each entry is JIT-compiled as a module of its own, once. */
     private final Map<String, Long> functions = new HashMap<>();
+    private long moduleLoads;
 
     private CudaContext(CudaDriver driver, int ordinal) {
+        this(driver, ordinal, KernelManifest.shipped());
+    }
+
+    /** A context over {@code driver} whose kernels come from {@code manifest} (tests: a fake driver, a hand-made table). */
+    CudaContext(CudaDriver driver, int ordinal, KernelManifest manifest) {
         this.driver = driver;
+        this.manifest = manifest;
         driver.init();
         int count = driver.deviceCount();
         if (count == 0) {
@@ -138,21 +149,40 @@ public final class CudaContext {
         driver.setCurrent(context);
     }
 
+    /** The launch table this context's hosts select their kernels from (the shipped one outside tests). */
+    public KernelManifest manifest() {
+        return manifest;
+    }
+
     /**
-     * The kernel {@code entry} of the shipped PTX module {@code module} (e.g. {@code flash_fwd.ptx}).
-     * Each module's text is read and JIT-compiled once per context, each function looked up once.
+     * The function of {@code kernel}, an entry of this context's manifest. Only that entry is JIT-compiled (a
+     * module of its own, cut out by {@link PtxEntries#module}): a shipped module holds dozens of entries and the
+     * driver compiles all of a module it loads. An entry that launches with dynamic shared memory gets its
+     * maximum set here, once with the function (needed above 48 KB).
      */
-    public long function(String module, String entry) {
+    public long function(KernelManifest.Kernel kernel) {
         synchronized (LOCK) {
             makeCurrent();
-            String key = module + ":" + entry;
+            String key = kernel.module() + ":" + kernel.entry();
             Long function = functions.get(key);
             if (function == null) {
-                long loaded = modules.computeIfAbsent(module, m -> driver.loadModule(KernelManifest.ptx(m)));
-                function = driver.function(loaded, entry);
+                String text = moduleTexts.computeIfAbsent(kernel.module(), manifest::ptxText);
+                long loaded = driver.loadModule(PtxEntries.module(text, kernel.entry()));
+                moduleLoads++;
+                function = driver.function(loaded, kernel.entry());
+                if (kernel.dynamicSharedBytes() > 0) {
+                    driver.setMaxDynamicSharedBytes(function, kernel.dynamicSharedBytes());
+                }
                 functions.put(key, function);
             }
             return function;
+        }
+    }
+
+    /** Modules JIT-compiled in this context so far: one per entry used. */
+    public long moduleLoads() {
+        synchronized (LOCK) {
+            return moduleLoads;
         }
     }
 }

@@ -202,11 +202,12 @@ public final class CudaDevice extends AttentionDevice {
                 .integer(16, Math.toIntExact(storage.row()))
                 .integer(17, spec.pageSize())
                 .integer(18, spec.pagesPerSequence());
-        Kernel kernel = KernelManifest.shipped().select(KernelVariant.of(Kind.CACHE_APPEND, spec.dtype(), spec.headDim())
+        // The append entry of the cache's element type (a variant field like any other).
+        Kernel kernel = cuda.manifest().select(KernelVariant.of(Kind.CACHE_APPEND, spec.dtype(), spec.headDim())
                 .paged(spec.paged()));
         int rowsPerBlock = kernel.threads() / (spec.headDim() / 8);
         int gridX = (append.maxNew() + rowsPerBlock - 1) / rowsPerBlock;
-        launch(function(kernel), gridX, spec.kvHeads(), spec.slots(), kernel.threads(), appendArgs);
+        launch(kernel, function(kernel), gridX, spec.kvHeads(), spec.slots(), appendArgs);
     }
 
     @Override
@@ -220,24 +221,20 @@ public final class CudaDevice extends AttentionDevice {
         mergeArgs.pointer(0, oParts.address()).pointer(1, lseParts.address()).pointer(2, o.address())
                 .pointer(3, lse == null ? 0 : lse.address()).integer(4, parts);
         mergeArgs.int64(5, rows).integer(6, headDim);
-        Kernel kernel = KernelManifest.shipped().select(KernelVariant.of(Kind.MERGE_STATES, o.dtype(), headDim));
+        Kernel kernel = cuda.manifest().select(KernelVariant.of(Kind.MERGE_STATES, o.dtype(), headDim));
         long rowsPerBlock = kernel.threads() / (headDim / 8);
-        launch(function(kernel), Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, kernel.threads(),
-                mergeArgs);
+        launch(kernel, function(kernel), Math.toIntExact((rows + rowsPerBlock - 1) / rowsPerBlock), 1, 1, mergeArgs);
     }
 
-    /** The function handle of {@code kernel} (its module is loaded once, on first use). */
+    /** The function handle of {@code kernel} (its entry is JIT-compiled once, on first use: {@link CudaContext#function}). */
     long function(Kernel kernel) {
-        return functions.computeIfAbsent(kernel.entry(), e -> {
-            cuda.makeCurrent();
-            return cuda.function(kernel.module(), e);
-        });
+        return functions.computeIfAbsent(kernel.module() + ":" + kernel.entry(), e -> cuda.function(kernel));
     }
 
-    /** Launches {@code function} (see {@link #function}) on this device's stream. */
-    void launch(long function, int gridX, int gridY, int gridZ, int threads, KernelArgs args) {
+    /** Launches {@code function}, {@code kernel}'s (see {@link #function}), with its block and dynamic shared memory, on this device's stream. */
+    void launch(Kernel kernel, long function, int gridX, int gridY, int gridZ, KernelArgs args) {
         cuda.makeCurrent();
-        driver.launch(function, gridX, gridY, gridZ, threads, 0, stream, args.segment());
+        driver.launch(function, gridX, gridY, gridZ, kernel.threads(), kernel.dynamicSharedBytes(), stream, args.segment());
     }
 
     /**

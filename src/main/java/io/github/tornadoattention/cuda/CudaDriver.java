@@ -65,6 +65,9 @@ public final class CudaDriver {
     private final MethodHandle cuCtxGetDevice;
     private final MethodHandle cuModuleUnload;
     private final MethodHandle cuMemcpyHtoD;
+    private final MethodHandle cuFuncSetAttribute;
+    /** CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: a kernel may launch with more than 48 KB of dynamic shared memory only after this is set. */
+    static final int FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
     /**
      * Binds the driver library (the ptx-cuda host shares one through {@link CudaContext}).
@@ -81,12 +84,22 @@ public final class CudaDriver {
      * @throws IllegalArgumentException if {@value #LIBRARY} cannot be loaded (no NVIDIA driver)
      */
     CudaDriver() {
-        lib = SymbolLookup.libraryLookup(LIBRARY, Arena.global());
+        this(SymbolLookup.libraryLookup(LIBRARY, Arena.global()));
+    }
+
+    /** Binds the driver library at {@code library} (tests: the fake driver of tornado-kernels/tools/fakecuda). */
+    CudaDriver(java.nio.file.Path library) {
+        this(SymbolLookup.libraryLookup(library, Arena.global()));
+    }
+
+    private CudaDriver(SymbolLookup library) {
+        lib = library;
         cuCtxPushCurrent = bind("cuCtxPushCurrent_v2", JAVA_LONG);
         cuCtxPopCurrent = bind("cuCtxPopCurrent_v2", ADDRESS);
         cuCtxGetDevice = bind("cuCtxGetDevice", ADDRESS);
         cuModuleUnload = bind("cuModuleUnload", JAVA_LONG);
         cuMemcpyHtoD = bind("cuMemcpyHtoD_v2", JAVA_LONG, ADDRESS, JAVA_LONG);
+        cuFuncSetAttribute = bind("cuFuncSetAttribute", JAVA_LONG, JAVA_INT, JAVA_INT);
         cuGetErrorName = bind("cuGetErrorName", JAVA_INT, ADDRESS);
         cuInit = bind("cuInit", JAVA_INT);
         cuDeviceGetCount = bind("cuDeviceGetCount", ADDRESS);
@@ -275,6 +288,12 @@ public final class CudaDriver {
             call("cuModuleGetFunction(" + name + ")", () -> (int) cuModuleGetFunction.invokeExact(out, module, cName));
             return out.get(JAVA_LONG, 0);
         }
+    }
+
+    /** Lets {@code function} launch with up to {@code bytes} of dynamic shared memory (more than the default 48 KB). */
+    public void setMaxDynamicSharedBytes(long function, int bytes) {
+        call("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + bytes + ")", () -> (int) cuFuncSetAttribute.invokeExact(
+                function, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
     }
 
     public long malloc(long bytes) {

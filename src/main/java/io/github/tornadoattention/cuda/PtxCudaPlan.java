@@ -10,6 +10,7 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
 import java.lang.foreign.Arena;
@@ -93,17 +94,20 @@ final class PtxCudaPlan extends AttentionPlan {
             resources.events.add(start);
             end = driver.createEvent();
             resources.events.add(end);
-            inputs = new Input[] {new Input(alloc(2 * shape.queryElements())), new Input(alloc(2 * shape.kvElements())),
-                new Input(alloc(2 * shape.kvElements()))};
-            deviceO = alloc(2 * shape.outputElements());
+            long bytes = shape.dtype().bytes();
+            inputs = new Input[] {new Input(alloc(bytes * shape.queryElements())), new Input(alloc(bytes * shape.kvElements())),
+                new Input(alloc(bytes * shape.kvElements()))};
+            deviceO = alloc(bytes * shape.outputElements());
             deviceLse = alloc(4L * shape.logSumExpElements());
             hostLse = arena.allocate(JAVA_FLOAT, shape.logSumExpElements());
             decode = LaunchTable.isDecode(shape);
-            int splits = decode ? LaunchTable.decodeSplits(shape, cuda.multiprocessors()) : 0;
-            long params = alloc(4L * KernelParams.LENGTH);
+            KernelManifest manifest = cuda.manifest();
+            int splits = decode ? LaunchTable.decodeSplits(shape, cuda.multiprocessors(), manifest) : 0;
+            // With sinks the block is longer (their logits follow the 32 words): sized by what KernelParams writes.
             MemorySegment hostParams = arena.allocateFrom(JAVA_INT, KernelParams.of(shape, splits));
+            long params = alloc(hostParams.byteSize());
             driver.copyToDevice(params, hostParams, hostParams.byteSize(), stream);
-            List<LaunchTable.Launch> launches = LaunchTable.launches(shape, splits);
+            List<LaunchTable.Launch> launches = LaunchTable.launches(shape, splits, manifest);
             if (decode) {
                 LaunchTable.DecodeWorkspace workspace = LaunchTable.decodeWorkspace(shape, splits);
                 long partialO = alloc(4 * workspace.partialOFloats());
@@ -129,7 +133,7 @@ final class PtxCudaPlan extends AttentionPlan {
     }
 
     private Kernel kernel(LaunchTable.Launch launch, long... pointers) {
-        long function = cuda.function(launch.module(), launch.entry());
+        long function = cuda.function(launch.kernel());
         MemorySegment values = arena.allocate(JAVA_LONG, pointers.length);
         MemorySegment arguments = arena.allocate(ADDRESS, pointers.length);
         KernelArgs forDevice = new KernelArgs(arena, pointers.length);
@@ -149,7 +153,7 @@ final class PtxCudaPlan extends AttentionPlan {
         send(inputs[1], k);
         send(inputs[2], v);
         launchAll();
-        driver.copyToHost(o.data(), deviceO, 2 * shape().outputElements(), stream);
+        driver.copyToHost(o.data(), deviceO, o.data().byteSize(), stream);
         if (lse != null) {
             driver.copyToHost(hostLse, deviceLse, hostLse.byteSize(), stream);
         }

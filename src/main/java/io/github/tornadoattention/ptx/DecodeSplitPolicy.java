@@ -1,5 +1,8 @@
 package io.github.tornadoattention.ptx;
 
+import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.CacheAttentionSpec;
+
 /**
  * How split-KV decode (flash-decoding) divides each sequence's keys among blocks: the one policy of every
  * host (ptx-cuda's dense and cache plans, the TornadoVM cache graphs, the engine tasks, the library task) and of
@@ -20,6 +23,11 @@ package io.github.tornadoattention.ptx;
  * <li>{@link #forLengths}: the host picks both per call from the lengths of the sequences with queries
  *     (ptx-cuda's cache plan).</li>
  * </ul>
+ *
+ * <p>Splits share out the keys the queries can see, {@link #keySpan}: with a window that is its span, not the
+ * context (a 4096-key window at a 32K context splits ~4096 keys). The kernels cut the same span: the dense split
+ * pass from the visible span and num_splits, the cache split s from span_start + s * keysPerSplit, span_start per
+ * sequence.
  */
 public final class DecodeSplitPolicy {
     /** Keys per split come in multiples of this. */
@@ -33,6 +41,31 @@ public final class DecodeSplitPolicy {
 
     /** A split of the keys: {@code keysPerSplit} keys per block (a multiple of {@value #GRANULE}), {@code count} splits. */
     public record Splits(int keysPerSplit, int count) {
+    }
+
+    /**
+     * The keys that {@code queries} queries at the end of a sequence of {@code length} keys (positions
+     * length - queries .. length - 1) see together: from the first query's first visible key to the last query's
+     * last one ({@link AttentionShape#firstVisibleKey(long, int, int)}, {@link AttentionShape#lastVisibleKey(long,
+     * int, boolean, int)}). Without a window: {@code length}; with a left side w: min(length, w + queries).
+     */
+    public static int keySpan(int length, int queries, boolean causal, int windowLeft, int windowRight) {
+        if (length <= 0) {
+            return 0;
+        }
+        int first = AttentionShape.firstVisibleKey((long) length - Math.max(1, queries), length, windowLeft);
+        int last = AttentionShape.lastVisibleKey(length - 1L, length, causal, windowRight);
+        return Math.max(0, Math.min(length, last - first + 1));
+    }
+
+    /** The key span of a dense decode shape: its Sq queries over its Skv keys. */
+    public static int keySpan(AttentionShape shape) {
+        return keySpan(shape.kvLength(), shape.queryLength(), shape.causal(), shape.windowLeft(), shape.windowRight());
+    }
+
+    /** The key span of a cache sequence of {@code length} keys with {@code newTokens} queries, under {@code spec}'s window. */
+    public static int keySpan(CacheAttentionSpec spec, int length, int newTokens) {
+        return keySpan(length, newTokens, spec.causal(), spec.windowLeft(), spec.windowRight());
     }
 
     /**

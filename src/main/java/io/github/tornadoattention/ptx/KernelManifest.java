@@ -9,6 +9,8 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.EnumSet;
@@ -18,6 +20,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.stream.Collectors;
+import java.util.zip.GZIPInputStream;
 
 /**
  * The launch table of the hand-tuned kernels: {@code ptx-overrides/ptx/manifest.tsv}, which
@@ -30,6 +33,7 @@ import java.util.stream.Collectors;
  */
 public final class KernelManifest {
     private static final String RESOURCE_DIR = "/io/github/tornadoattention/ptx/";
+    private static final Source CLASS_PATH = new Source(null);
 
     /**
      * One entry. {@code headDim} 0: any head dim (append, merge). {@code causal}: "0", "1" or "any", the causal
@@ -69,15 +73,17 @@ public final class KernelManifest {
     }
 
     private static final class Shipped {
-        static final KernelManifest INSTANCE = parse(resource("manifest.tsv"));
+        static final KernelManifest INSTANCE = parse(resource("manifest.tsv"), CLASS_PATH);
     }
 
     private final List<Kernel> kernels;
+    private final Source source;
     /** Lookups done: hosts may select per call (the manifest never changes). */
     private final Map<KernelVariant, Kernel> selected = new ConcurrentHashMap<>();
 
-    private KernelManifest(List<Kernel> kernels) {
+    private KernelManifest(List<Kernel> kernels, Source source) {
         this.kernels = List.copyOf(kernels);
+        this.source = source;
     }
 
     /** The manifest in the jar. */
@@ -87,6 +93,10 @@ public final class KernelManifest {
 
     /** A manifest from its text: a header row of column names, then one tab-separated row per entry. */
     static KernelManifest parse(String text) {
+        return parse(text, CLASS_PATH);
+    }
+
+    private static KernelManifest parse(String text, Source source) {
         String[] lines = text.strip().split("\n");
         List<String> columns = Arrays.asList(lines[0].split("\t"));
         List<Kernel> kernels = new ArrayList<>();
@@ -102,7 +112,7 @@ public final class KernelManifest {
                     row.text("layout"), Feature.ofColumn(row.text("features")), row.number("header_bytes"), row.text("arch"),
                     row.number("br"), row.number("bc"), row.number("threads"), row.number("smem_dynamic")));
         }
-        return new KernelManifest(kernels);
+        return new KernelManifest(kernels, source);
     }
 
     private record Row(List<String> columns, String[] cells) {
@@ -124,7 +134,8 @@ public final class KernelManifest {
     }
 
     /**
-     * The one entry that serves {@code variant}. A variant no entry serves is refused naming the first field
+     * The entry that serves {@code variant}: an entry serves the features it lists and any subset of them, and of
+     * several that serve a variant the one with the fewest features runs. A variant no entry serves is refused naming the first field
      * that rules it out (dtype, headDim, layout, features, causal) and listing what the manifest serves for its
      * kind and ABI.
      */
@@ -135,14 +146,24 @@ public final class KernelManifest {
 
     private Kernel find(KernelVariant variant) {
         List<Kernel> found = kernels.stream().filter(k -> k.serves(variant)).toList();
-        if (found.size() > 1) {
-            throw new IllegalStateException("the kernel manifest has " + found.size() + " entries for " + variant + ": "
-                    + found.stream().map(Kernel::entry).toList());
-        }
         if (found.isEmpty()) {
             throw refusal(variant);
         }
-        return found.get(0);
+        // An entry serves any subset of its features: the one with the fewest runs, so a call without features
+        // keeps the plain kernel where a feature-capable one exists beside it.
+        int fewest = found.stream().mapToInt(k -> k.features().size()).min().orElseThrow();
+        List<Kernel> best = found.stream().filter(k -> k.features().size() == fewest).toList();
+        if (best.size() > 1) {
+            throw new IllegalStateException("the kernel manifest has " + best.size() + " entries for " + variant + ": "
+                    + best.stream().map(Kernel::entry).toList());
+        }
+        Kernel kernel = best.get(0);
+        if (variant.headerBytes() > 0 && kernel.dynamicSharedBytes() > 0) {
+            // TornadoVM launches prebuilt tasks with 0 bytes of dynamic shared memory.
+            throw new IllegalStateException("the kernel manifest's TornadoVM twin " + kernel.entry() + " for " + variant
+                    + " needs " + kernel.dynamicSharedBytes() + " bytes of dynamic shared memory; TornadoVM launches with none");
+        }
+        return kernel;
     }
 
     /** True when some entry serves {@code variant}. */
@@ -196,16 +217,74 @@ public final class KernelManifest {
                 .map(Kernel::headerBytes).distinct().sorted().toList();
     }
 
-    /** The text of a shipped PTX module (a class-path resource built from ptx-overrides/ptx). */
+    /**
+     * The text of a shipped PTX module (a class-path resource built from ptx-overrides/ptx): {@code <module>.gz}
+     * (gzip) where it ships compressed, else {@code <module>}.
+     */
     public static String ptx(String module) {
-        return resource(module);
+        return shipped().ptxText(module);
+    }
+
+    /** The text of PTX module {@code module} from where this manifest was read (class path or directory). */
+    public String ptxText(String module) {
+        if (!module.matches("[A-Za-z0-9_.-]+")) {
+            throw new IllegalArgumentException("not a PTX module name: " + module);
+        }
+        try (InputStream gz = source.open(module + ".gz")) {
+            if (gz != null) {
+                try (InputStream in = new GZIPInputStream(gz)) {
+                    return new String(in.readAllBytes(), StandardCharsets.US_ASCII);
+                }
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("reading " + module + ".gz", e);
+        }
+        try (InputStream in = source.open(module)) {
+            if (in == null) {
+                throw new IllegalStateException("no PTX module " + module + " (nor " + module + ".gz) in " + source);
+            }
+            return new String(in.readAllBytes(), StandardCharsets.US_ASCII);
+        } catch (IOException e) {
+            throw new UncheckedIOException("reading " + module, e);
+        }
+    }
+
+    /**
+     * The manifest {@code dir/manifest.tsv} whose PTX modules are files of {@code dir} (e.g. ptx-overrides/ptx in a
+     * checkout, or a test's hand-made table).
+     */
+    public static KernelManifest load(Path dir) {
+        Source source = new Source(dir);
+        try (InputStream in = source.open("manifest.tsv")) {
+            if (in == null) {
+                throw new IllegalStateException("no manifest.tsv in " + dir);
+            }
+            return parse(new String(in.readAllBytes(), StandardCharsets.US_ASCII), source);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** Where the manifest and its modules are read: a class-path folder ({@code dir} null) or a directory. */
+    private record Source(Path dir) {
+        InputStream open(String name) throws IOException {
+            if (dir == null) {
+                return KernelManifest.class.getResourceAsStream(RESOURCE_DIR + name);
+            }
+            Path file = dir.resolve(name);
+            return Files.isRegularFile(file) ? Files.newInputStream(file) : null;
+        }
+
+        @Override
+        public String toString() {
+            return dir == null ? "the class path (" + RESOURCE_DIR + ")" : dir.toString();
+        }
     }
 
     private static String resource(String name) {
-        String path = RESOURCE_DIR + name;
-        try (InputStream in = KernelManifest.class.getResourceAsStream(path)) {
+        try (InputStream in = CLASS_PATH.open(name)) {
             if (in == null) {
-                throw new IllegalStateException("missing class-path resource " + path);
+                throw new IllegalStateException("missing class-path resource " + RESOURCE_DIR + name);
             }
             return new String(in.readAllBytes(), StandardCharsets.US_ASCII);
         } catch (IOException e) {

@@ -57,9 +57,12 @@ public final class KernelParams {
     private KernelParams() {
     }
 
-    /** Params for {@code shape}; {@code splits} is the decode split count (0 for prefill). */
+    /**
+     * Params for {@code shape}; {@code splits} is the decode split count (0 for prefill). With sinks the block is
+     * {@code P_COUNT + heads} words long (the sinks follow the 32 words), else {@link #LENGTH}.
+     */
     public static int[] of(AttentionShape shape, int splits) {
-        int[] p = new int[LENGTH];
+        int[] p = new int[shape.hasSinks() ? P_COUNT + shape.heads() : LENGTH];
         p[P_B] = shape.batch();
         p[P_HQ] = shape.heads();
         p[P_HKV] = shape.kvHeads();
@@ -77,6 +80,7 @@ public final class KernelParams {
         putStrides(p, P_O_STRIDE, q); // O has Q's shape and layout
         p[P_NUM_SPLITS] = splits;
         p[P_SCALE] = Float.floatToRawIntBits(shape.scale());
+        putFeatures(p, shape);
         return p;
     }
 
@@ -87,12 +91,15 @@ public final class KernelParams {
      * it from the lengths at run time.
      */
     public static int[] forCache(CacheAttentionSpec spec, KvCacheSpec cache, boolean packed) {
+        // The features ride along: the kernels apply the window at each sequence's own position.
         AttentionShape shape = packed
                 ? new AttentionShape(1, spec.heads(), spec.kvHeads(), spec.maxTotalQueries(), cache.capacity(), spec.headDim(),
-                        spec.causal(), spec.scale(), Layout.BSHD)
+                        spec.causal(), spec.scale(), Layout.BSHD, spec.windowLeft(), spec.windowRight(), spec.softcap(),
+                        spec.sinks(), spec.dtype())
                 : new AttentionShape(spec.batch(), spec.heads(), spec.kvHeads(),
                         Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES), cache.capacity(),
-                        spec.headDim(), spec.causal(), spec.scale(), spec.layout());
+                        spec.headDim(), spec.causal(), spec.scale(), spec.layout(), spec.windowLeft(), spec.windowRight(),
+                        spec.softcap(), spec.sinks(), spec.dtype());
         int[] p = of(shape, 0);
         p[P_B] = spec.batch();
         TensorStrides kv = cache.strides();
@@ -101,6 +108,20 @@ public final class KernelParams {
         p[P_PAGE_SIZE] = cache.pageSize();
         p[P_PAGES_PER_SEQ] = cache.pagesPerSequence();
         return p;
+    }
+
+    /**
+     * Window sides (-1: unbounded), the softcap's float bits (0: off) and the sinks: a flag, then head h's logit
+     * bits at {@code P_COUNT + h} (the block must be that long).
+     */
+    private static void putFeatures(int[] p, AttentionShape shape) {
+        p[P_WINDOW_LEFT] = shape.windowLeft();
+        p[P_WINDOW_RIGHT] = shape.windowRight();
+        p[P_SOFTCAP] = shape.hasSoftcap() ? Float.floatToRawIntBits(shape.softcap()) : 0;
+        p[P_SINKS] = shape.hasSinks() ? 1 : 0;
+        for (int h = 0; h < shape.sinks().size(); h++) {
+            p[P_COUNT + h] = Float.floatToRawIntBits(shape.sinks().get(h));
+        }
     }
 
     /** Writes {@code s} (batch, head, row) at {@code at}, one of the {@code P_*_STRIDE} indices. */

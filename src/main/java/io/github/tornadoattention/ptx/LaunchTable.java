@@ -19,8 +19,6 @@ import java.util.Set;
  * and their combine step.
  */
 public final class LaunchTable {
-    /** The head dims the dense prefill kernels cover (fp16, CUDA driver). */
-    public static final List<Integer> HEAD_DIMS = KernelManifest.shipped().headDims(KernelVariant.of(Kind.PREFILL, DType.FP16, 0));
     /** Up to this many queries run the split-KV decode kernels (their row blocks pack G * Sq rows). */
     public static final int DECODE_MAX_QUERIES = 16;
     /** Grid y (prefill: B*Hq) and z (decode: B*Hkv) are limited to 65535 blocks. */
@@ -68,48 +66,54 @@ public final class LaunchTable {
     }
 
     /**
-     * Throws unless the hand-tuned kernels cover {@code shape}. Window, softcap and sinks are looked up in the
-     * manifest like any variant field; a feature no entry serves is refused by its own name (window, softcap,
-     * sinks), its value and the variants the manifest serves.
+     * Throws unless the shipped manifest serves {@code shape} ({@link #checkSupported(String, AttentionShape,
+     * KernelManifest)}).
      */
     public static void checkSupported(String backendId, AttentionShape shape) {
-        if (!HEAD_DIMS.contains(shape.headDim())) {
-            throw new InvalidArgumentException("headDim", shape.headDim(), backendId + " supports head dims " + HEAD_DIMS);
-        }
+        checkSupported(backendId, shape, KernelManifest.shipped());
+    }
+
+    /**
+     * Throws unless {@code manifest} has the entries {@code shape} runs: element type, head dim, causal flag and the
+     * features (window, softcap, sinks) are looked up like any variant field, all at once, so whatever the manifest
+     * serves is accepted. A refusal names the field that rules the shape out (a feature by its own name, with its
+     * value), the backend and what the manifest serves.
+     */
+    public static void checkSupported(String backendId, AttentionShape shape, KernelManifest manifest) {
         if ((long) shape.batch() * shape.heads() > MAX_GRID_YZ) {
             throw new InvalidArgumentException("batch*heads", (long) shape.batch() * shape.heads(),
                     backendId + " launches one block row per (batch, head): at most " + MAX_GRID_YZ);
         }
         Kind kind = isDecode(shape) ? Kind.DECODE_SPLIT : Kind.PREFILL;
-        try {
-            KernelManifest.shipped().select(variant(kind, shape));
-        } catch (InvalidArgumentException e) {
-            if (!e.argument().equals("dtype")) {
-                throw e;
-            }
-            throw new InvalidArgumentException("dtype", shape.dtype().label(), backendId + " has no " + shape.dtype().label()
-                    + " kernel yet (" + e.allowed() + "); cpu-reference serves it");
+        require(backendId, manifest, variant(kind, shape), shape.features(), shape::featureValue);
+        if (kind == Kind.DECODE_SPLIT) {
+            require(backendId, manifest, variant(Kind.DECODE_COMBINE, shape), shape.features(), shape::featureValue);
         }
-        requireFeatures(backendId, variant(kind, shape), shape.features(), shape::featureValue);
     }
 
     /**
-     * Looks each of {@code features} ("window", "softcap", "sinks") up in the manifest as {@code variant} with that
-     * feature, dense or cache; one no entry serves is refused by its own name, its value ({@code value}) and the
-     * variants the manifest serves. Other mismatches of {@code variant} are thrown as the manifest names them.
+     * The entry of {@code manifest} for {@code variant} with {@code features} (names: "window", "softcap", "sinks"),
+     * as {@link KernelManifest#select} finds it; a refusal is rethrown naming {@code backendId}: a feature no entry
+     * serves by its own name and value ({@code value}), any other field as the manifest names it.
      */
-    public static void requireFeatures(String backendId, KernelVariant variant, List<String> features,
-                                       java.util.function.UnaryOperator<String> value) {
-        for (String feature : features) {
-            try {
-                KernelManifest.shipped().select(variant.features(Set.of(feature(feature))));
-            } catch (InvalidArgumentException e) {
-                if (!e.argument().equals("features")) {
-                    throw e;
+    public static Kernel require(String backendId, KernelManifest manifest, KernelVariant variant, List<String> features,
+                                 java.util.function.UnaryOperator<String> value) {
+        try {
+            return manifest.select(variant.features(features(features)));
+        } catch (InvalidArgumentException e) {
+            if (e.argument().equals("features")) {
+                // Name the first feature that no entry with the rest of the variant serves.
+                for (String feature : features) {
+                    if (!manifest.serves(variant.features(Set.of(feature(feature))))) {
+                        throw new InvalidArgumentException(feature, value.apply(feature), backendId + " has no kernel with "
+                                + feature + " (" + e.allowed() + "); cpu-reference serves it");
+                    }
                 }
-                throw new InvalidArgumentException(feature, value.apply(feature), backendId + " has no kernel with "
-                        + feature + " (" + e.allowed() + "); cpu-reference serves it");
+                throw new InvalidArgumentException(String.join("+", features), features.stream().map(value).toList(),
+                        backendId + " has no kernel with these features together (" + e.allowed() + "); cpu-reference serves them");
             }
+            throw new InvalidArgumentException(e.argument(), e.value(), backendId + " serves what its kernel manifest lists ("
+                    + e.allowed() + "); cpu-reference serves every " + e.argument());
         }
     }
 
@@ -136,26 +140,41 @@ public final class LaunchTable {
         return shape.queryLength() <= DECODE_MAX_QUERIES;
     }
 
-    /** Decode splits of this shape ({@link DecodeSplitPolicy#gridSplits}: the grid is fixed by the shape). */
+    /**
+     * Decode splits of this shape ({@link DecodeSplitPolicy#gridSplits}: the grid is fixed by the shape), over the
+     * keys the queries can see ({@link DecodeSplitPolicy#keySpan}): with a window, its span, not the whole context.
+     */
     public static int decodeSplits(AttentionShape shape, int multiprocessors) {
-        long blocks = (long) shape.batch() * shape.kvHeads() * packedRowBlocks(shape, kernel(Kind.DECODE_SPLIT, shape));
-        return DecodeSplitPolicy.gridSplits(shape.kvLength(), blocks, multiprocessors);
+        return decodeSplits(shape, multiprocessors, KernelManifest.shipped());
+    }
+
+    public static int decodeSplits(AttentionShape shape, int multiprocessors, KernelManifest manifest) {
+        long blocks = (long) shape.batch() * shape.kvHeads() * packedRowBlocks(shape, kernel(manifest, Kind.DECODE_SPLIT, shape));
+        return DecodeSplitPolicy.gridSplits(DecodeSplitPolicy.keySpan(shape), blocks, multiprocessors);
     }
 
     /** The launches for {@code shape}, in order: prefill, or for decode shapes the split pass then the combine pass. */
     public static List<Launch> launches(AttentionShape shape, int splits) {
+        return launches(shape, splits, KernelManifest.shipped());
+    }
+
+    public static List<Launch> launches(AttentionShape shape, int splits, KernelManifest manifest) {
         if (isDecode(shape)) {
-            Kernel combine = kernel(Kind.DECODE_COMBINE, shape);
+            Kernel combine = kernel(manifest, Kind.DECODE_COMBINE, shape);
             long rows = DecodeWorkspace.of(shape, splits).rows();
-            return List.of(decodeSplitLaunch(shape, splits),
+            return List.of(decodeSplitLaunch(shape, splits, manifest),
                     new Launch(combine, Math.toIntExact(Math.ceilDiv(rows, combine.rowsPerBlock())), 1, 1));
         }
-        return List.of(prefillLaunch(shape));
+        return List.of(prefillLaunch(shape, manifest));
     }
 
     /** The prefill kernel's launch; it is correct for any Sq (decode shapes included), if slower there. */
     public static Launch prefillLaunch(AttentionShape shape) {
-        Kernel k = kernel(Kind.PREFILL, shape);
+        return prefillLaunch(shape, KernelManifest.shipped());
+    }
+
+    public static Launch prefillLaunch(AttentionShape shape, KernelManifest manifest) {
+        Kernel k = kernel(manifest, Kind.PREFILL, shape);
         return new Launch(k, Math.ceilDiv(shape.queryLength(), k.rowsPerBlock()),
                 shape.batch() * shape.heads(), 1);
     }
@@ -165,7 +184,11 @@ public final class LaunchTable {
      * batch x KV head), so K and V are read once per KV head.
      */
     public static Launch decodeSplitLaunch(AttentionShape shape, int splits) {
-        Kernel k = kernel(Kind.DECODE_SPLIT, shape);
+        return decodeSplitLaunch(shape, splits, KernelManifest.shipped());
+    }
+
+    public static Launch decodeSplitLaunch(AttentionShape shape, int splits, KernelManifest manifest) {
+        Kernel k = kernel(manifest, Kind.DECODE_SPLIT, shape);
         return new Launch(k, splits, packedRowBlocks(shape, k), shape.batch() * shape.kvHeads());
     }
 
@@ -173,9 +196,9 @@ public final class LaunchTable {
         return DecodeWorkspace.of(shape, splits);
     }
 
-    /** The CUDA-driver entry of {@code kind} for a dense call of this shape (its dtype a variant field). */
-    private static Kernel kernel(Kind kind, AttentionShape shape) {
-        return KernelManifest.shipped().select(variant(kind, shape).features(features(shape)));
+    /** The CUDA-driver entry of {@code kind} for a dense call of this shape (dtype, head dim, features: variant fields). */
+    private static Kernel kernel(KernelManifest manifest, Kind kind, AttentionShape shape) {
+        return manifest.select(variant(kind, shape).features(features(shape)));
     }
 
     private static KernelVariant variant(Kind kind, AttentionShape shape) {

@@ -45,9 +45,10 @@ class CacheLaunchTest {
 
     @Test
     void aHeadDimOrDtypeTheManifestLacksIsRefusedWithWhatIsServed() {
-        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(8).kvHeads(2).headDim(96)
+        // No kernel table has head dim 40.
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(8).kvHeads(2).headDim(40)
                 .maxQueryLength(1).maxTotalQueries(8).maxLength(256).build();
-        KernelVariant v = CudaCachePlan.variant(spec, KvCacheSpec.contiguous(2, 2, 256, 96)).kind(Kind.CACHE_DECODE_SPLIT);
+        KernelVariant v = CudaCachePlan.variant(spec, KvCacheSpec.contiguous(2, 2, 256, 40)).kind(Kind.CACHE_DECODE_SPLIT);
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> KernelManifest.shipped().select(v));
         assertEquals("headDim", e.argument());
         assertTrue(e.getMessage().contains("fp16 D=64 contiguous cache") && e.getMessage().contains("fp16 D=128"), e.getMessage());
@@ -74,17 +75,29 @@ class CacheLaunchTest {
     }
 
     @Test
-    void windowSoftcapAndSinksAreRefusedByNameThroughTheManifest() {
+    void windowSoftcapAndSinksAreAcceptedWhereTheManifestServesThemElseRefusedByName() {
         CacheAttentionSpec plain = CacheAttentionSpec.builder().batch(2).heads(4).kvHeads(2).headDim(64).maxQueryLength(1)
                 .maxLength(256).causal(true).build();
+        KernelManifest shipped = KernelManifest.shipped();
         for (KvCacheSpec cache : new KvCacheSpec[] {KvCacheSpec.contiguous(2, 2, 256, 64), KvCacheSpec.paged(2, 2, 256, 64, 16)}) {
-            CudaCachePlan.checkFeatures("ptx-cuda", plain, cache);
+            for (Kind kind : new Kind[] {Kind.CACHE_DECODE_SPLIT, Kind.CACHE_PREFILL}) {
+                CudaCachePlan.select("ptx-cuda", shipped, kind, plain, cache);
+            }
             for (CacheAttentionSpec spec : new CacheAttentionSpec[] {plain.toBuilder().window(128, -1).build(),
                     plain.toBuilder().softcap(50f).build(), plain.toBuilder().sinks(new float[] {1, 2, 3, 4}).build(),
                     plain.toBuilder().window(8, 0).softcap(50f).build()}) {
-                String feature = spec.features().get(0);
+                KernelVariant wanted = CudaCachePlan.variant(spec, cache).kind(Kind.CACHE_DECODE_SPLIT)
+                        .features(io.github.tornadoattention.ptx.LaunchTable.features(spec.features()));
+                if (shipped.serves(wanted)) {
+                    assertEquals(shipped.select(wanted),
+                            CudaCachePlan.select("ptx-cuda", shipped, Kind.CACHE_DECODE_SPLIT, spec, cache));
+                    continue;
+                }
+                String feature = spec.features().stream()
+                        .filter(f -> !shipped.serves(wanted.features(java.util.Set.of(KernelVariant.Feature.valueOf(f.toUpperCase())))))
+                        .findFirst().orElseThrow();
                 InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
-                        () -> CudaCachePlan.checkFeatures("ptx-cuda", spec, cache));
+                        () -> CudaCachePlan.select("ptx-cuda", shipped, Kind.CACHE_DECODE_SPLIT, spec, cache));
                 assertEquals(feature, e.argument(), e.getMessage());
                 assertEquals(spec.featureValue(feature), e.value());
                 assertTrue(e.allowed().startsWith("ptx-cuda has no kernel with " + feature), e.getMessage());

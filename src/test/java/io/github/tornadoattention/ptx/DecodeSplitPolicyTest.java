@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.ptx.DecodeSplitPolicy.Splits;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -59,6 +60,24 @@ class DecodeSplitPolicyTest {
         assertEquals(DecodeSplitPolicy.gridSplits(32768, 8 * 8, 132), LaunchTable.decodeSplits(decode, 132));
     }
 
+    @Test
+    void aWindowedDecodeSplitsTheWindowsSpanNotTheContext() {
+        AttentionShape windowed = AttentionShape.builder().batch(1).heads(8).kvHeads(8).queryLength(1).kvLength(32768)
+                .headDim(128).causal(true).window(4095, 0).build();
+        assertEquals(4096, DecodeSplitPolicy.keySpan(windowed));
+        // 4096 keys in granules of 256: 16 splits, not the 32K context's 128 (LaunchTable's use: FakeDriverHostTest).
+        assertEquals(16, DecodeSplitPolicy.gridSplits(DecodeSplitPolicy.keySpan(windowed), 8, 132));
+        // Four packed queries widen the span by three keys; no window: the whole context; a short context clamps it.
+        assertEquals(4099, DecodeSplitPolicy.keySpan(32768, 4, true, 4095, 0));
+        assertEquals(32768, DecodeSplitPolicy.keySpan(32768, 4, true, -1, -1));
+        assertEquals(100, DecodeSplitPolicy.keySpan(100, 1, false, 4095, 7));
+        assertEquals(0, DecodeSplitPolicy.keySpan(0, 1, true, 10, 0));
+        // A cache sequence: its own length and new tokens under the spec's window.
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(8).kvHeads(2).headDim(128).maxQueryLength(2)
+                .maxLength(65536).window(1023, 0).build();
+        assertEquals(1025, DecodeSplitPolicy.keySpan(spec, 50000, 2));
+    }
+
     /**
      * The GPU harness runs the same policy (ptx-overrides/harness/split_policy.py): the same splits for every
      * input of a grid of them. Skipped, saying so, where python3 is missing.
@@ -98,6 +117,13 @@ class DecodeSplitPolicyTest {
             Splits s = DecodeSplitPolicy.forLengths(granules, maxLength, perGranule, sms, capacity);
             calls.add("for_lengths " + lens + " " + news + " " + perGranule + " " + sms + " " + capacity);
             expected.add(s.keysPerSplit() + " " + s.count());
+            int length = random.nextInt(capacity + 1);
+            int queries = 1 + random.nextInt(16);
+            boolean causal = random.nextBoolean();
+            int left = random.nextInt(4) == 0 ? -1 : random.nextInt(capacity + 1);
+            int right = random.nextInt(3) == 0 ? -1 : random.nextInt(64);
+            calls.add("key_span " + length + " " + queries + " " + (causal ? 1 : 0) + " " + left + " " + right);
+            expected.add(String.valueOf(DecodeSplitPolicy.keySpan(length, queries, causal, left, right)));
             int splits = 1 + random.nextInt(128);
             calls.add("derived_keys_per_split " + maxLength + " " + splits + " 64");
             expected.add(String.valueOf(DecodeSplitPolicy.derivedKeysPerSplit(maxLength, splits, 64)));

@@ -69,4 +69,46 @@ class KernelParamsTest {
         assertEquals(s.scale(), Float.intBitsToFloat(p[KernelParams.P_SCALE]));
         assertEquals(s.scale() * 1.4426950408889634, Float.intBitsToFloat(p[KernelParams.P_SCALE_LOG2]), 1e-6);
     }
+
+    @Test
+    void withoutFeaturesTheFeatureWordsSayOff() {
+        int[] p = KernelParams.of(AttentionShape.builder().heads(4).queryLength(3).kvLength(9).build(), 0);
+        assertEquals(java.util.List.of(-1, -1, 0, 0), java.util.List.of(p[KernelParams.P_WINDOW_LEFT],
+                p[KernelParams.P_WINDOW_RIGHT], p[KernelParams.P_SOFTCAP], p[KernelParams.P_SINKS]));
+    }
+
+    @Test
+    void windowSoftcapAndSinksFillTheirWordsAndSinksFollowTheBlock() {
+        float[] sinks = {0.5f, -1.25f, 3f, 0f};
+        AttentionShape s = AttentionShape.builder().heads(4).kvHeads(2).queryLength(1).kvLength(4096).headDim(64)
+                .causal(true).window(127, 0).softcap(30f).sinks(sinks).dtype(io.github.tornadoattention.DType.BF16).build();
+        int[] p = KernelParams.of(s, 3);
+        assertEquals(KernelParams.P_COUNT + 4, p.length);
+        assertEquals(127, p[KernelParams.P_WINDOW_LEFT]);
+        assertEquals(0, p[KernelParams.P_WINDOW_RIGHT]);
+        assertEquals(30f, Float.intBitsToFloat(p[KernelParams.P_SOFTCAP]));
+        assertEquals(1, p[KernelParams.P_SINKS]);
+        for (int h = 0; h < 4; h++) {
+            assertEquals(sinks[h], Float.intBitsToFloat(p[KernelParams.P_COUNT + h]));
+        }
+        for (int i = KernelParams.P_SINKS + 1; i < KernelParams.P_COUNT; i++) {
+            assertEquals(0, p[i], "reserved word " + i);
+        }
+    }
+
+    @Test
+    void cacheParamsCarryTheSpecsFeaturesForDenseAndPackedCalls() {
+        io.github.tornadoattention.CacheAttentionSpec spec = io.github.tornadoattention.CacheAttentionSpec.builder()
+                .batch(2).heads(4).kvHeads(2).headDim(64).maxQueryLength(2).maxTotalQueries(64).maxLength(1024)
+                .window(31, -1).softcap(50f).sinks(new float[] {1, 2, 3, 4}).build();
+        io.github.tornadoattention.KvCacheSpec cache = io.github.tornadoattention.KvCacheSpec.paged(2, 2, 1024, 64, 16);
+        for (boolean packed : new boolean[] {false, true}) {
+            int[] p = KernelParams.forCache(spec, cache, packed);
+            assertEquals(KernelParams.P_COUNT + 4, p.length);
+            assertEquals(java.util.List.of(31, -1, Float.floatToRawIntBits(50f), 1), java.util.List.of(p[KernelParams.P_WINDOW_LEFT],
+                    p[KernelParams.P_WINDOW_RIGHT], p[KernelParams.P_SOFTCAP], p[KernelParams.P_SINKS]));
+            assertEquals(4f, Float.intBitsToFloat(p[KernelParams.P_COUNT + 3]));
+            assertEquals(16, p[KernelParams.P_PAGE_SIZE]);
+        }
+    }
 }

@@ -17,11 +17,12 @@ class LaunchTableTest {
 
     @Test
     void unsupportedHeadDimsAndGridsAreRejectedByName() {
-        assertEquals(List.of(64, 128), LaunchTable.HEAD_DIMS);
+        // A head dim the shipped manifest lacks (none has 40) is refused naming what it serves.
         InvalidArgumentException d = assertThrows(InvalidArgumentException.class,
-                () -> Backends.get(Backends.PTX_CUDA).checkSupported(shape().headDim(96).build()));
+                () -> Backends.get(Backends.PTX_CUDA).checkSupported(shape().headDim(40).build()));
         assertEquals("headDim", d.argument());
-        assertTrue(d.allowed().contains("[64, 128]"), d.allowed());
+        assertTrue(d.allowed().contains("fp16 D=64") && d.allowed().contains("fp16 D=128"), d.allowed());
+        assertTrue(d.allowed().startsWith("ptx-cuda serves what its kernel manifest lists"), d.allowed());
         InvalidArgumentException grid = assertThrows(InvalidArgumentException.class,
                 () -> LaunchTable.checkSupported("ptx-cuda", shape().batch(65536).heads(1).kvHeads(1).queryLength(1).build()));
         assertEquals("batch*heads", grid.argument());

@@ -1,6 +1,7 @@
 package io.github.tornadoattention.tornado.prebuilt;
 
 import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.PtxEntries;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Files;
@@ -17,7 +18,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /**
  * Adds a shipped PTX entry to a task graph as a TornadoVM prebuilt task (the one place that does). TornadoVM
  * loads a prebuilt task's PTX from a file when the execution plan compiles, which for a task in an engine's own
- * graph happens whenever the engine decides; so the adapted PTX ({@link PrebuiltPtx}, one file per kernel name) is
+ * graph happens whenever the engine decides; so the adapted PTX ({@link PtxEntries#adapt}, one file per kernel name) is
  * written to a directory of this JVM that is removed at exit. TornadoVM 5.2.0 runs a prebuilt task correctly only
  * as the first (and only prebuilt) task of its graph: see tornado-kernels/README.md, "Known problems".
  */
@@ -46,7 +47,7 @@ public final class PrebuiltTasks {
             types.add(array.getClass());
         }
         String kernelName = PrebuiltPtx.mangledName(graphName, task, kernel.entry(), types);
-        Path file = write(kernelName, PrebuiltPtx.adapt(KernelManifest.ptx(kernel.module()), kernel.entry(), kernelName));
+        Path file = write(kernelName, PtxEntries.adapt(KernelManifest.ptx(kernel.module()), kernel.entry(), kernelName));
         graph.prebuiltTask(task, kernel.entry(), file.toString(), accessors);
         WorkerGrid3D grid = new WorkerGrid3D(gridX * kernel.threads(), gridY, gridZ);
         grid.setLocalWork(kernel.threads(), 1, 1);

@@ -5,6 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import io.github.tornadoattention.ptx.LaunchTable;
 import io.github.tornadoattention.ptx.LaunchTable.Launch;
 import java.util.List;
@@ -16,7 +20,7 @@ class PrebuiltLaunchesTest {
     @Test
     void prefillRunsTheTwinOfTheLaunchTablesKernelOnItsGrid() {
         assertEquals(List.of(16, 128), PrebuiltLaunches.headerBytes());
-        for (int d : LaunchTable.HEAD_DIMS) {
+        for (int d : KernelManifest.shipped().headDims(KernelVariant.of(Kind.PREFILL, DType.FP16, 0))) {
             for (boolean causal : List.of(false, true)) {
                 AttentionShape s = SHAPE.headDim(d).causal(causal).build();
                 Launch driver = LaunchTable.prefillLaunch(s);
@@ -44,7 +48,7 @@ class PrebuiltLaunchesTest {
         assertEquals("flash_decode_fused_d64_n64s2_tornado_h128", fused.entry());
         assertEquals(List.of(5, 2, 3 * 2, 32), List.of(fused.gridX(), fused.gridY(), fused.gridZ(), fused.threads()));
         assertEquals(2 * 3 * 2, PrebuiltLaunches.tickets(fused));
-        for (int d : LaunchTable.HEAD_DIMS) {
+        for (int d : KernelManifest.shipped().headDims(KernelVariant.of(Kind.PREFILL, DType.FP16, 0))) {
             for (int header : PrebuiltLaunches.headerBytes()) {
                 AttentionShape s = decode.toBuilder().headDim(d).causal(true).build();
                 Launch twin = PrebuiltLaunches.fusedDecode(s, 3, header);
