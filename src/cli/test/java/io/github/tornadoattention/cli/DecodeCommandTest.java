@@ -109,6 +109,23 @@ class DecodeCommandTest {
         assertTrue(r.err().contains(argument) && r.err().contains(says), r.err());
     }
 
+    /** bf16 KV caches: decode and prefill keep every tensor in bf16 and --check holds them to the bf16 bound. */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "decode --batch 2 --heads 4 --kv-heads 2 --dim 96 --context 50 --page-size 16 --steps 2 --warmup 1",
+        "prefill --heads 4 --kv-heads 2 --dim 32 --lengths 3,40 --iters 1",
+    })
+    void bf16CachesDecodeAndPrefillAgainstTheOracle(String commandLine) throws Exception {
+        java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(commandLine.trim().split("\\s+")));
+        args.addAll(java.util.List.of("--dtype", "bf16", "--backend", "cpu-reference", "--check", "--json", "--seed", "8"));
+        Result r = run(args.toArray(String[]::new));
+        assertEquals(0, r.exit(), r.err() + r.out());
+        String[] lines = r.out().strip().split("\n");
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals("bf16", json.get("dtype"));
+        assertEquals(Boolean.TRUE, json.get("check_passed"), r.out());
+    }
+
     @Test
     void raggedLengthsSpreadFromASixteenthToTheContext() {
         int[] lengths = DecodeCommand.lengths(8, 4096, true, 3);

@@ -224,7 +224,6 @@ class MainTest {
         "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --softcap 0 | --softcap = 0: must be a finite number > 0",
         "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --window 1,2,3      | --window = 1,2,3: must be LEFT or LEFT,RIGHT",
         "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --softcap NaN       | --softcap = NaN: must be a finite number > 0",
-        "decode --batch 2 --heads 4 --dim 64 --context 16 --backend cpu-reference --dtype bf16 | --dtype = bf16: decode and prefill run fp16 only for now",
     })
     void badInputGetsOneLineAndExitCode2(String commandLine, String expected) {
         Result r = run(commandLine.trim().split("\\s+"));
