@@ -7,8 +7,8 @@
 #
 # 1. correctness: the kernel harness (every entry, new head dims, bf16, features) and the Java suite (selftest: every
 #    head dim, both types, the features, 50 random shapes) on each backend, and the inference scenarios;
-# 2. prefill: kernel time per head dim at (4,16,2048,D) and (16,8,512,D), causal and not, fp16 and bf16, on ptx-cuda
-#    and ptx-tornado (the harness times ptx-cuda's entries beside SDPA FLASH on the same shapes);
+# 2. prefill: the harness times ptx-cuda's entries beside SDPA FLASH at (4,16,2048,D) and (16,8,512,D), causal and not,
+#    fp16 and bf16; the Java API times ptx-tornado beside ptx-cuda and bf16 beside fp16 at (4,16,2048,D);
 # 3. features: window 4095 at a 32K context against a 4K context without a window (decode token, prefill of a
 #    4096-query chunk), softcap 50 + sinks against the same run without them;
 # 4. models: Gemma-2-shaped (D=256, GQA 8:4, window 4096 on alternating layers, softcap 50) and Phi-3-shaped (D=96)
@@ -63,18 +63,16 @@ if want prefill; then
   echo "== prefill kernel time per head dim (ptx-cuda vs SDPA: the harness; ptx-tornado vs ptx-cuda: the Java API)"
   (cd ptx-overrides/harness && python3 check_and_time.py --no-check --seed "$SEED") > "$OUT/harness-time.log" 2>&1 || fail=1
   cp ptx-overrides/harness/out/*.json "$OUT/" 2>/dev/null
+  # Through the Java API (one JVM per run): ptx-tornado beside ptx-cuda, and ptx-cuda bf16 beside fp16, at (4,16,2048,D).
   for d in $HEAD_DIMS; do
-    for shape in "--batch 4 --heads 16 --seq 2048" "--batch 16 --heads 8 --seq 512"; do
-      for causal in "" "--causal"; do
-        for dt in fp16 bf16; do
-          for b in ptx-cuda ptx-tornado; do
-            run=cuda; [ "$b" = ptx-tornado ] && run=ta
-            log="$OUT/prefill-$b-$d-$dt-$(echo "$shape$causal" | tr -d ' -').log"
-            $run run $shape --dim "$d" $causal --dtype "$dt" --backend "$b" --warmup 10 --iters 30 --seed "$SEED" --json \
-              > "$log" 2>&1 && record "prefill $b D=$d $dt $shape$causal" "$log" \
-              || echo "[$b D=$d $dt $shape$causal] $(grep -m1 -i "error\|refus" "$log")"
-          done
-        done
+    for causal in "" "--causal"; do
+      for run in "ptx-cuda fp16" "ptx-cuda bf16" "ptx-tornado fp16"; do
+        set -- $run; b=$1; dt=$2
+        launch=cuda; [ "$b" = ptx-tornado ] && launch=ta
+        log="$OUT/prefill-$b-$d-$dt$causal.log"
+        $launch run --batch 4 --heads 16 --seq 2048 --dim "$d" $causal --dtype "$dt" --backend "$b" --warmup 10 --iters 30 \
+          --seed "$SEED" --json > "$log" 2>&1 && record "prefill $b D=$d $dt$causal" "$log" \
+          || echo "[$b D=$d $dt$causal] $(grep -m1 -i "error\|refus\|not served" "$log")"
       done
     done
   done
