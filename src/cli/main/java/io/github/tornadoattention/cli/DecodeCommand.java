@@ -84,6 +84,11 @@ final class DecodeCommand implements Callable<Integer> {
     @Mixin
     FeatureOptions features = new FeatureOptions();
 
+    @Option(names = "--window-layers", paramLabel = "PATTERN", description = "with --window: which layers are windowed, a"
+            + " pattern of L (windowed) and G (global) repeated over the layers, e.g. LG (Gemma 2: alternating, first local)"
+            + " or LLLLLG (Gemma 3); each layer type gets its own plan (default: every layer windowed)")
+    String windowLayers;
+
     @Option(names = "--check", description = "check sampled steps' outputs against the CPU reference; exit 1 if out of tolerance")
     boolean check;
 
@@ -110,6 +115,12 @@ final class DecodeCommand implements Callable<Integer> {
         }
         int hkv = kvHeads == null ? heads : kvHeads;
         features.validate();
+        if (windowLayers != null) {
+            if (features.window == null) {
+                throw new InvalidArgumentException("--window-layers", windowLayers, "needs --window (it says which layers the window applies to)");
+            }
+            DecodeLoop.windowPattern("--window-layers", windowLayers, layers, true); // the pattern's own errors, before any work
+        }
         AttentionDevice device = Attention.device(backend, PlanOptions.builder().profile(profile).cudaGraph(cudaGraph).lanes(lanes)
                 .build());
         long inputSeed = seed != null ? seed : System.nanoTime();
@@ -125,7 +136,7 @@ final class DecodeCommand implements Callable<Integer> {
         PrintWriter out = spec.commandLine().getOut();
         long plansBefore = Attention.plansCreated();
         try (DecodeLoop loop = new DecodeLoop(device, batch, heads, hkv, dim, layers, capacity, pageSize, lengths, inputSeed,
-                b -> features.apply(b, heads, inputSeed))) {
+                b -> features.apply(b, heads, inputSeed), windowLayers)) {
             for (int i = 0; i < warmup; i++) {
                 loop.step();
             }
@@ -154,8 +165,9 @@ final class DecodeCommand implements Callable<Integer> {
                     hkv, dim, layers, ragged ? "ragged " + min(lengths) + ".." + max(lengths) : String.valueOf(context),
                     pageSize == 0 ? "contiguous" : "paged (" + pageSize + " tokens per page)", inputSeed);
             if (!loop.spec().features().isEmpty()) {
-                out.printf("features    %s%n", String.join(", ", loop.spec().features().stream()
-                        .map(f -> f + " " + loop.spec().featureValue(f)).toList()));
+                out.printf("features    %s%s%n", String.join(", ", loop.spec().features().stream()
+                        .map(f -> f + " " + loop.spec().featureValue(f)).toList()),
+                        windowLayers == null ? "" : " (window on layers " + windowLayers + " repeated; " + loop.plans() + " plans)");
             }
             out.printf("step        median %.4g ms (95%% CI %.4g..%.4g)  [whole token through the Java API: %d x"
                     + " (append + attention), one synchronisation]%n", step.medianMillis(), step.lowMillis(),
@@ -181,6 +193,9 @@ final class DecodeCommand implements Callable<Integer> {
             result.put("lengths", lengths);
             result.put("page_size", pageSize);
             result.putAll(FeatureOptions.json(loop.spec()));
+            if (windowLayers != null) {
+                result.put("window_layers", windowLayers);
+            }
             result.put("steps", steps);
             result.put("cuda_graph", cudaGraph);
             result.put("lanes", lanes);
@@ -241,6 +256,9 @@ final class DecodeCommand implements Callable<Integer> {
         }
         s.append(" --layers ").append(layers).append(" --steps ").append(steps).append(" --warmup ").append(warmup);
         features.typed(s);
+        if (windowLayers != null) {
+            s.append(" --window-layers ").append(windowLayers);
+        }
         return check ? s.append(" --check").toString() : s.toString();
     }
 

@@ -11,15 +11,15 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code --dtype}, {@code --window}, {@code --softcap} and {@code --sinks}: the element type and the optional score
- * features, for run, selftest, decode and prefill (decode and prefill: fp16 only for now).
+ * features, for run, selftest, decode and prefill (decode and prefill: the KV caches' type too).
  */
 final class FeatureOptions {
     /** Mixed into the seed of the sink logits, so they are not the first draws of the inputs' stream. */
     private static final long SINK_SEED = 0x51A5_0F_5EEDL;
 
-    @Option(names = "--dtype", paramLabel = "fp16|bf16", defaultValue = "fp16",
-            description = "element type of Q, K, V and O (default: ${DEFAULT-VALUE}); bf16 runs on cpu-reference only for now")
-    String dtype = "fp16";
+    @Option(names = "--dtype", paramLabel = "fp16|bf16",
+            description = "element type of Q, K, V and O (and of the KV caches); default fp16 (selftest: each case's own)")
+    String dtype;
 
     @Option(names = "--window", paramLabel = "LEFT[,RIGHT]",
             description = "sliding window (FlashAttention's window_size): query i sees keys i+Skv-Sq-LEFT..i+Skv-Sq+RIGHT;"
@@ -36,7 +36,7 @@ final class FeatureOptions {
 
     /** {@code shape} with the features given; the sink logits are drawn from {@code seed}. */
     AttentionShape apply(AttentionShape shape, long seed) {
-        DType type = dtype(dtype);
+        DType type = dtype == null ? shape.dtype() : dtype(dtype);
         if (window == null && softcap == null && !sinks && type == shape.dtype()) {
             return shape;
         }
@@ -56,8 +56,8 @@ final class FeatureOptions {
 
     /** The cache spec builder {@code b} (of {@code heads} query heads) with the features given, as {@link #apply}. */
     CacheAttentionSpec.Builder apply(CacheAttentionSpec.Builder b, int heads, long seed) {
-        if (!dtype.equalsIgnoreCase("fp16")) {
-            throw new InvalidArgumentException("--dtype", dtype, "decode and prefill run fp16 only for now (bf16 KV caches are planned)");
+        if (dtype != null) {
+            b.dtype(dtype(dtype));
         }
         if (window != null) {
             int[] w = window(window);
@@ -84,6 +84,7 @@ final class FeatureOptions {
     /** The features set on a cache spec, for a JSON line, as {@link #json(AttentionShape)}. */
     static Map<String, Object> json(CacheAttentionSpec spec) {
         Map<String, Object> m = new LinkedHashMap<>();
+        m.put("dtype", spec.dtype().label());
         if (spec.hasWindow()) {
             m.put("window", java.util.List.of(spec.windowLeft(), spec.windowRight()));
         }
@@ -109,7 +110,9 @@ final class FeatureOptions {
 
     /** Checks the typed values before any work (the shape checks them again). */
     void validate() {
-        dtype(dtype);
+        if (dtype != null) {
+            dtype(dtype);
+        }
         if (window != null) {
             window(window);
         }
@@ -137,7 +140,9 @@ final class FeatureOptions {
     /** The features as typed, for selftest's JSON line: window [left, right], softcap, sinks true. */
     Map<String, Object> typedJson() {
         Map<String, Object> m = new LinkedHashMap<>();
-        m.put("dtype", dtype(dtype).label());
+        if (dtype != null) {
+            m.put("dtype", dtype(dtype).label());
+        }
         if (window != null) {
             int[] w = window(window);
             m.put("window", java.util.List.of(w[0], w[1]));

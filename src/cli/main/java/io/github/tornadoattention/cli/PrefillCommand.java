@@ -103,21 +103,22 @@ final class PrefillCommand implements Callable<Integer> {
         Limits.Work.prefill(prompts, heads, hkv, dim, pageSize, calls, check, onCpu).check(typedOptions(), force);
         long inputSeed = seed != null ? seed : System.nanoTime();
         Random random = new Random(inputSeed);
-        KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, hkv, longest, dim)
-                : KvCacheSpec.paged(batch, hkv, longest, dim, pageSize);
         CacheAttentionSpec attention = features.apply(CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(hkv)
                 .headDim(dim).maxQueryLength(longest).maxTotalQueries(Math.max(1, total)).maxLength(longest).causal(true),
                 heads, inputSeed).build();
+        DType dtype = attention.dtype();
+        KvCacheSpec cacheSpec = (pageSize == 0 ? KvCacheSpec.contiguous(batch, hkv, longest, dim)
+                : KvCacheSpec.paged(batch, hkv, longest, dim, pageSize)).withDtype(dtype);
         PrintWriter out = spec.commandLine().getOut();
-        KvCacheModel model = new KvCacheModel(batch, hkv, dim);
-        float[] q = KvCacheModel.randomFp16(random, (int) attention.packedQueryElements());
+        KvCacheModel model = new KvCacheModel(batch, hkv, dim, dtype);
+        float[] q = KvCacheModel.random(dtype, random, (int) attention.packedQueryElements());
         try (KvCache cache = device.kvCache(cacheSpec); CacheAttentionPlan plan = device.plan(attention, cacheSpec);
-             DeviceTensor dq = KvCacheModel.upload(device, q);
-             DeviceTensor o = device.allocate(DType.FP16, attention.packedQueryElements())) {
+             DeviceTensor dq = KvCacheModel.upload(device, dtype, q);
+             DeviceTensor o = device.allocate(dtype, attention.packedQueryElements())) {
             float[][] kv = model.randomPacked(random, prompts); // the prompts' K and V, kept for the check
             model.recordPacked(kv[0], kv[1], prompts);
-            DeviceTensor k = KvCacheModel.upload(device, kv[0]);
-            DeviceTensor v = KvCacheModel.upload(device, kv[1]);
+            DeviceTensor k = KvCacheModel.upload(device, dtype, kv[0]);
+            DeviceTensor v = KvCacheModel.upload(device, dtype, kv[1]);
             Runnable call = () -> {
                 cache.resetAll();
                 cache.appendPacked(k, v, prompts);
@@ -180,7 +181,7 @@ final class PrefillCommand implements Callable<Integer> {
                 call.run();
                 float[] actual = Arrays.copyOf(KvCacheModel.download(device, o), Math.max(1, total) * heads * dim);
                 CpuReference.Result expected = model.expected(attention, q, true);
-                try (HalfTensor h = HalfTensor.of(actual)) {
+                try (HalfTensor h = HalfTensor.of(dtype, actual)) {
                     ErrorStats e = ErrorStats.compare(h, Arrays.copyOf(expected.output(), actual.length), null, null);
                     out.printf("check       %s: %s (against the CPU reference)%n", e.passes() ? "PASS" : "FAIL", e);
                     result.put("checked_against", "CPU reference");

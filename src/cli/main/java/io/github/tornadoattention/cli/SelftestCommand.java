@@ -52,7 +52,8 @@ final class SelftestCommand implements Callable<Integer> {
     FeatureOptions features = new FeatureOptions();
 
     @Option(names = "--inference", description = "instead: the inference API's scenarios (KV caches contiguous and paged,"
-            + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, D=64 and 128")
+            + " varlen prefill, decode, rollback, shared prefixes, merge) on the backend's device, every head dim, fp16 and"
+            + " bf16 caches, with and without window, softcap and sinks")
     boolean inference;
 
     @Option(names = "--cuda-graph", description = "with --inference on the TornadoVM backends: the caches' task graphs run as"
@@ -98,6 +99,7 @@ final class SelftestCommand implements Callable<Integer> {
                         CorrectnessSuite.randomCases(baseSeed).map(c -> withFeatures(c, baseSeed)))
                 .skip(from - 1).limit(count).iterator();
         int[] passed = new int[backends.size()];
+        int[] notServed = new int[backends.size()];
         List<Map<String, Object>> caseResults = new ArrayList<>();
         for (long number = from; cases.hasNext(); number++) {
             List<CorrectnessSuite.Outcome> outcomes = CorrectnessSuite.check(backends, cases.next(), baseSeed + number - 1);
@@ -106,6 +108,7 @@ final class SelftestCommand implements Callable<Integer> {
                 String who = backends.size() > 1 ? backends.get(b).id() + " " : "";
                 out.printf("[%d/%d] %s%s%n", number, total, who, outcome);
                 passed[b] += outcome.passed() ? 1 : 0;
+                notServed[b] += outcome.served() ? 0 : 1;
                 if (json) {
                     caseResults.add(caseJson(number, backends.get(b).id(), outcome));
                 }
@@ -114,20 +117,24 @@ final class SelftestCommand implements Callable<Integer> {
         }
         long failed = 0;
         long passedAll = 0;
+        long skippedAll = 0;
         List<Map<String, Object>> totals = new ArrayList<>();
         for (int b = 0; b < backends.size(); b++) {
+            long failedHere = count - passed[b] - notServed[b];
             if (backends.size() > 1) {
-                out.printf("%s: %d passed, %d failed%n", backends.get(b).id(), passed[b], count - passed[b]);
+                out.printf("%s: %d passed, %d failed%s%n", backends.get(b).id(), passed[b], failedHere, notServedText(notServed[b]));
             }
             Map<String, Object> t = new LinkedHashMap<>();
             t.put("backend", backends.get(b).id());
             t.put("passed", passed[b]);
-            t.put("failed", count - passed[b]);
+            t.put("failed", failedHere);
+            t.put("not_served", notServed[b]);
             totals.add(t);
-            failed += count - passed[b];
+            failed += failedHere;
             passedAll += passed[b];
+            skippedAll += notServed[b];
         }
-        out.printf("%d passed, %d failed%n", passedAll, failed);
+        out.printf("%d passed, %d failed%s%n", passedAll, failed, notServedText(skippedAll));
         if (json) {
             Map<String, Object> result = new LinkedHashMap<>();
             result.put("seed", baseSeed);
@@ -136,11 +143,17 @@ final class SelftestCommand implements Callable<Integer> {
             result.put("cases_run", count);
             result.put("passed", passedAll);
             result.put("failed", failed);
+            result.put("not_served", skippedAll);
             result.put("backends", totals);
             result.put("cases", caseResults);
             out.println(JSON.std.asString(result));
         }
         return failed == 0 ? 0 : Main.EXIT_FAILED;
+    }
+
+    /** ", K not served (refused at plan time: no kernel for that head dim, element type or feature)", or nothing. */
+    private static String notServedText(long count) {
+        return count == 0 ? "" : ", " + count + " not served (refused at plan time: see SKIP lines)";
     }
 
     /** {@code testCase} with --window, --softcap and --sinks applied (sink logits drawn from the seed and the case name). */
@@ -207,6 +220,10 @@ final class SelftestCommand implements Callable<Integer> {
         c.put("backend", backendId);
         c.put("ran_on", outcome.backendId());
         c.put("checked_against", outcome.oracle());
+        if (!outcome.served()) {
+            c.put("not_served", outcome.notServed());
+            return c;
+        }
         c.put("check_passed", outcome.passed());
         ErrorStats e = outcome.errors();
         if (e != null) {
@@ -239,26 +256,45 @@ final class SelftestCommand implements Callable<Integer> {
         throw new InvalidArgumentException("--cases", spec, "must be N or FROM-TO within 1.." + total);
     }
 
-    /** The cache scenarios of {@link io.github.tornadoattention.verify.CacheSuite} on each backend's device. */
+    /**
+     * The cache scenarios of {@link io.github.tornadoattention.verify.CacheSuite} on each backend's device: every head
+     * dim, without and with the score features; a head dim or feature set the device refuses at plan time is reported
+     * as not served.
+     */
     private int inferenceSuite() {
         long baseSeed = seed != null ? seed : System.nanoTime();
         PrintWriter out = spec.commandLine().getOut();
         int failed = 0;
         int total = 0;
+        int skipped = 0;
         for (String id : backendIds()) {
             io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id,
                     io.github.tornadoattention.PlanOptions.builder().cudaGraph(cudaGraph).lanes(lanes).build());
             out.printf("inference selftest of %s on %s, seed %d%n", device.backendId(), device.name(), baseSeed);
-            for (int d : new int[] {64, 128}) {
-                for (io.github.tornadoattention.verify.CacheSuite.CaseResult r
-                        : io.github.tornadoattention.verify.CacheSuite.run(device, d, baseSeed)) {
-                    total++;
-                    failed += r.passed() ? 0 : 1;
-                    out.printf("%s %s: %s%n", r.passed() ? "PASS" : "FAIL", r.name(), r.error());
+            for (int d : CorrectnessSuite.HEAD_DIMS) {
+                for (String kind : new String[] {"fp16", "bf16", "features"}) {
+                    String group = "D=" + d + (kind.equals("features") ? " with window, softcap, sinks" : " " + kind);
+                    List<io.github.tornadoattention.verify.CacheSuite.CaseResult> results;
+                    try {
+                        results = kind.equals("features") ? io.github.tornadoattention.verify.CacheSuite.runWithFeatures(device, d, baseSeed)
+                                : io.github.tornadoattention.verify.CacheSuite.run(device, d, FeatureOptions.dtype(kind), baseSeed);
+                    } catch (InvalidArgumentException refused) {
+                        skipped++;
+                        out.printf("SKIP %s: not served: %s%n", group, refused.getMessage());
+                        out.flush();
+                        continue;
+                    }
+                    for (io.github.tornadoattention.verify.CacheSuite.CaseResult r : results) {
+                        total++;
+                        failed += r.passed() ? 0 : 1;
+                        out.printf("%s %s: %s%n", r.passed() ? "PASS" : "FAIL", r.name(), r.error());
+                    }
+                    out.flush();
                 }
             }
         }
-        out.printf("%d passed, %d failed%n", total - failed, failed);
+        out.printf("%d passed, %d failed%s%n", total - failed, failed,
+                skipped == 0 ? "" : ", " + skipped + " groups not served (refused at plan time: see SKIP lines)");
         return failed == 0 ? 0 : Main.EXIT_FAILED;
     }
 }

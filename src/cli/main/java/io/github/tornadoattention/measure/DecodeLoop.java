@@ -23,7 +23,9 @@ import java.util.Random;
 
 /**
  * A decode loop as an inference engine runs it: {@code layers} KV caches (one per layer) prefilled
- * to a length per sequence, one {@link CacheAttentionPlan} for all of them, then per token and layer
+ * to a length per sequence, one {@link CacheAttentionPlan} per layer type (one for all layers, or with a
+ * window pattern such as Gemma 2's alternating local and global layers, one for the windowed layers and
+ * one for the global ones), then per token and layer
  * an append of each sequence's new K/V and attention of its query over its cache, with one
  * synchronisation per token. Inputs are device tensors throughout, as an engine's projections would
  * leave them. Used by {@code decode} on the command line and by the benchmarks.
@@ -37,6 +39,12 @@ public final class DecodeLoop implements AutoCloseable {
 
     private final AttentionDevice device;
     private final CacheAttentionSpec spec;
+    /** The element type of the caches, queries and outputs (the spec's). */
+    private final DType dtype;
+    /** The spec of the global layers of a window pattern (the spec without its window); null without one. */
+    private final CacheAttentionSpec globalSpec;
+    /** Per layer: true where the layer is windowed (the layer uses {@link #spec}), false where global. */
+    private final boolean[] windowedLayer;
     private final KvCacheSpec cacheSpec;
     private final int[] prefill;
     private final int poolRows;
@@ -48,10 +56,13 @@ public final class DecodeLoop implements AutoCloseable {
     private final List<KvCache> caches = new ArrayList<>();
     private final List<DeviceTensor> tensors = new ArrayList<>();
     private final CacheAttentionPlan plan;
+    private final CacheAttentionPlan globalPlan;
     private final DeviceTensor[] stepK = new DeviceTensor[STEP_TENSORS];
     private final DeviceTensor[] stepV = new DeviceTensor[STEP_TENSORS];
     private final DeviceTensor[] q = new DeviceTensor[STEP_TENSORS];
     private final DeviceTensor o;
+    /** The global layers' output (a window pattern's second layer type), so a check sees both types; null without. */
+    private final DeviceTensor oGlobal;
     private final int[] ones;
     private int steps;
 
@@ -68,34 +79,50 @@ public final class DecodeLoop implements AutoCloseable {
     public DecodeLoop(AttentionDevice device, int batch, int heads, int kvHeads, int headDim, int layers, int capacity,
                       int pageSize, int[] lengths, long seed,
                       java.util.function.UnaryOperator<CacheAttentionSpec.Builder> features) {
+        this(device, batch, heads, kvHeads, headDim, layers, capacity, pageSize, lengths, seed, features, null);
+    }
+
+    /**
+     * As above with a window pattern: {@code windowLayers} (L = windowed, G = global, repeated over the layers,
+     * e.g. "LG" for Gemma 2) says which layers keep the spec's window; the global ones get a second plan, the
+     * same spec without the window. Null: every layer uses the spec as it is.
+     */
+    public DecodeLoop(AttentionDevice device, int batch, int heads, int kvHeads, int headDim, int layers, int capacity,
+                      int pageSize, int[] lengths, long seed,
+                      java.util.function.UnaryOperator<CacheAttentionSpec.Builder> features, String windowLayers) {
         this.device = device;
         this.prefill = lengths.clone();
         if (layers < 1) {
             throw new InvalidArgumentException("layers", layers, "must be >= 1");
         }
-        cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
-                : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize);
         spec = features.apply(CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(headDim)
                 .maxQueryLength(1).maxLength(capacity).causal(true)).build();
+        dtype = spec.dtype();
+        cacheSpec = (pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
+                : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize)).withDtype(dtype);
+        windowedLayer = windowPattern("windowLayers", windowLayers, layers, spec.hasWindow());
+        boolean anyGlobal = windowLayers != null && !allTrue(windowedLayer);
+        globalSpec = anyGlobal ? spec.toBuilder().window(-1, -1).build() : null;
         Random random = new Random(seed);
         int longest = Arrays.stream(lengths).max().orElse(0);
         poolRows = Math.max(1, Math.min(longest, 4096));
-        poolKeys = KvCacheModel.randomFp16(random, poolRows * kvHeads * headDim);
-        poolValues = KvCacheModel.randomFp16(random, poolKeys.length);
+        poolKeys = KvCacheModel.random(dtype, random, poolRows * kvHeads * headDim);
+        poolValues = KvCacheModel.random(dtype, random, poolKeys.length);
         ones = new int[batch];
         Arrays.fill(ones, 1);
         try {
-            DeviceTensor pk = track(KvCacheModel.upload(device, poolKeys));
-            DeviceTensor pv = track(KvCacheModel.upload(device, poolValues));
+            DeviceTensor pk = track(KvCacheModel.upload(device, dtype, poolKeys));
+            DeviceTensor pv = track(KvCacheModel.upload(device, dtype, poolValues));
             for (int t = 0; t < STEP_TENSORS; t++) {
-                stepKeys[t] = KvCacheModel.randomFp16(random, batch * kvHeads * headDim);
-                stepValues[t] = KvCacheModel.randomFp16(random, batch * kvHeads * headDim);
-                queries[t] = KvCacheModel.randomFp16(random, Math.toIntExact(spec.denseQueryElements()));
-                stepK[t] = track(KvCacheModel.upload(device, stepKeys[t]));
-                stepV[t] = track(KvCacheModel.upload(device, stepValues[t]));
-                q[t] = track(KvCacheModel.upload(device, queries[t]));
+                stepKeys[t] = KvCacheModel.random(dtype, random, batch * kvHeads * headDim);
+                stepValues[t] = KvCacheModel.random(dtype, random, batch * kvHeads * headDim);
+                queries[t] = KvCacheModel.random(dtype, random, Math.toIntExact(spec.denseQueryElements()));
+                stepK[t] = track(KvCacheModel.upload(device, dtype, stepKeys[t]));
+                stepV[t] = track(KvCacheModel.upload(device, dtype, stepValues[t]));
+                q[t] = track(KvCacheModel.upload(device, dtype, queries[t]));
             }
-            o = track(device.allocate(DType.FP16, spec.denseQueryElements()));
+            o = track(device.allocate(dtype, spec.denseQueryElements()));
+            oGlobal = globalSpec == null ? null : track(device.allocate(dtype, spec.denseQueryElements()));
             for (int l = 0; l < layers; l++) {
                 KvCache cache = device.kvCache(cacheSpec);
                 caches.add(cache);
@@ -110,6 +137,7 @@ public final class DecodeLoop implements AutoCloseable {
                 }
             }
             plan = device.plan(spec, cacheSpec);
+            globalPlan = globalSpec == null ? null : device.plan(globalSpec, cacheSpec);
             device.synchronize();
         } catch (RuntimeException e) {
             close();
@@ -130,12 +158,31 @@ public final class DecodeLoop implements AutoCloseable {
         return caches.size();
     }
 
+    /** The spec of layer {@code layer}: the spec, or for a global layer of a window pattern the spec without its window. */
+    public CacheAttentionSpec spec(int layer) {
+        return windowedLayer[layer] || globalSpec == null ? spec : globalSpec;
+    }
+
+    /** How many plans the loop made: one per layer type. */
+    public int plans() {
+        return globalPlan == null ? 1 : 2;
+    }
+
+    private DeviceTensor out(int layer) {
+        return windowedLayer[layer] || oGlobal == null ? o : oGlobal;
+    }
+
+    private CacheAttentionPlan plan(int layer) {
+        return windowedLayer[layer] || globalPlan == null ? plan : globalPlan;
+    }
+
     /** One token: every layer appends one token per sequence and attends; then one synchronisation. */
     public void step() {
         int t = steps++ % STEP_TENSORS;
-        for (KvCache cache : caches) {
+        for (int l = 0; l < caches.size(); l++) {
+            KvCache cache = caches.get(l);
             cache.append(stepK[t], stepV[t], Layout.BHSD, 1, ones);
-            plan.forward(q[t], cache, o, null);
+            plan(l).forward(q[t], cache, out(l), null);
         }
         device.synchronize();
     }
@@ -144,31 +191,88 @@ public final class DecodeLoop implements AutoCloseable {
     public double timedStep() {
         int t = steps++ % STEP_TENSORS;
         List<Runnable> ops = new ArrayList<>();
-        for (KvCache cache : caches) {
+        for (int l = 0; l < caches.size(); l++) {
+            KvCache cache = caches.get(l);
+            CacheAttentionPlan p = plan(l);
+            DeviceTensor out = out(l);
             ops.add(() -> cache.append(stepK[t], stepV[t], Layout.BHSD, 1, ones));
-            ops.add(() -> plan.forward(q[t], cache, o, null));
+            ops.add(() -> p.forward(q[t], cache, out, null));
         }
         return device.timeEach(ops).map(ms -> Arrays.stream(ms).sum()).orElse(Double.NaN);
     }
 
-    /** Bytes of K and V the attention of one token reads over all layers. */
+    /**
+     * Bytes of K and V the attention of one token reads over all layers: per sequence the keys its query sees
+     * (a windowed layer's window, not the whole cache).
+     */
     public double kvBytesPerToken() {
         double tokens = 0;
-        for (int b = 0; b < prefill.length; b++) {
-            tokens += caches.get(0).length(b);
+        for (int l = 0; l < caches.size(); l++) {
+            CacheAttentionSpec s = spec(l);
+            for (int b = 0; b < prefill.length; b++) {
+                int length = caches.get(l).length(b);
+                int position = length - 1; // the new token's
+                int first = s.windowLeft() < 0 ? 0 : Math.max(0, position - s.windowLeft());
+                tokens += position - first + 1;
+            }
         }
-        return tokens * 2.0 * cacheSpec.kvHeads() * cacheSpec.headDim() * 2 * caches.size();
+        return tokens * 2.0 * cacheSpec.kvHeads() * cacheSpec.headDim() * 2; // K and V, 2-byte elements (fp16, bf16)
     }
 
     /**
-     * Runs one more token and checks layer 0's attention output against the oracle ({@link #oracleName})
-     * over what the cache must hold; the output is poisoned first.
+     * Per layer, whether it is windowed: {@code pattern} (L windowed, G global) repeated over the layers; null:
+     * every layer as the spec says. Errors name {@code argument}.
+     */
+    public static boolean[] windowPattern(String argument, String pattern, int layers, boolean specHasWindow) {
+        boolean[] windowed = new boolean[layers];
+        if (pattern == null) {
+            Arrays.fill(windowed, specHasWindow);
+            return windowed;
+        }
+        String allowed = "must be a pattern of L (windowed layer) and G (global layer), e.g. LG, repeated over the layers;"
+                + " it needs a window";
+        if (!specHasWindow || pattern.isEmpty() || !pattern.chars().allMatch(c -> c == 'L' || c == 'G')) {
+            throw new InvalidArgumentException(argument, pattern, allowed);
+        }
+        for (int l = 0; l < layers; l++) {
+            windowed[l] = pattern.charAt(l % pattern.length()) == 'L';
+        }
+        return windowed;
+    }
+
+    private static boolean allTrue(boolean[] values) {
+        for (boolean v : values) {
+            if (!v) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Runs one more token and checks its attention output against the oracle ({@link #oracleName}) over what
+     * the caches must hold, the outputs poisoned first; with a window pattern both layer types' outputs (every
+     * layer's cache holds the same tokens, so each type's last layer stands for the type). The worse result.
      */
     public ErrorStats checkStep() {
         int t = steps % STEP_TENSORS;
         KvCacheModel.poison(o);
+        if (oGlobal != null) {
+            KvCacheModel.poison(oGlobal);
+        }
         step();
-        float[] actual = KvCacheModel.download(device, o);
+        ErrorStats worst = compare(spec, o, t);
+        if (oGlobal != null) {
+            ErrorStats global = compare(globalSpec, oGlobal, t);
+            if (!global.passes() || global.maxAbsError() > worst.maxAbsError()) {
+                worst = global;
+            }
+        }
+        return worst;
+    }
+
+    private ErrorStats compare(CacheAttentionSpec layerSpec, DeviceTensor output, int t) {
+        float[] actual = KvCacheModel.download(device, output);
         KvCache cache = caches.get(0);
         int[] lengths = new int[prefill.length];
         for (int b = 0; b < lengths.length; b++) {
@@ -181,9 +285,9 @@ public final class DecodeLoop implements AutoCloseable {
         CpuReference.RowSource keys = (b, h, j, into) -> row(b, h, j, into, poolKeys, stepKeys, decoded, batch, kvHeads, d);
         CpuReference.RowSource values = (b, h, j, into) -> row(b, h, j, into, poolValues, stepValues, decoded, batch, kvHeads, d);
         double[] expected = onCpuReference()
-                ? onlineSoftmax(queries[t], keys, values, lengths)
-                : CpuReference.cached(spec, queries[t], false, keys, values, lengths, ones).output();
-        try (io.github.tornadoattention.HalfTensor out = io.github.tornadoattention.HalfTensor.of(actual)) {
+                ? onlineSoftmax(layerSpec, queries[t], keys, values, lengths)
+                : CpuReference.cached(layerSpec, queries[t], false, keys, values, lengths, ones).output();
+        try (io.github.tornadoattention.HalfTensor out = io.github.tornadoattention.HalfTensor.of(dtype, actual)) {
             return ErrorStats.compare(out, expected, null, null);
         }
     }
@@ -202,7 +306,7 @@ public final class DecodeLoop implements AutoCloseable {
      * head over the slot's keys as a dense [1, kvHeads, length, headDim] problem (the query at position
      * length - 1, the dense row's too, so the spec's window, softcap and sinks carry over as they are).
      */
-    private double[] onlineSoftmax(float[] q, CpuReference.RowSource keys, CpuReference.RowSource values, int[] lengths) {
+    private double[] onlineSoftmax(CacheAttentionSpec spec, float[] q, CpuReference.RowSource keys, CpuReference.RowSource values, int[] lengths) {
         int d = cacheSpec.headDim();
         int heads = spec.heads();
         int kvHeads = cacheSpec.kvHeads();
@@ -254,6 +358,9 @@ public final class DecodeLoop implements AutoCloseable {
     public void close() {
         if (plan != null) {
             plan.close();
+        }
+        if (globalPlan != null) {
+            globalPlan.close();
         }
         caches.forEach(KvCache::close);
         tensors.forEach(DeviceTensor::close);

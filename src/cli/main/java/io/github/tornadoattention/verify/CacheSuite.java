@@ -35,14 +35,21 @@ public final class CacheSuite {
 
     /** Every scenario at head dim {@code headDim}, causal and not, contiguous and paged (pages of 16 and 4). */
     public static List<CaseResult> run(AttentionDevice device, int headDim, long seed) {
+        return run(device, headDim, DType.FP16, seed);
+    }
+
+    /** As {@link #run(AttentionDevice, int, long)} with caches, queries and outputs of {@code dtype}. */
+    public static List<CaseResult> run(AttentionDevice device, int headDim, DType dtype, long seed) {
         List<CaseResult> results = new ArrayList<>();
         for (int pageSize : new int[] {0, 16, 4}) {
             for (boolean causal : new boolean[] {true, false}) {
-                scenario(device, headDim, pageSize, causal, new Random(seed + 31L * pageSize + (causal ? 1 : 0)), "", b -> b,
-                        results);
+                scenario(device, headDim, pageSize, causal, new Random(seed + 31L * pageSize + (causal ? 1 : 0)),
+                        dtype == DType.FP16 ? "" : dtype.label() + " ", b -> b.dtype(dtype), results);
             }
         }
-        merge(device, headDim, new Random(seed ^ 0x5EED), results);
+        if (dtype == DType.FP16) {
+            merge(device, headDim, new Random(seed ^ 0x5EED), results);
+        }
         return results;
     }
 
@@ -71,15 +78,15 @@ public final class CacheSuite {
         int heads = 8;
         int kvHeads = 2;
         int capacity = 320;
-        KvCacheSpec cacheSpec = pageSize == 0 ? KvCacheSpec.contiguous(slots, kvHeads, capacity, d)
-                : KvCacheSpec.paged(slots, kvHeads, capacity, d, pageSize);
         CacheAttentionSpec decode = withFeatures.apply(CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads)
                 .headDim(d).maxQueryLength(4).maxLength(capacity).causal(causal)).build();
+        KvCacheSpec cacheSpec = (pageSize == 0 ? KvCacheSpec.contiguous(slots, kvHeads, capacity, d)
+                : KvCacheSpec.paged(slots, kvHeads, capacity, d, pageSize)).withDtype(decode.dtype());
         CacheAttentionSpec prefill = withFeatures.apply(CacheAttentionSpec.builder().batch(slots).heads(heads).kvHeads(kvHeads)
                 .headDim(d).maxQueryLength(capacity).maxTotalQueries(512).maxLength(capacity).causal(causal)).build();
         String tag = features + (pageSize == 0 ? "contiguous" : "paged" + pageSize) + (causal ? " causal" : "") + " D=" + d
                 + ": ";
-        KvCacheModel model = new KvCacheModel(slots, kvHeads, d);
+        KvCacheModel model = new KvCacheModel(slots, kvHeads, d, decode.dtype());
         try (KvCache cache = device.kvCache(cacheSpec);
              CacheAttentionPlan decodePlan = device.plan(decode, cacheSpec);
              CacheAttentionPlan prefillPlan = device.plan(prefill, cacheSpec)) {
@@ -139,9 +146,9 @@ public final class CacheSuite {
         CacheAttentionSpec spec = plan.spec();
         long elements = packed ? spec.packedQueryElements() : spec.denseQueryElements();
         long lseElements = packed ? spec.packedLseElements() : spec.denseLseElements();
-        float[] q = KvCacheModel.randomFp16(random, Math.toIntExact(elements));
-        try (DeviceTensor dq = KvCacheModel.upload(device, q);
-             DeviceTensor o = device.allocate(DType.FP16, elements);
+        float[] q = KvCacheModel.random(spec.dtype(), random, Math.toIntExact(elements));
+        try (DeviceTensor dq = KvCacheModel.upload(device, spec.dtype(), q);
+             DeviceTensor o = device.allocate(spec.dtype(), elements);
              DeviceTensor lse = device.allocate(DType.FP32, lseElements)) {
             poison(o, lse);
             if (packed) {
@@ -169,9 +176,9 @@ public final class CacheSuite {
                 if (total == 0) {
                     return new CaseResult(name, new ErrorStats(0, 0, 0, 0));
                 }
-                return new CaseResult(name, compare(out, eo, lc, el));
+                return new CaseResult(name, compare(spec.dtype(), out, eo, lc, el));
             }
-            return new CaseResult(name, compare(out, expected.output(), l, expected.logSumExp()));
+            return new CaseResult(name, compare(spec.dtype(), out, expected.output(), l, expected.logSumExp()));
         }
     }
 
@@ -195,13 +202,13 @@ public final class CacheSuite {
             device.mergeStates(op, lp, parts, d, o, lse);
             CpuReference.Result expected = CpuReference.merge(oParts, lseParts, parts, rows, d);
             results.add(new CaseResult("merge " + parts + " parts x " + rows + " rows D=" + d,
-                    compare(KvCacheModel.download(device, o), expected.output(), downloadFloats(device, lse),
+                    compare(DType.FP16, KvCacheModel.download(device, o), expected.output(), downloadFloats(device, lse),
                             expected.logSumExp())));
         }
     }
 
-    private static ErrorStats compare(float[] out, double[] expected, float[] lse, double[] expectedLse) {
-        try (HalfTensor h = HalfTensor.of(out)) {
+    private static ErrorStats compare(DType dtype, float[] out, double[] expected, float[] lse, double[] expectedLse) {
+        try (HalfTensor h = HalfTensor.of(dtype, out)) {
             return ErrorStats.compare(h, expected, lse, expectedLse);
         }
     }

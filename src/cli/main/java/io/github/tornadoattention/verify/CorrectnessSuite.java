@@ -5,6 +5,8 @@ import io.github.tornadoattention.AttentionPlan;
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.HalfTensor;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.cpu.CpuReference;
 import java.util.ArrayList;
@@ -28,11 +30,21 @@ public final class CorrectnessSuite {
 
     /**
      * One case's result. {@code backendId} is the backend that ran it (what {@code auto} chose);
-     * {@code failure} is set when the backend threw instead of answering.
+     * {@code failure} is set when the backend threw instead of answering; {@code notServed} when its plan refused
+     * the (valid) shape by name, as a backend does for a head dim, element type or feature it has no kernel for.
      */
-    public record Outcome(Case testCase, long seed, String backendId, ErrorStats errors, String failure) {
+    public record Outcome(Case testCase, long seed, String backendId, ErrorStats errors, String failure, String notServed) {
+        public Outcome(Case testCase, long seed, String backendId, ErrorStats errors, String failure) {
+            this(testCase, seed, backendId, errors, failure, null);
+        }
+
         public boolean passed() {
-            return failure == null && errors.passes();
+            return notServed == null && failure == null && errors.passes();
+        }
+
+        /** True unless the backend refused the case at plan time (then it neither passed nor failed). */
+        public boolean served() {
+            return notServed == null;
         }
 
         /** What the result was compared with: see {@link #oracleName(String)}. */
@@ -42,6 +54,9 @@ public final class CorrectnessSuite {
 
         @Override
         public String toString() {
+            if (!served()) {
+                return "SKIP " + testCase.name() + " [" + testCase.shape() + "] not served: " + notServed;
+            }
             return (passed() ? "PASS " : "FAIL ") + testCase.name() + " [" + testCase.shape() + "] "
                     + (failure != null ? failure : errors.toString());
         }
@@ -80,10 +95,66 @@ public final class CorrectnessSuite {
                 new Case("custom-scale", AttentionShape.builder().batch(1).heads(4).queryLength(130)
                         .headDim(64).causal(true).scale(0.3f).build()),
                 NanCheck.testCase()));
+        cases.addAll(coverageCases());
         return cases;
     }
 
-    /** {@code count} random shapes (D 64 or 128, lengths up to 1500, GQA/MQA, both layouts, odd scales). */
+    /** Head dims every backend may serve (the kernels' table decides which each one does). */
+    public static final int[] HEAD_DIMS = {32, 64, 96, 128, 192, 256};
+
+    /**
+     * Model coverage: every head dim (prefill causal and not, GQA decode), bf16, and the score features (windows
+     * of several kinds, softcap, sinks, all together, on prefill and decode). A backend that has no kernel for a
+     * case refuses it at plan time: reported as not served.
+     */
+    public static List<Case> coverageCases() {
+        List<Case> cases = new ArrayList<>();
+        for (int d : HEAD_DIMS) {
+            if (d == 64 || d == 128) {
+                continue; // the cases above
+            }
+            cases.add(new Case("d" + d + "-causal-gqa", shape(2, 4, 2, 300, 300, d, true, Layout.BHSD)));
+            cases.add(new Case("d" + d + "-odd", shape(1, 2, 2, 129, 257, d, false, Layout.BSHD)));
+            cases.add(new Case("d" + d + "-decode-gqa", shape(2, 8, 2, 1, 1000, d, true, Layout.BHSD)));
+        }
+        for (int d : HEAD_DIMS) {
+            cases.add(new Case("bf16-d" + d + "-causal", shape(2, 4, 2, 200, 333, d, true, Layout.BHSD).toBuilder()
+                    .dtype(DType.BF16).build()));
+        }
+        cases.add(new Case("bf16-decode-gqa", shape(4, 32, 8, 1, 2048, 128, true, Layout.BHSD).toBuilder().dtype(DType.BF16).build()));
+        cases.add(new Case("bf16-odd-bshd", shape(1, 3, 3, 77, 1001, 64, false, Layout.BSHD).toBuilder().dtype(DType.BF16).build()));
+        cases.add(new Case("window-left-causal", shape(1, 4, 4, 700, 700, 64, true, Layout.BHSD).toBuilder().window(128, -1).build()));
+        cases.add(new Case("window-both-sq<skv", shape(2, 4, 2, 150, 500, 128, false, Layout.BHSD).toBuilder().window(50, 30).build()));
+        cases.add(new Case("window-smaller-than-a-tile", shape(1, 2, 2, 300, 300, 64, true, Layout.BSHD).toBuilder().window(5, 0).build()));
+        cases.add(new Case("window-right-only", shape(1, 2, 1, 257, 257, 128, false, Layout.BHSD).toBuilder().window(-1, 17).build()));
+        cases.add(new Case("softcap-30", shape(2, 4, 4, 256, 256, 128, true, Layout.BHSD).toBuilder().softcap(30f).build()));
+        cases.add(new Case("softcap-small", shape(1, 4, 2, 200, 300, 64, false, Layout.BHSD).toBuilder().softcap(2f).build()));
+        cases.add(new Case("sinks-gqa", shape(2, 8, 2, 199, 199, 64, true, Layout.BHSD).toBuilder().sinks(sinkLogits(8, 1)).build()));
+        cases.add(new Case("sinks-empty-rows", shape(1, 4, 4, 300, 129, 128, true, Layout.BHSD).toBuilder().sinks(sinkLogits(4, 2)).build()));
+        cases.add(new Case("decode-window", shape(4, 8, 2, 1, 3000, 128, true, Layout.BHSD).toBuilder().window(512, 0).build()));
+        cases.add(new Case("decode-window-softcap-sinks", shape(2, 8, 4, 1, 2500, 256, true, Layout.BHSD).toBuilder()
+                .window(300, 0).softcap(50f).sinks(sinkLogits(8, 3)).build()));
+        cases.add(new Case("all-features-bf16-d96", shape(2, 4, 2, 333, 333, 96, true, Layout.BSHD).toBuilder().dtype(DType.BF16)
+                .window(64, 0).softcap(50f).sinks(sinkLogits(4, 4)).build()));
+        cases.add(new Case("all-features-d256", shape(1, 4, 2, 260, 400, 256, false, Layout.BHSD).toBuilder()
+                .window(100, 20).softcap(30f).sinks(sinkLogits(4, 5)).build()));
+        return cases;
+    }
+
+    /** Sink logits of {@code heads} query heads, N(0,1) from {@code seed} (the suite's are fixed). */
+    static float[] sinkLogits(int heads, long seed) {
+        SplittableRandom random = new SplittableRandom(seed);
+        float[] logits = new float[heads];
+        for (int h = 0; h < heads; h++) {
+            logits[h] = (float) random.nextGaussian();
+        }
+        return logits;
+    }
+
+    /**
+     * {@code count} random shapes (every head dim of {@link #HEAD_DIMS}, lengths up to 1500, GQA/MQA, both layouts,
+     * odd scales; a quarter bf16, a quarter with a window, softcap or sinks).
+     */
     public static List<Case> randomCases(int count, long seed) {
         return randomCases(seed).limit(count).toList();
     }
@@ -97,12 +168,20 @@ public final class CorrectnessSuite {
             int queryHeads = kvHeads * (1 << random.nextInt(2));
             int queryLength = 1 + random.nextInt(700);
             int kvLength = random.nextBoolean() ? queryLength : 1 + random.nextInt(1500);
-            AttentionShape shape = AttentionShape.builder().batch(1 + random.nextInt(3)).heads(queryHeads)
+            AttentionShape.Builder b = AttentionShape.builder().batch(1 + random.nextInt(3)).heads(queryHeads)
                     .kvHeads(kvHeads).queryLength(queryLength).kvLength(kvLength)
-                    .headDim(random.nextBoolean() ? 64 : 128).causal(random.nextBoolean())
+                    .headDim(HEAD_DIMS[random.nextInt(HEAD_DIMS.length)]).causal(random.nextBoolean())
                     .layout(random.nextBoolean() ? Layout.BHSD : Layout.BSHD)
                     .scale(random.nextInt(4) == 0 ? (float) (0.05 + 0.45 * random.nextDouble()) : null)
-                    .build();
+                    .dtype(random.nextInt(4) == 0 ? DType.BF16 : DType.FP16);
+            if (random.nextInt(4) == 0) {
+                switch (random.nextInt(3)) {
+                    case 0 -> b.window(random.nextInt(400), random.nextBoolean() ? -1 : random.nextInt(100));
+                    case 1 -> b.softcap((float) (5 + 50 * random.nextDouble()));
+                    default -> b.sinks(sinkLogits(queryHeads, random.nextLong()));
+                }
+            }
+            AttentionShape shape = b.build();
             return new Case("random-" + n[0]++, shape);
         });
     }
@@ -129,7 +208,17 @@ public final class CorrectnessSuite {
             backends.forEach(backend -> oracle.expectedFor(usesCpuReference(backend) ? Backends.CPU_REFERENCE : backend.id()));
             for (AttentionBackend backend : backends) {
                 String ranOn = backend.id();
-                try (HalfTensor o = RandomInputs.poisonedOutput(shape); AttentionPlan plan = backend.plan(shape)) {
+                AttentionPlan planned;
+                try {
+                    planned = backend.plan(shape);
+                } catch (InvalidArgumentException refused) {
+                    outcomes.add(new Outcome(testCase, seed, ranOn, null, null, refused.getMessage()));
+                    continue;
+                } catch (RuntimeException e) {
+                    outcomes.add(new Outcome(testCase, seed, ranOn, null, e.getClass().getSimpleName() + ": " + e.getMessage()));
+                    continue;
+                }
+                try (HalfTensor o = RandomInputs.poisonedOutput(shape); AttentionPlan plan = planned) {
                     ranOn = plan.backendId(); // auto's choice: cpu-reference must not be compared with itself
                     float[] lse = RandomInputs.poisonedLogSumExp(shape);
                     if (nan) {

@@ -70,6 +70,62 @@ class DecodeCommandTest {
         assertTrue(r.out().contains("features    window"), r.out());
     }
 
+    /**
+     * A Gemma-2-shaped loop: windowed and global layers alternate; two plans, both layer types' outputs checked,
+     * and the bytes read follow the window on the windowed layers only.
+     */
+    @Test
+    void alternatingWindowedAndGlobalLayersMakeTwoPlansAndCheckBoth() throws Exception {
+        Result r = run("decode", "--batch", "2", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--context", "60",
+                "--layers", "4", "--window", "8", "--window-layers", "LG", "--softcap", "50", "--steps", "2", "--warmup", "1",
+                "--backend", "cpu-reference", "--check", "--json", "--seed", "3");
+        assertEquals(0, r.exit(), r.err() + r.out());
+        String[] lines = r.out().strip().split("\n");
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals(Boolean.TRUE, json.get("check_passed"), r.out());
+        assertEquals("LG", json.get("window_layers"));
+        assertTrue(r.out().contains("2 plans"), r.out());
+        // Per sequence: two windowed layers read 9 keys each, two global ones the whole cache.
+        double perKey = 2.0 * 2 * 32 * 2; // K and V, kv heads, head dim, fp16 bytes
+        double tokens = ((Number) json.get("kv_bytes_per_token")).doubleValue() / perKey;
+        int length = 60 + 1 + 2 + 2 + 2 + 1; // context + warm-up + steps + kernel samples + checked steps + this one
+        assertTrue(tokens > 2 * (2 * 9) && tokens < 2 * (2 * 9 + 2 * length), "tokens " + tokens);
+    }
+
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "--window 8 --window-layers LX | --window-layers | LX",
+        "--window-layers LG            | --window-layers | needs --window",
+        "--window 8 --window-layers '' | --window-layers | pattern",
+    })
+    void badWindowPatternsAreRefusedByName(String options, String argument, String says) {
+        java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of("decode", "--batch", "1", "--heads", "2",
+                "--dim", "16", "--context", "5", "--steps", "1", "--backend", "cpu-reference"));
+        for (String o : options.trim().split("\\s+")) {
+            args.add(o.equals("''") ? "" : o);
+        }
+        Result r = run(args.toArray(String[]::new));
+        assertEquals(Main.EXIT_BAD_INPUT, r.exit(), r.out());
+        assertTrue(r.err().contains(argument) && r.err().contains(says), r.err());
+    }
+
+    /** bf16 KV caches: decode and prefill keep every tensor in bf16 and --check holds them to the bf16 bound. */
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "decode --batch 2 --heads 4 --kv-heads 2 --dim 96 --context 50 --page-size 16 --steps 2 --warmup 1",
+        "prefill --heads 4 --kv-heads 2 --dim 32 --lengths 3,40 --iters 1",
+    })
+    void bf16CachesDecodeAndPrefillAgainstTheOracle(String commandLine) throws Exception {
+        java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(commandLine.trim().split("\\s+")));
+        args.addAll(java.util.List.of("--dtype", "bf16", "--backend", "cpu-reference", "--check", "--json", "--seed", "8"));
+        Result r = run(args.toArray(String[]::new));
+        assertEquals(0, r.exit(), r.err() + r.out());
+        String[] lines = r.out().strip().split("\n");
+        Map<String, Object> json = JSON.std.mapFrom(lines[lines.length - 1]);
+        assertEquals("bf16", json.get("dtype"));
+        assertEquals(Boolean.TRUE, json.get("check_passed"), r.out());
+    }
+
     @Test
     void raggedLengthsSpreadFromASixteenthToTheContext() {
         int[] lengths = DecodeCommand.lengths(8, 4096, true, 3);

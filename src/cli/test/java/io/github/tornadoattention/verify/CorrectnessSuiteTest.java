@@ -52,6 +52,75 @@ class CorrectnessSuiteTest {
     }
 
     @Test
+    void theSuiteCoversEveryHeadDimBothTypesAndEveryFeature() {
+        List<AttentionShape> all = fullSuite().stream().map(CorrectnessSuite.Case::shape).toList();
+        for (int d : CorrectnessSuite.HEAD_DIMS) {
+            assertTrue(all.stream().anyMatch(s -> s.headDim() == d && s.causal() && s.queryLength() > 1), "prefill D=" + d);
+            assertTrue(all.stream().anyMatch(s -> s.headDim() == d && !s.causal()), "non-causal D=" + d);
+            assertTrue(all.stream().anyMatch(s -> s.headDim() == d && s.queryLength() == 1), "decode D=" + d);
+            assertTrue(all.stream().anyMatch(s -> s.headDim() == d && s.dtype() == io.github.tornadoattention.DType.BF16),
+                    "bf16 D=" + d);
+        }
+        assertTrue(all.stream().anyMatch(s -> s.hasWindow() && s.windowRight() < 0 && s.causal()));
+        assertTrue(all.stream().anyMatch(s -> s.hasWindow() && s.windowLeft() >= 0 && s.windowRight() > 0 && !s.causal()));
+        assertTrue(all.stream().anyMatch(s -> s.hasWindow() && s.windowLeft() < 0));
+        assertTrue(all.stream().anyMatch(s -> s.hasWindow() && s.queryLength() == 1));
+        assertTrue(all.stream().anyMatch(s -> s.hasSoftcap()));
+        assertTrue(all.stream().anyMatch(s -> s.hasSinks() && s.queryLength() > s.kvLength() && s.causal()));
+        assertTrue(all.stream().anyMatch(s -> s.hasSinks() && s.hasSoftcap() && s.hasWindow() && s.dtype()
+                == io.github.tornadoattention.DType.BF16));
+        List<AttentionShape> random = CorrectnessSuite.randomCases(200, 9).stream().map(CorrectnessSuite.Case::shape).toList();
+        for (int d : CorrectnessSuite.HEAD_DIMS) {
+            assertTrue(random.stream().anyMatch(s -> s.headDim() == d), "random D=" + d);
+        }
+        assertTrue(random.stream().anyMatch(s -> s.dtype() == io.github.tornadoattention.DType.BF16));
+        assertTrue(random.stream().anyMatch(AttentionShape::hasWindow));
+        assertTrue(random.stream().anyMatch(AttentionShape::hasSoftcap));
+        assertTrue(random.stream().anyMatch(AttentionShape::hasSinks));
+    }
+
+    /** A backend with no kernel for a case refuses it at plan time: reported as not served, neither passed nor failed. */
+    @Test
+    void aRefusalAtPlanTimeIsNotServedAndAnyOtherErrorFails() {
+        AttentionBackend cpu = Backends.get(Backends.CPU_REFERENCE);
+        CorrectnessSuite.Case bf16 = new CorrectnessSuite.Case("bf16", AttentionShape.builder().batch(1).heads(2)
+                .queryLength(20).kvLength(20).headDim(32).dtype(io.github.tornadoattention.DType.BF16).build());
+        AttentionBackend refuses = new Refusing(cpu, new io.github.tornadoattention.InvalidArgumentException("dtype", "bf16",
+                "test double serves fp16"));
+        CorrectnessSuite.Outcome skipped = CorrectnessSuite.check(refuses, bf16, 1);
+        assertFalse(skipped.served());
+        assertFalse(skipped.passed());
+        assertTrue(skipped.toString().startsWith("SKIP bf16") && skipped.toString().contains("test double serves fp16"),
+                skipped.toString());
+        CorrectnessSuite.Outcome crashed = CorrectnessSuite.check(new Refusing(cpu, new IllegalStateException("boom")), bf16, 1);
+        assertTrue(crashed.served());
+        assertFalse(crashed.passed());
+        assertTrue(crashed.toString().startsWith("FAIL bf16") && crashed.toString().contains("boom"), crashed.toString());
+    }
+
+    /** Throws {@code error} from plan. */
+    private record Refusing(AttentionBackend inner, RuntimeException error) implements AttentionBackend {
+        public String id() {
+            return "refusing";
+        }
+
+        public String description() {
+            return "test double";
+        }
+
+        public Availability availability() {
+            return inner.availability();
+        }
+
+        public void checkSupported(AttentionShape shape) {
+        }
+
+        public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
+            throw error;
+        }
+    }
+
+    @Test
     void randomShapesAreReproducibleFromTheirSeed() {
         assertEquals(CorrectnessSuite.randomCases(20, 5), CorrectnessSuite.randomCases(20, 5));
         assertEquals(20, CorrectnessSuite.randomCases(20, 5).stream().map(CorrectnessSuite.Case::shape).distinct().count());

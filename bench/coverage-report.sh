@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Model coverage on a GPU, in one command: head dims 32-256, bf16, window, softcap and sinks, checked against the CPU
+# reference and timed beside PyTorch in the same run. Needs the packed runtime (.gpu/gpu-bundle.tar.xz: JDK 25 +
+# TornadoVM SDK, or JAVA_HOME and TORNADOVM_HOME) and the jars built here. From the repository root:
+#
+#   bench/coverage-report.sh        # PHASES="correctness prefill features models" LAYERS=8 STEPS=64
+#
+# 1. correctness: the kernel harness (every entry, new head dims, bf16, features) and the Java suite (selftest: every
+#    head dim, both types, the features, 50 random shapes) on each backend, and the inference scenarios;
+# 2. prefill: the harness times ptx-cuda's entries beside SDPA FLASH at (4,16,2048,D) and (16,8,512,D), causal and not,
+#    fp16 and bf16; the Java API times ptx-tornado beside ptx-cuda and bf16 beside fp16 at (4,16,2048,D);
+# 3. features: window 4095 at a 32K context against a 4K context without a window (decode token, prefill of a
+#    4096-query chunk), softcap 50 + sinks against the same run without them;
+# 4. models: Gemma-2-shaped (D=256, GQA 8:4, window 4096 on alternating layers, softcap 50) and Phi-3-shaped (D=96)
+#    decode tokens through `decode --layers`, beside PyTorch doing the same per layer.
+# Logs and JSON lines go to $OUT (default out/coverage); bench/coverage_table.py prints the table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out/coverage}; mkdir -p "$OUT"
+LAYERS=${LAYERS:-8}
+STEPS=${STEPS:-64}
+SEED=${SEED:-$(date +%s)}
+PHASES=${PHASES:-correctness prefill features models}
+TORNADO_BACKENDS=${TORNADO_BACKENDS:-ptx-tornado tornado-mma tornado-simt}
+HEAD_DIMS=${HEAD_DIMS:-32 64 96 128 192 256}
+want() { [[ " $PHASES " == *" $1 "* ]]; }
+if [ -z "${TORNADOVM_HOME:-}" ]; then
+  [ -d /opt/gpu-bundle ] || tar -xJf "${BUNDLE:-.gpu/gpu-bundle.tar.xz}" -C /opt || { echo "cannot unpack the bundle" >&2; exit 2; }
+  source /opt/gpu-bundle/env.sh
+fi
+ta() { timeout "${CALL_TIMEOUT:-300}" bin/tornado-attention "$@"; }
+cuda() { TORNADOVM_HOME= timeout "${CALL_TIMEOUT:-300}" bin/tornado-attention "$@"; }   # ptx-cuda: no TornadoVM
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+fail=0
+: > "$OUT/results.jsonl"
+# One JSON line of a run, tagged: record TAG LOGFILE
+record() { tail -n 1 "$2" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d["tag"]=sys.argv[1]; print(json.dumps(d))' "$1" \
+  >> "$OUT/results.jsonl" 2>/dev/null || { echo "no JSON from $1 (see $2)"; fail=1; }; }
+
+if want correctness; then
+  echo "== correctness (seed $SEED)"
+  (cd ptx-overrides/harness && python3 check_and_time.py --no-time --seed "$SEED") > "$OUT/harness-check.log" 2>&1 || fail=1
+  echo "harness, dense entries: $(tail -n 1 "$OUT/harness-check.log")"
+  python3 ptx-overrides/harness/cache_check.py --seed "$SEED" > "$OUT/harness-cache.log" 2>&1 || fail=1
+  echo "harness, cache entries: $(tail -n 1 "$OUT/harness-cache.log")"
+  python3 ptx-overrides/harness/cache_check.py --tornado-twins --seed "$SEED" > "$OUT/harness-twins.log" 2>&1 || fail=1
+  echo "harness, TornadoVM twins: $(tail -n 1 "$OUT/harness-twins.log")"
+  cuda selftest --backend ptx-cuda --random 50 --seed "$SEED" > "$OUT/selftest-ptx-cuda.log" 2>&1 || fail=1
+  echo "[ptx-cuda] selftest: $(tail -n 1 "$OUT/selftest-ptx-cuda.log")"
+  ta selftest --backend "$(echo $TORNADO_BACKENDS | tr ' ' ,)" --random 50 --seed "$SEED" > "$OUT/selftest-tornado.log" 2>&1 || fail=1
+  grep -E "^(ptx-tornado|tornado-mma|tornado-simt): " "$OUT/selftest-tornado.log" | sed 's/^/selftest /'
+  cuda selftest --inference --backend ptx-cuda --seed "$SEED" > "$OUT/inference-ptx-cuda.log" 2>&1 || fail=1
+  echo "[ptx-cuda] selftest --inference: $(tail -n 1 "$OUT/inference-ptx-cuda.log")"
+  for b in $TORNADO_BACKENDS; do
+    ta selftest --inference --backend "$b" --seed "$SEED" > "$OUT/inference-$b.log" 2>&1 || fail=1
+    echo "[$b] selftest --inference: $(tail -n 1 "$OUT/inference-$b.log")"
+  done
+  ta selftest --inference --cuda-graph --lanes 4 --backend ptx-tornado --seed "$SEED" > "$OUT/inference-ptx-tornado-graph.log" 2>&1 || fail=1
+  echo "[ptx-tornado] selftest --inference --cuda-graph --lanes 4: $(tail -n 1 "$OUT/inference-ptx-tornado-graph.log")"
+fi
+
+if want prefill; then
+  echo "== prefill kernel time per head dim (ptx-cuda vs SDPA: the harness; ptx-tornado vs ptx-cuda: the Java API)"
+  (cd ptx-overrides/harness && python3 check_and_time.py --no-check --seed "$SEED") > "$OUT/harness-time.log" 2>&1 || fail=1
+  cp ptx-overrides/harness/out/*.json "$OUT/" 2>/dev/null
+  # Through the Java API (one JVM per run): ptx-tornado beside ptx-cuda, and ptx-cuda bf16 beside fp16, at (4,16,2048,D).
+  for d in $HEAD_DIMS; do
+    for causal in "" "--causal"; do
+      for run in "ptx-cuda fp16" "ptx-cuda bf16" "ptx-tornado fp16"; do
+        set -- $run; b=$1; dt=$2
+        launch=cuda; [ "$b" = ptx-tornado ] && launch=ta
+        log="$OUT/prefill-$b-$d-$dt$causal.log"
+        $launch run --batch 4 --heads 16 --seq 2048 --dim "$d" $causal --dtype "$dt" --backend "$b" --warmup 10 --iters 30 \
+          --seed "$SEED" --json > "$log" 2>&1 && record "prefill $b D=$d $dt$causal" "$log" \
+          || echo "[$b D=$d $dt$causal] $(grep -m1 -i "error\|refus\|not served" "$log")"
+      done
+    done
+  done
+fi
+
+if want features; then
+  echo "== features: cost follows the window; softcap and sinks"
+  dec="--batch 8 --heads 32 --kv-heads 8 --dim 128 --layers $LAYERS --steps $STEPS --backend ptx-cuda --seed $SEED --json"
+  cuda decode $dec --context 4096 > "$OUT/decode-4k.log" 2>&1 && record "decode 4K" "$OUT/decode-4k.log"
+  cuda decode $dec --context 32768 --window 4095 --check > "$OUT/decode-32k-window.log" 2>&1 && record "decode 32K window 4095" "$OUT/decode-32k-window.log" || fail=1
+  cuda decode $dec --context 32768 > "$OUT/decode-32k.log" 2>&1 && record "decode 32K" "$OUT/decode-32k.log"
+  cuda decode $dec --context 32768 --softcap 50 --sinks --check > "$OUT/decode-32k-softcap-sinks.log" 2>&1 \
+    && record "decode 32K softcap 50 sinks" "$OUT/decode-32k-softcap-sinks.log" || fail=1
+  pre="--batch 1 --heads 32 --kv-heads 8 --dim 128 --seq 4096 --backend ptx-cuda --warmup 5 --iters 20 --seed $SEED --json"
+  cuda run $pre --kv-seq 4096 > "$OUT/prefill-4k.log" 2>&1 && record "prefill 4096x4096" "$OUT/prefill-4k.log"
+  cuda run $pre --kv-seq 32768 --causal --window 4095 > "$OUT/prefill-32k-window.log" 2>&1 \
+    && record "prefill 4096x32768 causal window 4095" "$OUT/prefill-32k-window.log"
+  cuda run --batch 1 --heads 4 --kv-heads 1 --dim 128 --seq 1024 --kv-seq 8192 --causal --window 1023 --backend ptx-cuda \
+    --iters 1 --check --seed "$SEED" > "$OUT/prefill-window-check.log" 2>&1 || fail=1
+  echo "windowed prefill check: $(grep -m1 '^check' "$OUT/prefill-window-check.log")"
+  for extra in "" "--softcap 50 --sinks"; do
+    log="$OUT/prefill-softcap-$(echo "x$extra" | tr -d ' -').log"
+    cuda run --batch 4 --heads 16 --seq 2048 --dim 128 --causal $extra --backend ptx-cuda --warmup 10 --iters 30 --check \
+      --seed "$SEED" --json > "$log" 2>&1 && record "prefill (4,16,2048,128) causal $extra" "$log" || fail=1
+  done
+  python3 bench/decode_baseline.py --batch 8 --heads 32 --kv-heads 8 --dim 128 --context 32768 --layers "$LAYERS" \
+    --steps "$STEPS" --window 4095 --backends FLASH | sed 's/^{/{"tag": "torch decode 32K window 4095", /' >> "$OUT/results.jsonl"
+fi
+
+if want models; then
+  echo "== model-shaped decode tokens, $LAYERS layers"
+  gemma="--batch 8 --heads 8 --kv-heads 4 --dim 256 --context 8192 --layers $LAYERS --steps $STEPS"
+  phi="--batch 8 --heads 32 --kv-heads 32 --dim 96 --context 4096 --layers $LAYERS --steps $STEPS"
+  for dt in fp16 bf16; do
+    cuda decode $gemma --window 4096 --window-layers LG --softcap 50 --dtype $dt --backend ptx-cuda --check --seed "$SEED" \
+      --json > "$OUT/gemma2-$dt.log" 2>&1 && record "gemma2 $dt ptx-cuda" "$OUT/gemma2-$dt.log" || fail=1
+    python3 bench/decode_baseline.py $gemma --window 4096 --window-layers LG --softcap 50 --dtype $dt --backends FLASH \
+      | sed "s/^{/{\"tag\": \"gemma2 $dt torch\", /" >> "$OUT/results.jsonl"
+    cuda decode $phi --dtype $dt --backend ptx-cuda --check --seed "$SEED" --json > "$OUT/phi3-$dt.log" 2>&1 \
+      && record "phi3 $dt ptx-cuda" "$OUT/phi3-$dt.log" || fail=1
+    python3 bench/decode_baseline.py $phi --dtype $dt --backends FLASH,CUDNN | sed "s/^{/{\"tag\": \"phi3 $dt torch\", /" \
+      >> "$OUT/results.jsonl"
+  done
+  ta decode $gemma --window 4096 --window-layers LG --softcap 50 --backend ptx-tornado --cuda-graph --warmup 100 --check \
+    --seed "$SEED" --json > "$OUT/gemma2-ptx-tornado.log" 2>&1 && record "gemma2 fp16 ptx-tornado" "$OUT/gemma2-ptx-tornado.log" || fail=1
+fi
+
+python3 bench/coverage_table.py "$OUT/results.jsonl" | tee "$OUT/table.md"
+exit $fail
