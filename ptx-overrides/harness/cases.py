@@ -1,10 +1,14 @@
 """The problems the harness runs (no GPU needed to list them): the correctness suite, the D=128
 suite of the tuning candidates, the timing shapes, and the decode split count.
 
-A case is (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag, dtype)."""
+A case is a Case: the shape, causal, layout, want_lse, a tag, its element type and its score features
+(features.Features: window, softcap, sinks; NO_FEATURES for none).  The generators below write the shape part
+as (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag) tuples and name the rest (_cases)."""
 import math
+from dataclasses import dataclass, field
 
 import split_policy
+from features import NO_FEATURES, Features
 from manifest import DTYPES, HEAD_DIMS
 
 # Prefill timing shapes (B, H, S, D), causal and not, in each element type: (4,16,2048,D) and
@@ -16,6 +20,35 @@ ABLATION_SHAPE = (4, 16, 2048)  # (B, H, S) at the variant's head dim, causal an
 TUNING_SHAPES = [(4, 16, 2048, 128), (1, 32, 4096, 128)]  # (B, H, S, D), causal and not
 
 
+@dataclass(frozen=True)
+class Case:
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Skv: int
+    D: int
+    causal: bool
+    layout: str
+    want_lse: bool
+    tag: str
+    dtype: str = "fp16"
+    feat: Features = field(default=NO_FEATURES)
+
+    def __post_init__(self):
+        object.__setattr__(self, "feat", Features(*self.feat))
+
+    def describe(self):
+        f = self.feat.tag()
+        return (f"{self.tag} {self.dtype} B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Skv{self.Skv} D{self.D} "
+                f"{'causal' if self.causal else 'full'} {self.layout}" + (f" {f}" if f else ""))
+
+
+def _cases(tuples, dtype, feat=NO_FEATURES):
+    """Cases of (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag[, features]) tuples in one element type."""
+    return [Case(*t[:10], dtype=dtype, feat=t[10] if len(t) > 10 else feat) for t in tuples]
+
+
 def num_splits_for(B, Hkv, G, Sq, Skv, rows_per_block, num_sms):
     """The split count the hosts choose for split-KV decode (LaunchTable.decodeSplits in Java): the grid of
     B x Hkv x packed row blocks is fixed by the shape (split_policy.grid_splits).
@@ -23,15 +56,83 @@ def num_splits_for(B, Hkv, G, Sq, Skv, rows_per_block, num_sms):
     return split_policy.grid_splits(Skv, B * Hkv * math.ceil(G * Sq / rows_per_block), num_sms)
 
 
+# The feature problems' head dims per element type: every shape of feature_cases at these ...
+FEATURE_HEAD_DIMS = {"fp16": (64, 128), "bf16": (128,)}
+# ... and a short list (feature_cases(..., short=True)) at these: the smallest, odd-chunk and largest dims.
+FEATURE_SHORT_HEAD_DIMS = {"fp16": (32, 96, 256), "bf16": (64, 192)}
+
+
 def suite(quick, rng):
-    """The fp16 D=64/128 suite of the seeds, then every head dim in both element types (_head_dim_cases)."""
-    cases = [c + ("fp16",) for c in _fp16_suite(quick, rng)]
+    """The fp16 D=64/128 suite of the seeds, then every head dim in both element types (_head_dim_cases),
+    then the window / softcap / sinks problems (features_suite)."""
+    cases = _cases(_fp16_suite(quick, rng), "fp16")
     for dtype in DTYPES:
         for D in HEAD_DIMS:
             if dtype == "fp16" and D in (64, 128):
                 continue  # the suite above
-            cases += [c + (dtype,) for c in _head_dim_cases(D, quick, rng)]
+            cases += _cases(_head_dim_cases(D, quick, rng), dtype)
+    return cases + features_suite(quick, rng)
+
+
+def features_suite(quick, rng):
+    """Window, softcap and sinks in both element types and several head dims (FEATURE_HEAD_DIMS,
+    FEATURE_SHORT_HEAD_DIMS), then random features on random shapes (fp16 D=64/128, bf16 D=128/256)."""
+    cases = []
+    for dtype in DTYPES:
+        for D in FEATURE_HEAD_DIMS[dtype]:
+            cases += feature_cases(D, dtype, quick)
+        for D in FEATURE_SHORT_HEAD_DIMS[dtype]:
+            cases += feature_cases(D, dtype, quick, short=True)
+    for i in range(5 if quick else 25):  # random features on random shapes
+        dtype = "bf16" if i % 3 == 2 else "fp16"
+        Hkv, G = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
+        D = rng.choice([64, 128] if dtype == "fp16" else [128, 256])
+        Sq = rng.randint(1, 1500) if rng.random() < 0.7 else rng.randint(1, 16)
+        Skv = rng.randint(1, 3000)
+        feat = Features(rng.choice([-1, 0, 1, 17, 64, 300]), rng.choice([-1, -1, 0, 5, 100]),
+                        rng.choice([0.0, 0.0, 20.0, 50.0]), rng.random() < 0.5)
+        cases.append(Case(rng.randint(1, 2), Hkv * G, Hkv, Sq, Skv, D, rng.random() < 0.5, rng.choice(["bhsd", "bshd"]),
+                          rng.random() < 0.8, "random features", dtype, feat))
     return cases
+
+
+def feature_cases(D, dtype, quick, short=False):
+    """Window, softcap and sinks, alone and together, through the prefill and the decode entries at one head
+    dim and element type: windows left only and left + right, causal and not, smaller than a key tile and
+    not a tile multiple, right only, Sq != Skv both ways; softcap 30 and 50 (on scores scaled up so that the
+    cap bites: features.SOFTCAP_SCALE); sinks (rows that see no key then give lse = the sink); all three
+    together.  short: one causal flag per shape and fewer shapes (the extra head dims)."""
+    t = []
+    for c in ((False, True) if not short else (None,)):
+        prefill = [
+            (2, 4, 2, 300, 517, D, c, "bhsd", True, "win left", (100, -1, 0.0, False)),
+            (1, 4, 4, 600, 600, D, c, "bhsd", True, "win left+right", (128, 64, 0.0, False)),
+            (1, 4, 4, 257, 1000, D, c, "bshd", True, "win < tile", (5, 3, 0.0, False)),
+            (1, 2, 2, 200, 300, D, c, "bhsd", True, "win right", (-1, 7, 0.0, False)),
+            (1, 4, 1, 1000, 77, D, c, "bhsd", True, "win sq>skv", (30, -1, 0.0, False)),
+            (1, 2, 2, 129, 2049, D, c, "bhsd", True, "win 0,0", (0, 0, 0.0, False)),
+            (2, 4, 2, 259, 1031, D, c, "bshd", True, "softcap30", (-1, -1, 30.0, False)),
+            (1, 4, 4, 333, 333, D, c, "bhsd", True, "softcap50", (-1, -1, 50.0, False)),
+            (2, 4, 2, 130, 300, D, c, "bhsd", True, "sinks", (-1, -1, 0.0, True)),
+            (1, 2, 2, 130, 3, D, c, "bhsd", True, "sinks sq>>skv", (-1, -1, 0.0, True)),
+            (2, 8, 2, 333, 700, D, c, "bhsd", True, "win+cap+sinks", (64, 16, 50.0, True)),
+            (1, 4, 4, 64, 200, D, c, "bshd", False, "win+cap+sinks nolse", (40, -1, 30.0, True)),
+        ]
+        # decode shapes: the splits cover the window's span only
+        decode = []
+        for (Sq, Skv) in ((1, 4097), (4, 9000), (16, 1000), (1, 100)) if not (quick or short) else ((1, 4097), (4, 9000)):
+            decode += [
+                (2, 8, 2, Sq, Skv, D, c, "bhsd", True, "decode win", (1000, -1, 0.0, False)),
+                (2, 8, 2, Sq, Skv, D, c, "bhsd", True, "decode win small", (20, 2, 0.0, False)),
+                (1, 8, 1, Sq, Skv, D, c, "bshd", True, "decode cap+sinks", (-1, -1, 30.0, True)),
+                (2, 8, 2, Sq, Skv, D, c, "bhsd", True, "decode all", (511, 3, 50.0, True)),
+            ]
+        if short:  # every other shape, alternating causal
+            prefill, decode = prefill[::2], decode[::2]
+            prefill = [p[:6] + (i % 2 == 1,) + p[7:] for i, p in enumerate(prefill)]
+            decode = [p[:6] + (i % 2 == 0,) + p[7:] for i, p in enumerate(decode)]
+        t += prefill + decode
+    return _cases(t, dtype)
 
 
 def _head_dim_cases(D, quick, rng):
@@ -129,4 +230,4 @@ def tuning_cases(rng):
         Skv = rng.randint(1, 2100) if rng.random() < 0.7 else Sq
         cases.append((rng.randint(1, 3), Hkv * G, Hkv, Sq, Skv, 128, rng.random() < 0.5, rng.choice(["bhsd", "bshd"]),
                       rng.random() < 0.7, "random"))
-    return [c + ("fp16",) for c in cases]
+    return _cases(cases, "fp16")

@@ -15,10 +15,14 @@ Logs and JSON go to $OUT (default ./out); a short table is printed last (report.
 shipped D=128 entries (the baselines) on a small D=128 suite, and times them beside SDPA on the two
 D=128 timing shapes, causal and not (tuning.md/.json).
 
+The suite includes window / softcap / sinks problems (cases.features_suite: both element types, several
+head dims); an entry runs them only where its manifest row lists the features. --features checks only those
+problems and a few plain ones of the same shapes.
+
 --list prints what a run would load and check, from the manifest alone (no GPU, no torch).
 
 Usage: python3 ptx-overrides/harness/check_and_time.py [--quick] [--no-time] [--no-check] [--seed N]
-       [--dtype fp16|bf16] [--head-dims 32,96,...] [--tuning] [--list]
+       [--dtype fp16|bf16] [--head-dims 32,96,...] [--tuning] [--features] [--list]
 """
 import argparse
 import json
@@ -28,7 +32,7 @@ import time
 
 import manifest
 import report
-from cases import suite, tuning_cases
+from cases import Case, features_suite, suite, tuning_cases
 from report import log
 
 
@@ -63,14 +67,39 @@ def list_run(args, entries):
     for e in entries:
         print(f"{e.entry:56s} {e.module:24s} {e.kind:15s} {e.dtype:4s} {e.head_dim:4d} {e.br:4d} {e.bc:3d} {e.threads:4d} "
               f"{e.header_bytes:4d} {e.smem_dynamic:8d} {e.regs_sm_89:4d}/{e.regs_sm_90:<5d} causal={e.causal}")
-    rng = random.Random(args.seed)
-    cases = tuning_cases(rng) if args.tuning else suite(args.quick, rng)
+    cases = problems(args)
     served = {(e.head_dim, e.dtype) for e in entries}
-    cases = [c for c in cases if (c[5], c[10]) in served]
-    for dtype in sorted({c[10] for c in cases}):
-        dims = sorted({c[5] for c in cases if c[10] == dtype})
-        print(f"{dtype}: head dims {dims}, {sum(c[10] == dtype for c in cases)} problems")
+    cases = [c for c in cases if (c.D, c.dtype) in served]
+    for dtype in sorted({c.dtype for c in cases}):
+        dims = sorted({c.D for c in cases if c.dtype == dtype})
+        nf = sum(c.dtype == dtype and bool(c.feat.names()) for c in cases)
+        fdims = sorted({c.D for c in cases if c.dtype == dtype and c.feat.names()})
+        print(f"{dtype}: head dims {dims}, {sum(c.dtype == dtype for c in cases)} problems "
+              f"({nf} with window/softcap/sinks, head dims {fdims})")
+    fcases = [c for c in cases if c.feat.names()]
+    lacking = [e for e in entries if e.kind != manifest.COMBINE and e.module != manifest.ABLATION_MODULE and any(
+        c.D == e.head_dim and c.dtype == e.dtype and not c.feat.names() <= e.features for c in fcases)]
+    if lacking:
+        print(f"{len(lacking)} entries lack a feature in the manifest's features column and skip those problems "
+              f"(e.g. {lacking[0].entry})")
     print(f"{len(entries)} entries; {len(cases)} correctness problems (seed {args.seed})")
+
+
+def problems(args):
+    """The problems a run checks: --tuning's, --features', or the suite."""
+    rng = random.Random(args.seed)
+    if args.tuning:
+        return tuning_cases(rng)
+    return features_only(args.quick, rng) if args.features else suite(args.quick, rng)
+
+
+def features_only(quick, rng):
+    """--features: the feature problems, beside a few plain ones of the same shapes, in both element types."""
+    plain = [Case(2, 8, 2, 300, 517, D, c, "bhsd", True, "gqa", dtype) for dtype, D in (("fp16", 64), ("fp16", 128),
+                                                                                       ("bf16", 128)) for c in (False, True)]
+    plain += [Case(2, 8, 2, 4, 9000, D, c, "bhsd", True, "decode", dtype) for dtype, D in (("fp16", 64), ("fp16", 128),
+                                                                                          ("bf16", 128)) for c in (False, True)]
+    return plain + features_suite(quick, rng)
 
 
 def run(args, kernels_wanted, tuning):
@@ -94,7 +123,7 @@ def run(args, kernels_wanted, tuning):
     corr, ncases = None, 0
     if not args.no_check:
         t0 = time.time()
-        cases = tuning_cases(random.Random(args.seed)) if tuning else None
+        cases = problems(args) if tuning or args.features else None
         corr, ncases = correctness(runner, kernels, args.quick, args.seed, cases)
         log(f"correctness: {ncases} problems, {time.time() - t0:.0f}s")
     t0 = time.time()
@@ -126,6 +155,7 @@ def main():
     ap.add_argument("--no-check", action="store_true", help="time only")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--tuning", action="store_true", help="check and time the D=128 tuning candidates only")
+    ap.add_argument("--features", action="store_true", help="check only the window / softcap / sinks problems")
     ap.add_argument("--list", action="store_true", help="print the entries and the problem count; no GPU needed")
     ap.add_argument("--dtype", choices=manifest.DTYPES, default=None, help="only the entries of this element type")
     ap.add_argument("--head-dims", default=None, help="only these head dims, comma-separated")

@@ -1,5 +1,8 @@
 """The correctness check: every loaded entry against the float64 reference on fresh inputs, with
-its output poisoned before each run. Returns {entry: runs, passed, worst errors, first failures}."""
+its output poisoned before each run. Returns {entry: runs, passed, worst errors, first failures}.
+
+A problem with score features (window, softcap, sinks) runs on the entries whose manifest row lists
+them (the features column); the others skip it, and the number of such skips is logged."""
 import math
 import random
 import time
@@ -37,17 +40,32 @@ def correctness(runner, kernels, quick, seed, cases=None):
     if cases is None:
         cases = suite(quick, rng)
     t0 = time.time()
-    for ci, (B, Hq, Hkv, Sq, Skv, D, causal, layout, want_lse, tag, dtype) in enumerate(cases):
-        if not any(e.D == D and e.m.dtype == dtype for e in kernels):
-            continue  # no loaded entry of this head dim and type (e.g. --dtype)
-        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, layout, lse=want_lse, gen=gen, dtype=dtype)
+    skipped = {}  # entry -> feature problems skipped (its manifest row lacks a feature)
+    for ci, c in enumerate(cases):
+        B, Hq, Hkv, Sq, Skv, D, causal, tag, dtype, feat = c.B, c.Hq, c.Hkv, c.Sq, c.Skv, c.D, c.causal, c.tag, c.dtype, c.feat
+        need = feat.names()
+
+        def serves(e):
+            if e.D != D or e.m.dtype != dtype:
+                return False
+            if not need <= e.m.features:
+                skipped[e.name] = skipped.get(e.name, 0) + 1
+                return False
+            return True
+
+        if not any(e.D == D and e.m.dtype == dtype and need <= e.m.features for e in kernels):
+            for e in kernels:
+                if e.D == D and e.m.dtype == dtype:
+                    serves(e)  # counts the skip
+            continue  # no loaded entry of this head dim and type (e.g. --dtype), or none with these features
+        pb = Problem(B, Hq, Hkv, Sq, Skv, D, causal, c.layout, lse=c.want_lse, gen=gen, dtype=dtype, feat=feat)
         if tag == "random" and rng.random() < 0.2:
             pb.scale = rng.uniform(0.01, 0.5)
         oref, lref = pb.reference()
-        case = f"{tag} {dtype} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {'causal' if causal else 'full'} {layout}"
+        case = c.describe()
         big = Sq * Skv * B * Hq > 3e8
         for e in fwd:
-            if e.D != D or e.m.dtype != dtype:
+            if not serves(e):
                 continue
             if e.ablation and tag not in ("seed", "seed-d128", "sq>skv odd", "gqa", "2049"):
                 continue
@@ -62,10 +80,14 @@ def correctness(runner, kernels, quick, seed, cases=None):
         if Sq <= 16:  # the decode kernels' range (LaunchTable.DECODE_MAX_QUERIES)
             G = Hq // Hkv
             for e in splits_e:
-                if e.D != D or e.m.dtype != dtype:
+                if not serves(e):
                     continue
                 ec = comb[(D, e.header, dtype)]
-                ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
+                if not need <= ec.m.features:
+                    skipped[ec.name] = skipped.get(ec.name, 0) + 1
+                    continue
+                # The hosts size the split count from the window's visible span.
+                ns = num_splits_for(B, Hkv, G, Sq, pb.visible_span(), e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):  # also exercise empty splits
                     o, lse = pb.new_out()
                     go, keep = runner.decode_launcher(e, ec, pb, o, lse, splits)
@@ -75,9 +97,9 @@ def correctness(runner, kernels, quick, seed, cases=None):
                     record(e.name, case + f" splits{splits}", r)
                     record(ec.name, case + f" splits{splits}", r)
             for e in fused_e:
-                if e.D != D or e.m.dtype != dtype:
+                if not serves(e):
                     continue
-                ns = num_splits_for(B, Hkv, G, Sq, Skv, e.Br, runner.num_sms)
+                ns = num_splits_for(B, Hkv, G, Sq, pb.visible_span(), e.Br, runner.num_sms)
                 for splits in sorted({ns, min(ns * 3 + 1, 200)}):
                     o, lse = pb.new_out()
                     go, keep = runner.fused_launcher(e, pb, o, lse, splits)
@@ -90,4 +112,7 @@ def correctness(runner, kernels, quick, seed, cases=None):
         del oref, lref, pb
         if ci % 20 == 0:
             log(f"  case {ci + 1}/{len(cases)} ({time.time() - t0:.0f}s)")
+    if skipped:
+        log(f"  feature problems skipped by entries whose manifest row lacks the features: "
+            f"{sum(skipped.values())} runs over {len(skipped)} entries (e.g. {next(iter(skipped))})")
     return results, len(cases)

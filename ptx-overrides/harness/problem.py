@@ -1,20 +1,15 @@
 """One attention problem on the GPU: fresh N(0,1) fp16 or bf16 inputs in BHSD or BSHD storage, poisoned
-outputs, its params block, the float64 reference of the project's semantics (on the rounded inputs) and
-the comparison with it (the tolerances of the Java suite, per element type)."""
-import math
-import struct
-
+outputs, its params block (the score features' words included), the float64 reference of the project's
+semantics (window, softcap and sinks included, on the rounded inputs) and the comparison with it (the
+tolerances of the Java suite, per element type)."""
 import torch
 
 import manifest
+from features import NO_FEATURES, Features, feature_tag, feature_words, f32_bits, scale_for  # noqa: F401 (re-exported)
 
 P = manifest.param_index()
 DEVICE = "cuda"  # "cpu" runs the references and checks of this module without a GPU
 LOG2E = 1.4426950408889634
-
-
-def f32_bits(x):
-    return struct.unpack("<i", struct.pack("<f", float(x)))[0]
 
 
 def torch_dtype(dtype):
@@ -22,17 +17,53 @@ def torch_dtype(dtype):
     return {"fp16": torch.half, "bf16": torch.bfloat16}[dtype]
 
 
-class Problem:
-    """Q, K, V (fp16 or bf16, N(0,1) rounded to the type) as logical [B, H, S, D] views of BHSD or BSHD storage."""
+def scores_to_probs(s, visible, softcap, sink):
+    """The definition (CpuReference.softmaxRow) on float64 scores s [..., Sq, Skv] = scale*q.k with
+    the visibility mask `visible` (broadcast to s), softcap c (0: off) and per-row sink logits
+    `sink` (broadcast to s[..., 0], -inf: none).  Returns (weights p, lse): p_j = e^s_j / (e^z +
+    sum e^s_j), lse = log(e^z + sum e^s_j); a row that sees no key: p = 0, lse = z."""
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    s = s.masked_fill(~visible, float("-inf"))
+    sink = torch.as_tensor(sink, dtype=s.dtype, device=s.device).expand(s.shape[:-1])
+    lse = torch.logsumexp(torch.cat([s, sink[..., None]], -1), dim=-1)
+    p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
+    return p, lse
 
-    def __init__(self, B, Hq, Hkv, Sq, Skv, D, causal, layout="bhsd", scale=None, lse=True, gen=None, dtype="fp16"):
+
+def visible_keys(pos, Skv, causal, left, right):
+    """[len(pos), Skv] bool: a query at position pos (dense i + Skv - Sq; cache L - n + j) sees key j iff
+    pos - left <= j (left >= 0) and j <= pos + right (right >= 0), j <= pos when causal
+    (AttentionShape.firstVisibleKey / lastVisibleKey)."""
+    j = torch.arange(Skv, device=pos.device)[None, :]
+    pos = pos[:, None]
+    vis = torch.ones(pos.shape[0], Skv, dtype=torch.bool, device=pos.device)
+    if causal:
+        vis &= j <= pos
+    if left >= 0:
+        vis &= j >= pos - left
+    if right >= 0:
+        vis &= j <= pos + right
+    return vis
+
+
+class Problem:
+    """Q, K, V (fp16 or bf16, N(0,1) rounded to the type) as logical [B, H, S, D] views of BHSD or BSHD storage;
+    `feat` (features.Features: window left, window right, softcap, sinks?; -1 = unbounded side, 0 = no softcap);
+    sinks: one float32 logit per query head (~N(0, 4), some large enough to dominate a row).  scale None: the
+    problem's default, 1/sqrt(D), or features.SOFTCAP_SCALE with a softcap (so that the cap bites)."""
+
+    def __init__(self, B, Hq, Hkv, Sq, Skv, D, causal, layout="bhsd", scale=None, lse=True, gen=None, dtype="fp16",
+                 feat=NO_FEATURES):
         self.B, self.Hq, self.Hkv, self.Sq, self.Skv, self.D = B, Hq, Hkv, Sq, Skv, D
         self.dtype, self.tdt = dtype, torch_dtype(dtype)
         self.causal, self.layout, self.want_lse = causal, layout, lse
-        self.scale = scale if scale is not None else 1.0 / math.sqrt(D)
+        self.feat = Features(*feat)
+        self.scale = scale if scale is not None else scale_for(D, self.feat)
         self.q = self._rand(B, Hq, Sq, D, gen)
         self.k = self._rand(B, Hkv, Skv, D, gen)
         self.v = self._rand(B, Hkv, Skv, D, gen)
+        self.sinks = (torch.randn(Hq, device=DEVICE, dtype=torch.float32, generator=gen) * 2) if self.feat.sinks else None
 
     def _rand(self, B, H, S, D, gen):
         if self.layout == "bhsd":
@@ -56,6 +87,10 @@ class Problem:
             p[P[name]] = value
         for name, t in (("P_Q_STRIDE", self.q), ("P_K_STRIDE", self.k), ("P_V_STRIDE", self.v), ("P_O_STRIDE", o)):
             p[P[name]:P[name] + 3] = [t.stride(0), t.stride(1), t.stride(2)]
+        words, tail = feature_words(self.feat, self.sinks)
+        for name, value in words.items():
+            p[P[name]] = value
+        p += tail  # P_COUNT + Hq words with sinks
         if header:
             p = [0] * (header // 4) + p
         return torch.tensor(p, dtype=torch.int32, device=DEVICE)
@@ -64,8 +99,17 @@ class Problem:
         f = 4.0 * self.B * self.Hq * self.Sq * self.Skv * self.D
         return f / 2 if (self.causal and self.Sq == self.Skv) else f
 
+    def visible_span(self):
+        """Keys of the decode span: from query 0's first visible key (the window's left side) to Skv."""
+        left = self.feat.left
+        return self.Skv - (max(0, self.Skv - self.Sq - left) if left >= 0 else 0)
+
     def reference(self):
-        """float64 reference; rows that see no key give O = 0, lse = -inf."""
+        """float64 reference (CpuReference's definition) on the inputs as rounded to the element type; rows
+        that see no key give O = 0 and lse = the sink (-inf without sinks)."""
+        left, right, cap, _ = self.feat
+        pos = torch.arange(self.Sq, device=DEVICE) + (self.Skv - self.Sq)
+        vis = visible_keys(pos, self.Skv, self.causal, left, right)
         G = self.Hq // self.Hkv
         os_, lses = [], []
         hstep = max(1, min(self.Hq, int(2e8 // max(1, self.Sq * self.Skv * self.B))))
@@ -76,13 +120,9 @@ class Problem:
             k = self.k[:, kv_idx].double()
             v = self.v[:, kv_idx].double()
             s = torch.matmul(q, k.transpose(-1, -2)) * self.scale
-            if self.causal:
-                i = torch.arange(self.Sq, device=DEVICE)[:, None]
-                j = torch.arange(self.Skv, device=DEVICE)[None, :]
-                s = s.masked_fill(~(j <= i + (self.Skv - self.Sq)), float("-inf"))
-            lse = torch.logsumexp(s, dim=-1)
-            p = torch.exp(s - lse[..., None])
-            p = torch.nan_to_num(p, nan=0.0)
+            sink = (self.sinks[h0:h1].double()[None, :, None] if self.sinks is not None
+                    else torch.tensor(float("-inf"), dtype=torch.float64, device=DEVICE))
+            p, lse = scores_to_probs(s, vis, cap, sink)
             os_.append(torch.matmul(p, v))
             lses.append(lse)
         return torch.cat(os_, 1), torch.cat(lses, 1)
