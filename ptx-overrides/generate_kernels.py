@@ -184,7 +184,7 @@ FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring sta
 FWD_D96_DYN = Tile(96, 64, 128, 4, 2, 2, dyn_smem=True)   # 96 KB dynamic, 240 registers
 FWD_D192_DYN = Tile(192, 128, 64, 8, 2, 1, dyn_smem=True)  # FA2's sm80 hdim192 tile: 96 KB dynamic, 255 registers
 FWD_D256 = Tile(256, 64, 16, 4, 1, 2, q_in_regs=False)  # split K/V + Q in shared memory: 48 KB static
-FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True)  # FA2's sm86/89 64x64: 96 KB
+FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True, opt=LAZY)  # FA2's sm86/89 64x64, 96 KB; lazy rescale: spill-free with the score features
 DEC_D32 = Tile(32, 16, 64, 1, 2, 6)
 DEC_D96 = Tile(96, 16, 32, 1, 2, 6)
 DEC_D192 = Tile(192, 16, 16, 1, 2, 6)
