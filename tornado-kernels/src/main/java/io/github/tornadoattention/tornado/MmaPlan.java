@@ -43,7 +43,7 @@ final class MmaPlan extends TornadoAttentionPlan {
         LongArray k = new LongArray(Math.toIntExact(s.kvElements() / 4));
         LongArray v = new LongArray(Math.toIntExact(s.kvElements() / 4));
         this.o = new LongArray(Math.toIntExact(s.outputElements() / 4));
-        int causal = s.causal() ? 1 : 0;
+        int causal = causalWord(s);
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
 
         // One CTA of 4 warps per (query tile, batch x head), at most MAX_CTAS of them (the kernel loops over
@@ -62,6 +62,14 @@ final class MmaPlan extends TornadoAttentionPlan {
             graph.task("flash", kernel, kc, q, k, v, o, lseArray, scratch, s.batch(), s.heads(),
                     s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize, window, scores);
         }, config.jitFlags(options));
+    }
+
+    /**
+     * The kernels' {@code causal} scalar: bit 0 causal, bit 1 a window on either side (the window's sides themselves are
+     * run-time words): both compile into the kernel as constants, so that its masking compiles away without them.
+     */
+    static int causalWord(AttentionShape s) {
+        return (s.causal() ? 1 : 0) | (s.hasWindow() ? 2 : 0);
     }
 
     @Override

@@ -265,7 +265,7 @@ class MmaKernelsTest {
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
         MmaPlan.Kernel kernel = kernel(s.headDim(), false);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
-                s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), s.causal() ? 1 : 0,
+                s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), MmaPlan.causalWord(s),
                 s.layout() == Layout.BSHD ? 1 : 0, s.scale(), grid, SimtPlan.windowOf(s), SimtPlan.scoresOf(s)));
         MemorySegment.copy(o.getSegment(), 0, out.data(), 0, out.data().byteSize());
         out.markModified();
@@ -301,7 +301,7 @@ class MmaKernelsTest {
         FloatArray lse = EmulatedInputs.poisonedLse(s);
         int grid = Math.min(maxGrid, config.gridSize(s.batch(), s.heads(), s.queryLength()));
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
-        int causal = s.causal() ? 1 : 0;
+        int causal = MmaPlan.causalWord(s);
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
         MmaPlan.Kernel kernel = kernel(s.headDim(), synchronous);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
