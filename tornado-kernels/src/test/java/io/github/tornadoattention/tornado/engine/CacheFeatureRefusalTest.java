@@ -13,28 +13,30 @@ import org.junit.jupiter.api.Test;
 /**
  * Window, softcap and sinks over a cache, as {@link CacheAttentionTasks#check} (which the engine facade and the
  * inference device's cache plans both run at plan time) decides them with no device: the Java cache kernels
- * (tornado-simt, tornado-mma) serve them, ptx-tornado's prebuilt twins refuse each by its own name; both cache layouts.
+ * (tornado-simt, tornado-mma) and ptx-tornado's prebuilt twins (where the manifest lists them) serve them; both cache layouts.
  */
 class CacheFeatureRefusalTest {
-    // ptx-tornado refuses a feature only where the shipped manifest lacks its twins (accepted once they ship).
     private static final CacheAttentionSpec SPEC = CacheAttentionSpec.builder().batch(2).heads(4).kvHeads(2).headDim(64)
             .maxQueryLength(1).maxLength(128).causal(true).build();
 
-    /** ptx-tornado's cache twins serve no window, softcap or sinks: it refuses each by its own name. */
+    /**
+     * ptx-tornado's cache twins serve each feature where the shipped manifest lists it (every twin kind does); a head
+     * dim no twin has is refused naming the spec's field.
+     */
     @Test
-    void ptxTornadoRefusesEachFeatureByName() {
+    void ptxTornadoServesEachFeatureThroughTheManifest() {
         for (KvCacheSpec cache : List.of(KvCacheSpec.contiguous(2, 2, 128, 64), KvCacheSpec.paged(2, 2, 128, 64, 16))) {
             String backend = "ptx-tornado";
             CacheAttentionTasks.check(backend, SPEC, cache);
             for (CacheAttentionSpec spec : featureSpecs()) {
-                String feature = spec.features().get(0);
-                InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
-                        () -> CacheAttentionTasks.of(backend, spec, cache, 58), backend + " " + spec);
-                assertEquals(feature, e.argument(), e.getMessage());
-                assertEquals(spec.featureValue(feature), e.value());
-                assertTrue(e.allowed().startsWith(backend + " "), e.getMessage());
+                CacheAttentionTasks.check(backend, spec, cache);
             }
         }
+        CacheAttentionSpec d80 = SPEC.toBuilder().headDim(80).window(32, 0).build();
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                () -> CacheAttentionTasks.check("ptx-tornado", d80, KvCacheSpec.contiguous(2, 2, 128, 80)));
+        assertEquals("spec.headDim", e.argument(), e.getMessage());
+        assertTrue(e.allowed().startsWith("ptx-tornado "), e.getMessage());
     }
 
     /** The Java cache kernels (tornado-simt's and tornado-mma's) serve each feature and all three together. */
@@ -55,23 +57,5 @@ class CacheFeatureRefusalTest {
     private static List<CacheAttentionSpec> featureSpecs() {
         return List.of(SPEC.toBuilder().window(32, 0).build(), SPEC.toBuilder().softcap(30f).build(),
                 SPEC.toBuilder().sinks(new float[] {0.5f, -0.5f, 1f, 0f}).build());
-    }
-
-    /** Whether the shipped manifest has every ptx-tornado twin kind with the spec's features (branch feat ships them). */
-    private static boolean servesTwins(CacheAttentionSpec spec, KvCacheSpec cache) {
-        io.github.tornadoattention.ptx.KernelManifest m = io.github.tornadoattention.ptx.KernelManifest.shipped();
-        int header = Math.toIntExact(uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray.ARRAY_HEADER);
-        for (io.github.tornadoattention.ptx.KernelVariant.Kind kind : new io.github.tornadoattention.ptx.KernelVariant.Kind[] {
-                io.github.tornadoattention.ptx.KernelVariant.Kind.CACHE_DECODE_FUSED,
-                io.github.tornadoattention.ptx.KernelVariant.Kind.CACHE_APPEND_DECODE_FUSED,
-                io.github.tornadoattention.ptx.KernelVariant.Kind.CACHE_STAGED_DECODE_FUSED,
-                io.github.tornadoattention.ptx.KernelVariant.Kind.CACHE_PREFILL}) {
-            if (!m.serves(io.github.tornadoattention.ptx.KernelVariant.of(kind, spec.dtype(), spec.headDim())
-                    .causal(spec.causal()).paged(cache.paged()).headerBytes(header)
-                    .features(io.github.tornadoattention.ptx.LaunchTable.features(spec.features())))) {
-                return false;
-            }
-        }
-        return true;
     }
 }
