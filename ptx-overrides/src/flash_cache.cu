@@ -1,9 +1,10 @@
 // Shipped KV-cache entries (ptx/flash_cache.ptx): attention over a contiguous or paged KV cache
 // with per-sequence lengths (decode split pass + combine, varlen prefill), the append of new
 // tokens, and the public merge of partial results (CUDA-driver entries 1-5).  Their TornadoVM
-// twins (6-9) are in flash_cache_tornado.cu, a module of their own: the CUDA-driver host JITs
-// the whole module it loads, and the twins would triple that.  D = 64/128, static shared
-// memory, dynamic shared memory 0 for every launch.
+// twins (6-9) are in flash_cache_tornado.cu, a module of their own; the bf16 entries are
+// flash_cache_bf16.cu's.  Entry names below show fp16 and D = 64/128: every head dim of the table
+// (32..256) and bf16 (a bf16_ tag before d) follow the same pattern.  Static shared memory,
+// dynamic shared memory 0 for every launch.
 //
 // ---- ABI ----------------------------------------------------------------------------------
 // elem: the entry's element type (the manifest's dtype; 16 bits: fp16 is IEEE half).  q, k, v

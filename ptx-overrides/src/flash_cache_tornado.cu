@@ -3,8 +3,8 @@
 // append kernel here: a standalone append twin would be a second prebuilt task, which TornadoVM
 // 5.2.0 does not run right) and the same with its per-step inputs in one array (9).  The kernels
 // and the ABI of params, lens and the cache layouts are flash_cache.cu's (its items 1-5 and the
-// ABI comment at its top); a module of their own so that the CUDA-driver host, which JITs the
-// whole module it loads, does not JIT these too.  TornadoVM's side loads one entry at a time.
+// ABI comment at its top), names as there (every head dim of the table, bf16 in
+// flash_cache_tornado_bf16.cu); a module of their own.  Hosts load one entry at a time.
 //
 // ---- TornadoVM twins (prebuilt tasks over a TornadoVM engine's own arrays) ----------------
 // A leading uint64 kernel_context (ignored), then every argument an array passed as a pointer
