@@ -39,12 +39,17 @@ record() { tail -n 1 "$2" | python3 -c 'import json,sys; d=json.loads(sys.stdin.
 
 if want correctness; then
   echo "== correctness (seed $SEED)"
-  (cd ptx-overrides/harness && python3 check_and_time.py --no-time --seed "$SEED") > "$OUT/harness-check.log" 2>&1 || fail=1
-  echo "harness, dense entries: $(tail -n 1 "$OUT/harness-check.log")"
-  python3 ptx-overrides/harness/cache_check.py --seed "$SEED" > "$OUT/harness-cache.log" 2>&1 || fail=1
-  echo "harness, cache entries: $(tail -n 1 "$OUT/harness-cache.log")"
-  python3 ptx-overrides/harness/cache_check.py --tornado-twins --seed "$SEED" > "$OUT/harness-twins.log" 2>&1 || fail=1
-  echo "harness, TornadoVM twins: $(tail -n 1 "$OUT/harness-twins.log")"
+  (cd ptx-overrides/harness && OUT="$OUT/harness-check" python3 check_and_time.py --no-time --seed "$SEED") \
+    > "$OUT/harness-check.log" 2>&1 || fail=1
+  echo "harness, dense entries (fp16, bf16): $(tail -n 1 "$OUT/harness-check.log")"
+  for dt in fp16 bf16; do
+    for twins in "" "--tornado-twins"; do
+      log="$OUT/harness-cache-$dt${twins:+-twins}.log"
+      OUT="$OUT/harness-cache" python3 ptx-overrides/harness/cache_check.py $twins --dtype $dt --no-time --seed "$SEED" \
+        > "$log" 2>&1 || fail=1
+      echo "harness, cache entries $dt ${twins:-(CUDA driver)}: $(tail -n 1 "$log")"
+    done
+  done
   cuda selftest --backend ptx-cuda --random 50 --seed "$SEED" > "$OUT/selftest-ptx-cuda.log" 2>&1 || fail=1
   echo "[ptx-cuda] selftest: $(tail -n 1 "$OUT/selftest-ptx-cuda.log")"
   ta selftest --backend "$(echo $TORNADO_BACKENDS | tr ' ' ,)" --random 50 --seed "$SEED" > "$OUT/selftest-tornado.log" 2>&1 || fail=1
@@ -61,8 +66,8 @@ fi
 
 if want prefill; then
   echo "== prefill kernel time per head dim (ptx-cuda vs SDPA: the harness; ptx-tornado vs ptx-cuda: the Java API)"
-  (cd ptx-overrides/harness && python3 check_and_time.py --no-check --seed "$SEED") > "$OUT/harness-time.log" 2>&1 || fail=1
-  cp ptx-overrides/harness/out/*.json "$OUT/" 2>/dev/null
+  (cd ptx-overrides/harness && OUT="$OUT/harness-time" python3 check_and_time.py --no-check --seed "$SEED") \
+    > "$OUT/harness-time.log" 2>&1 || fail=1
   # Through the Java API (one JVM per run): ptx-tornado beside ptx-cuda, and ptx-cuda bf16 beside fp16, at (4,16,2048,D).
   for d in $HEAD_DIMS; do
     for causal in "" "--causal"; do
