@@ -206,19 +206,21 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
         for (size_t w = 0; w < *(size_t *) extra[3] / 8; w++) check_live("launch argument", (uintptr_t) words[w]);
     }
     if (verbose()) {
-        fprintf(stderr, "[fakecuda] launch %s grid (%u,%u,%u) block (%u,%u,%u) dynamic smem %u args:", (const char *) f, gx, gy,
-                gz, bx, by, bz, smem);
+        /* One write per line: lanes launch from several threads, and a line split between writes would interleave. */
+        char line[8192];
+        size_t len = (size_t) snprintf(line, sizeof line, "[fakecuda] launch %s grid (%u,%u,%u) block (%u,%u,%u) dynamic smem %u args:",
+                                       (const char *) f, gx, gy, gz, bx, by, bz, smem);
         /* TornadoVM passes its arguments as one buffer: extra = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}. */
         if (extra && extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[2] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
             const uint64_t *words = (const uint64_t *) extra[1];
             size_t n = *(size_t *) extra[3] / 8;
-            for (size_t w = 0; w < n; w++) {
+            for (size_t w = 0; w < n && len < sizeof line - 64; w++) {
                 int i = allocation_of((uintptr_t) words[w]);
-                if (i >= 0) fprintf(stderr, " #%d+%zu", i, (size_t) (words[w] - alloc_base[i]));
-                else fprintf(stderr, " %llu", (unsigned long long) words[w]);
+                if (i >= 0) len += (size_t) snprintf(line + len, sizeof line - len, " #%d+%zu", i, (size_t) (words[w] - alloc_base[i]));
+                else len += (size_t) snprintf(line + len, sizeof line - len, " %llu", (unsigned long long) words[w]);
             }
         }
-        fprintf(stderr, "\n");
+        fprintf(stderr, "%s\n", line);
     }
     return CUDA_SUCCESS;
 }

@@ -10,7 +10,8 @@ import java.util.regex.Pattern;
 
 /**
  * The fake CUDA driver of tools/fakecuda (libcuda.so.1 and libnvidia-ml.so.1 reporting one H100, launches as
- * no-ops), built with gcc into target/fakecuda for tests that run TornadoVM in a child JVM without a GPU.
+ * no-ops), built with gcc into target/fakecuda for tests that run TornadoVM in a child JVM without a GPU; beside it
+ * the stand-in NVRTC of tools/fakenvrtc (libnvrtc.so.13: nvcc --ptx), which TornadoVM's CUDA backend loads.
  */
 final class FakeCuda {
     /** The fake driver's log lines (FAKECUDA_VERBOSE=1): copies, allocations, frees; group 1 bytes or id. */
@@ -38,7 +39,9 @@ final class FakeCuda {
         Path source = basedir().resolve("tools/fakecuda");
         Path cudaInclude = Path.of(System.getenv().getOrDefault("CUDA_INCLUDE", "/usr/local/cuda/include"));
         Path lib = basedir().resolve("target/fakecuda");
+        Path nvrtc = basedir().resolve("tools/fakenvrtc");
         if (Files.isRegularFile(lib.resolve("libcuda.so.1")) && Files.isRegularFile(lib.resolve("libnvidia-ml.so.1"))
+                && Files.isRegularFile(lib.resolve("libnvrtc.so.13"))
                 && Files.isRegularFile(source.resolve("fakecuda.c"))
                 && Files.getLastModifiedTime(lib.resolve("libcuda.so.1")).compareTo(
                         Files.getLastModifiedTime(source.resolve("fakecuda.c"))) >= 0) {
@@ -51,7 +54,14 @@ final class FakeCuda {
         boolean built = run(List.of("gcc", "-shared", "-fPIC", "-O1", "-I" + cudaInclude, "-Wl,-soname,libcuda.so.1",
                 "-o", lib.resolve("libcuda.so.1").toString(), source.resolve("fakecuda.c").toString()), null, Map.of()) == 0
                 && run(List.of("gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o",
-                lib.resolve("libnvidia-ml.so.1").toString(), source.resolve("fakenvml.c").toString()), null, Map.of()) == 0;
+                lib.resolve("libnvidia-ml.so.1").toString(), source.resolve("fakenvml.c").toString()), null, Map.of()) == 0
+                // TornadoVM's CUDA backend links NVRTC; the PTX backend never loads it.
+                && run(List.of("gcc", "-shared", "-fPIC", "-O1", "-I" + nvrtc, "-Wl,-soname,libnvrtc.so.13", "-o",
+                lib.resolve("libnvrtc.so.13").toString(), nvrtc.resolve("fakenvrtc.c").toString()), null, Map.of()) == 0;
+        if (built) {
+            Files.deleteIfExists(lib.resolve("libnvrtc.so"));
+            Files.createSymbolicLink(lib.resolve("libnvrtc.so"), Path.of("libnvrtc.so.13"));
+        }
         return built ? lib : null;
     }
 
