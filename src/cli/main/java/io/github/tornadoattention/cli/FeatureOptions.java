@@ -83,18 +83,8 @@ final class FeatureOptions {
 
     /** The features set on a cache spec, for a JSON line, as {@link #json(AttentionShape)}. */
     static Map<String, Object> json(CacheAttentionSpec spec) {
-        Map<String, Object> m = new LinkedHashMap<>();
-        m.put("dtype", spec.dtype().label());
-        if (spec.hasWindow()) {
-            m.put("window", java.util.List.of(spec.windowLeft(), spec.windowRight()));
-        }
-        if (spec.hasSoftcap()) {
-            m.put("softcap", spec.softcap());
-        }
-        if (spec.hasSinks()) {
-            m.put("sinks", spec.sinks());
-        }
-        return m;
+        return json(spec.dtype(), spec.hasWindow() ? java.util.List.of(spec.windowLeft(), spec.windowRight()) : null,
+                spec.hasSoftcap() ? spec.softcap() : null, spec.hasSinks() ? spec.sinks() : null);
     }
 
     /** The features as typed, appended to a command line ({@code s}) that refuses too much work. */
@@ -121,18 +111,25 @@ final class FeatureOptions {
         }
     }
 
-    /** The features set, for a JSON line: window [left, right], softcap, sinks (the logits). */
+    /** The features set, for a JSON line: dtype, window [left, right], softcap, sinks (the logits); unset ones left out. */
     static Map<String, Object> json(AttentionShape shape) {
+        return json(shape.dtype(), shape.hasWindow() ? java.util.List.of(shape.windowLeft(), shape.windowRight()) : null,
+                shape.hasSoftcap() ? shape.softcap() : null, shape.hasSinks() ? shape.sinks() : null);
+    }
+
+    /** One JSON vocabulary for shapes and cache specs: dtype, then each feature that is set (null: not set). */
+    private static Map<String, Object> json(DType dtype, java.util.List<Integer> window, Float softcap,
+                                            java.util.List<Float> sinks) {
         Map<String, Object> m = new LinkedHashMap<>();
-        m.put("dtype", shape.dtype().label());
-        if (shape.hasWindow()) {
-            m.put("window", java.util.List.of(shape.windowLeft(), shape.windowRight()));
+        m.put("dtype", dtype.label());
+        if (window != null) {
+            m.put("window", window);
         }
-        if (shape.hasSoftcap()) {
-            m.put("softcap", shape.softcap());
+        if (softcap != null) {
+            m.put("softcap", softcap);
         }
-        if (shape.hasSinks()) {
-            m.put("sinks", shape.sinks());
+        if (sinks != null) {
+            m.put("sinks", sinks);
         }
         return m;
     }
