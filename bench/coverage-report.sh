@@ -3,12 +3,12 @@
 # reference and timed beside PyTorch in the same run. Needs the packed runtime (.gpu/gpu-bundle.tar.xz: JDK 25 +
 # TornadoVM SDK, or JAVA_HOME and TORNADOVM_HOME) and the jars built here. From the repository root:
 #
-#   bench/coverage-report.sh        # PHASES="correctness prefill features models" LAYERS=8 STEPS=64
+#   bench/coverage-report.sh        # PHASES="correctness prefill prefill-api features models" LAYERS=8 STEPS=64
 #
 # 1. correctness: the kernel harness (every entry, new head dims, bf16, features) and the Java suite (selftest: every
 #    head dim, both types, the features, 50 random shapes) on each backend, and the inference scenarios;
 # 2. prefill: the harness times ptx-cuda's entries beside SDPA FLASH at (4,16,2048,D) and (16,8,512,D), causal and not,
-#    fp16 and bf16; the Java API times ptx-tornado beside ptx-cuda and bf16 beside fp16 at (4,16,2048,D);
+#    fp16 and bf16; prefill-api: the Java API times ptx-tornado beside ptx-cuda and bf16 beside fp16 at (4,16,2048,D);
 # 3. features: window 4095 at a 32K context against a 4K context without a window (decode token, prefill of a
 #    4096-query chunk), softcap 50 + sinks against the same run without them;
 # 4. models: Gemma-2-shaped (D=256, GQA 8:4, window 4096 on alternating layers, softcap 50) and Phi-3-shaped (D=96)
@@ -20,7 +20,7 @@ OUT=${OUT:-$PWD/out/coverage}; mkdir -p "$OUT"
 LAYERS=${LAYERS:-8}
 STEPS=${STEPS:-64}
 SEED=${SEED:-$(date +%s)}
-PHASES=${PHASES:-correctness prefill features models}
+PHASES=${PHASES:-correctness prefill prefill-api features models}
 TORNADO_BACKENDS=${TORNADO_BACKENDS:-ptx-tornado tornado-mma tornado-simt}
 HEAD_DIMS=${HEAD_DIMS:-32 64 96 128 192 256}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
@@ -39,17 +39,20 @@ record() { tail -n 1 "$2" | python3 -c 'import json,sys; d=json.loads(sys.stdin.
 
 if want correctness; then
   echo "== correctness (seed $SEED)"
-  (cd ptx-overrides/harness && OUT="$OUT/harness-check" python3 check_and_time.py --no-time --seed "$SEED") \
-    > "$OUT/harness-check.log" 2>&1 || fail=1
-  echo "harness, dense entries (fp16, bf16): $(tail -n 1 "$OUT/harness-check.log")"
-  for dt in fp16 bf16; do
-    for twins in "" "--tornado-twins"; do
-      log="$OUT/harness-cache-$dt${twins:+-twins}.log"
-      OUT="$OUT/harness-cache" python3 ptx-overrides/harness/cache_check.py $twins --dtype $dt --no-time --seed "$SEED" \
-        > "$log" 2>&1 || fail=1
-      echo "harness, cache entries $dt ${twins:-(CUDA driver)}: $(tail -n 1 "$log")"
+  # Nothing here is timed, so the harness (Python) runs beside the Java suites; its lines print when it ends.
+  (
+    rc=0
+    (cd ptx-overrides/harness && OUT="$OUT/harness-check" python3 check_and_time.py --no-time --seed "$SEED") \
+      > "$OUT/harness-check.log" 2>&1 || rc=1
+    for dt in fp16 bf16; do
+      for twins in "" "--tornado-twins"; do
+        OUT="$OUT/harness-cache" python3 ptx-overrides/harness/cache_check.py $twins --dtype $dt --no-time --seed "$SEED" \
+          > "$OUT/harness-cache-$dt${twins:+-twins}.log" 2>&1 || rc=1
+      done
     done
-  done
+    exit $rc
+  ) &
+  harness=$!
   cuda selftest --backend ptx-cuda --random 50 --seed "$SEED" > "$OUT/selftest-ptx-cuda.log" 2>&1 || fail=1
   echo "[ptx-cuda] selftest: $(tail -n 1 "$OUT/selftest-ptx-cuda.log")"
   ta selftest --backend "$(echo $TORNADO_BACKENDS | tr ' ' ,)" --random 50 --seed "$SEED" > "$OUT/selftest-tornado.log" 2>&1 || fail=1
@@ -62,13 +65,18 @@ if want correctness; then
   done
   ta selftest --inference --cuda-graph --lanes 4 --backend ptx-tornado --seed "$SEED" > "$OUT/inference-ptx-tornado-graph.log" 2>&1 || fail=1
   echo "[ptx-tornado] selftest --inference --cuda-graph --lanes 4: $(tail -n 1 "$OUT/inference-ptx-tornado-graph.log")"
+  wait $harness || fail=1
+  echo "harness, dense entries (fp16, bf16): $(tail -n 1 "$OUT/harness-check.log")"
+  for log in "$OUT"/harness-cache-*.log; do echo "harness, $(basename "$log" .log): $(tail -n 1 "$log")"; done
 fi
 
 if want prefill; then
   echo "== prefill kernel time per head dim (ptx-cuda vs SDPA: the harness; ptx-tornado vs ptx-cuda: the Java API)"
   (cd ptx-overrides/harness && OUT="$OUT/harness-time" python3 check_and_time.py --no-check --seed "$SEED") \
     > "$OUT/harness-time.log" 2>&1 || fail=1
-  # Through the Java API (one JVM per run): ptx-tornado beside ptx-cuda, and ptx-cuda bf16 beside fp16, at (4,16,2048,D).
+fi
+if want prefill-api; then
+  echo "== prefill through the Java API (one JVM per run): ptx-tornado beside ptx-cuda, bf16 beside fp16, at (4,16,2048,D)"
   for d in $HEAD_DIMS; do
     for causal in "" "--causal"; do
       for run in "ptx-cuda fp16" "ptx-cuda bf16" "ptx-tornado fp16"; do
