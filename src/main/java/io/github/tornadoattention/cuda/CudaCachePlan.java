@@ -130,8 +130,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
 
     /**
      * Splits from the lengths now, over the slots with queries (idle slots' rows are zeros whatever the
-     * grid): {@link DecodeSplitPolicy#forLengths} over each sequence's key span (with a window, the window's
-     * keys, from span_start per sequence in the kernel).
+     * grid): {@link DecodeSplitPolicy#forLengths} over each sequence's span as the kernel cuts it
+     * ({@link DecodeSplitPolicy#cacheKeySpan}: with a window, the window's keys from a tile-aligned start).
      */
     Splits splits(KvCache cache) {
         long granules = 0;
@@ -139,7 +139,7 @@ final class CudaCachePlan extends CacheAttentionPlan {
         for (int b = 0; b < spec().batch(); b++) {
             int n = cache.newTokens(b);
             if (n > 0) {
-                int span = DecodeSplitPolicy.keySpan(spec(), cache.length(b), n);
+                int span = DecodeSplitPolicy.cacheKeySpan(spec(), cache.length(b), n);
                 granules += DecodeSplitPolicy.granules(span);
                 maxLength = Math.max(maxLength, span);
             }

@@ -35,6 +35,8 @@ public final class DecodeSplitPolicy {
     public static final int MAX_SPLITS = 128;
     /** One-warp decode blocks per SM the grid aims for. */
     public static final int BLOCKS_PER_SM = 4;
+    /** A cache split pass's span starts at a multiple of this ({@link #cacheSpanStart}). */
+    public static final int SPAN_ALIGN = 64;
 
     private DecodeSplitPolicy() {
     }
@@ -63,9 +65,22 @@ public final class DecodeSplitPolicy {
         return keySpan(shape.kvLength(), shape.queryLength(), shape.causal(), shape.windowLeft(), shape.windowRight());
     }
 
-    /** The key span of a cache sequence of {@code length} keys with {@code newTokens} queries, under {@code spec}'s window. */
-    public static int keySpan(CacheAttentionSpec spec, int length, int newTokens) {
-        return keySpan(length, newTokens, spec.causal(), spec.windowLeft(), spec.windowRight());
+    /**
+     * The keys a cache split pass cuts for a sequence of {@code length} keys with {@code newTokens} queries: from
+     * {@link #cacheSpanStart} to the end. The kernels start there, so the host's splits must cover it all (from the
+     * first visible key instead, the last up to 63 keys, the new token's own among them, would go unread).
+     */
+    public static int cacheKeySpan(CacheAttentionSpec spec, int length, int newTokens) {
+        return Math.max(0, length - cacheSpanStart(length, newTokens, spec.windowLeft()));
+    }
+
+    /**
+     * The cache split passes' first key (flash_params.cuh's cache_span_start): the first key the first query sees
+     * (window left side; 0 without one), rounded down to a multiple of {@value #SPAN_ALIGN}, every decode tile's key
+     * block, so that split s covers [start + s * keysPerSplit, start + (s + 1) * keysPerSplit) in whole tiles.
+     */
+    public static int cacheSpanStart(int length, int newTokens, int windowLeft) {
+        return windowLeft >= 0 ? Math.max(0, length - newTokens - windowLeft) / SPAN_ALIGN * SPAN_ALIGN : 0;
     }
 
     /**

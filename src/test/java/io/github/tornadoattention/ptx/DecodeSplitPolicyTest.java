@@ -79,6 +79,35 @@ class DecodeSplitPolicyTest {
     }
 
     /**
+     * The cache split passes start at the first visible key rounded down to 64 keys, so the host's splits must cover
+     * from there to the end: a 4095-key window at 32769 keys starts at 28672 and spans 4097 keys (from the first
+     * visible key, 16 splits of 256 would leave the new token's own key unread).
+     */
+    @Test
+    void cacheSplitsCoverTheSpanFromItsTileAlignedStartToTheLastKey() {
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(8).heads(32).kvHeads(8).headDim(128).maxQueryLength(1)
+                .maxLength(65536).window(4095, -1).build();
+        assertEquals(28672, DecodeSplitPolicy.cacheSpanStart(32769, 1, 4095));
+        assertEquals(4097, DecodeSplitPolicy.cacheKeySpan(spec, 32769, 1));
+        assertEquals(0, DecodeSplitPolicy.cacheSpanStart(32769, 1, -1));
+        Random random = new Random(7);
+        for (int i = 0; i < 20_000; i++) {
+            int length = 1 + random.nextInt(70_000);
+            int news = 1 + random.nextInt(Math.min(length, 16));
+            int left = random.nextInt(4) == 0 ? -1 : random.nextInt(8192);
+            CacheAttentionSpec s = CacheAttentionSpec.builder().batch(1).heads(4).kvHeads(1).headDim(64).maxQueryLength(16)
+                    .maxLength(70_000).window(left, -1).build();
+            int start = DecodeSplitPolicy.cacheSpanStart(length, news, left);
+            int first = (int) AttentionShape.firstVisibleKey((long) length - news, length, left);
+            assertTrue(start % DecodeSplitPolicy.SPAN_ALIGN == 0 && start <= Math.max(0, first), "start " + start);
+            int span = DecodeSplitPolicy.cacheKeySpan(s, length, news);
+            Splits splits = DecodeSplitPolicy.forLengths(DecodeSplitPolicy.granules(span), span, 8, 132, 70_000);
+            assertTrue(start + (long) splits.count() * splits.keysPerSplit() >= length,
+                    () -> "length " + length + ", news " + news + ", left " + left + ": " + splits + " from " + start);
+        }
+    }
+
+    /**
      * The GPU harness runs the same policy (ptx-overrides/harness/split_policy.py): the same splits for every
      * input of a grid of them. Skipped, saying so, where python3 is missing.
      */
