@@ -3,10 +3,23 @@ package io.github.tornadoattention.tornado;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.io.InputStream;
+import java.lang.classfile.ClassFile;
+import java.lang.classfile.CodeElement;
+import java.lang.classfile.MethodModel;
+import java.lang.classfile.Opcode;
+import java.lang.classfile.instruction.InvokeInstruction;
+import java.lang.classfile.Instruction;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Random;
 import org.junit.jupiter.api.Test;
 
-/** {@link Bf16} against the JDK's bit operations: every bf16 pattern, and fp32 to bf16 rounding (ties to even). */
+/**
+ * {@link Bf16} against the JDK's bit operations: every bf16 pattern, and fp32 to bf16 rounding (ties to even); and the
+ * bytecode rules that keep it right on TornadoVM 5.2's PTX backend (see {@link Bf16PtxTest} for the PTX itself).
+ */
 class Bf16Test {
 
     /** The bf16 bits of {@code x}, rounded to nearest, ties to even (NaN: 0x7FC0), by the JDK's bit operations. */
@@ -87,5 +100,44 @@ class Bf16Test {
         assertTrue(Float.isNaN(Bf16.toFloat(0x7FC0)));
         assertTrue(Float.isNaN(Bf16.toFloat((short) 0xFF81)));
         assertEquals(-1.0f, Bf16.toFloat((short) 0xBF80));
+    }
+
+    /**
+     * Bf16 has no right shift, division or remainder (the PTX backend's {@code >>} is a logical shift, and Graal lowers a
+     * signed division by a power of two with one) and no bit reinterpretation (the PTX backend has none); the
+     * tornado-simt kernels convert bf16 with Bf16 only, never with TornadoVM's BFloat16 (whose decoder shifts
+     * sign-extended bits right).
+     */
+    @Test
+    void bytecodeKeepsToWhatThePtxBackendLowersRight() throws IOException {
+        List<String> found = new ArrayList<>();
+        for (Class<?> code : List.of(Bf16.class, SimtKernels.class)) {
+            byte[] bytes;
+            try (InputStream in = code.getResourceAsStream(code.getSimpleName() + ".class")) {
+                bytes = in.readAllBytes();
+            }
+            for (MethodModel method : ClassFile.of().parse(bytes).methods()) {
+                for (var body : method.code().stream().toList()) {
+                    for (CodeElement element : body) {
+                        String where = code.getSimpleName() + "." + method.methodName().stringValue() + ": ";
+                        if (element instanceof InvokeInstruction call) {
+                            String owner = call.owner().asInternalName();
+                            String name = call.name().stringValue();
+                            if (owner.equals("uk/ac/manchester/tornado/api/types/BFloat16")
+                                    || (owner.equals("java/lang/Float") && name.contains("Bits"))) {
+                                found.add(where + owner + "." + name);
+                            }
+                        } else if (code == Bf16.class && element instanceof Instruction instruction) {
+                            Opcode op = instruction.opcode();
+                            if (op == Opcode.ISHR || op == Opcode.IUSHR || op == Opcode.LSHR || op == Opcode.LUSHR
+                                    || op == Opcode.IDIV || op == Opcode.IREM) {
+                                found.add(where + op);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assertTrue(found.isEmpty(), String.valueOf(found));
     }
 }
