@@ -26,7 +26,7 @@ public final class TornadoSimtBackend implements AttentionBackend {
     }
 
     /**
-     * fp16 and bf16 (bf16 bits in ShortArrays with TornadoVM's BFloat16 conversions, see {@link SimtKernels}); head dims 1..256 (see {@link SimtTileConfig#forHeadDim});
+     * fp16 and bf16 (bf16 bits in ShortArrays, converted by {@link Bf16}, see {@link SimtKernels}); head dims 1..256 (see {@link SimtTileConfig#forHeadDim});
      * both layouts, MHA/GQA/MQA, any lengths; window, softcap and sinks.
      */
     @Override
