@@ -48,7 +48,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * Attention with up to S queries per slot (S: the largest {@code maxQueryLength} of the dense plans on this
  * device, at most 16; 16 without any) is one execution; packed (varlen) calls run in chunks of S queries per
  * slot. A cache's graph is built and compiled once, for the plans made on this device before its first use;
- * a later plan with more queries per slot or another causal flag or scale rebuilds it once (the cache
+ * a later plan with more queries per slot or another attention definition (causal flag, scale, element type, window,
+ * softcap, sinks: each its own variant) rebuilds it once (the cache
  * contents are carried over through the host). The merge graph is built once per size class. {@link #compilations()}
  * counts these builds.
  */

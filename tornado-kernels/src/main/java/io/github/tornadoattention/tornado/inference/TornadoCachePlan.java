@@ -1,8 +1,10 @@
 package io.github.tornadoattention.tornado.inference;
 
+import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.CacheAttentionPlan;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DeviceTensor;
+import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
@@ -18,8 +20,39 @@ final class TornadoCachePlan extends CacheAttentionPlan {
     TornadoCachePlan(TornadoAttentionDevice device, DeviceState state, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         super(device, spec, cacheSpec);
         this.state = state;
-        // The kernels' limits (head dim, dtype), checked now rather than at the first call.
-        CacheAttentionTasks.check(device.backendId(), spec, cacheSpec);
+        checkServed(device.backendId(), spec, cacheSpec);
+    }
+
+    /**
+     * Throws an {@link InvalidArgumentException} unless the device of {@code backendId} serves every call of a plan of
+     * {@code spec}, now rather than at the first call: the kernels' limits (element type, head dim, features) for
+     * each task a cache's graph may run it with. On ptx-tornado only the first dense plan of a cache runs the PTX twin
+     * (a graph's one prebuilt task); the other plans and every packed call run the Java cache kernels
+     * ({@link CacheGraph}), so a plan must suit both.
+     */
+    static void checkServed(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        CacheAttentionTasks.check(backendId, spec, cacheSpec);
+        if (backendId.equals(Backends.PTX_TORNADO)) {
+            try {
+                CacheAttentionTasks.check(Backends.TORNADO_SIMT, spec, cacheSpec);
+            } catch (InvalidArgumentException e) {
+                throw new InvalidArgumentException(e.argument(), e.value(), e.allowed() + " (on ptx-tornado's inference "
+                        + "device every plan but a cache's first decode plan, and every packed call, runs the Java cache "
+                        + "kernels)");
+            }
+        }
+        // Packed calls run in chunks of S queries per slot (S <= 16), each a dense call over the slot's keys so far:
+        // a causal chunk's queries keep their positions (the chunk's length ends at its last query), a non-causal
+        // chunk's cannot (its length must be the slot's whole length, which puts its queries at the end), and only
+        // a window reads the position without the causal mask.
+        if (!spec.causal() && spec.hasWindow() && spec.maxQueryLength() > CacheAttentionSpec.MAX_DENSE_QUERIES) {
+            throw new InvalidArgumentException("window", spec.featureValue("window"), "a non-causal prefill plan"
+                    + " (maxQueryLength " + spec.maxQueryLength() + " > " + CacheAttentionSpec.MAX_DENSE_QUERIES
+                    + ") on a TornadoVM inference device takes no window (its packed calls run in chunks of at most "
+                    + CacheAttentionSpec.MAX_DENSE_QUERIES + " queries, which would shift the window); causal windowed"
+                    + " prefill, non-causal windowed decode (maxQueryLength <= " + CacheAttentionSpec.MAX_DENSE_QUERIES
+                    + ") and ptx-cuda serve it");
+        }
     }
 
     @Override
