@@ -37,7 +37,10 @@ final class KernelVariants {
 
     /** The KV-cache kernels' decode split and prefill ({@code CacheKernels}, {@code CacheTileConfig}); D <= maxHeadDim. */
     static final List<Cache> CACHE = List.of(
-            new Cache(128, 16, 32, 8));
+            new Cache(128, 16, 32, 8),
+            // D 144..256: 41 KB of local memory (Q 8 x 257, K 16 x 257, V 16 x 256 floats); 32 threads, fewer than
+            // the columns (WIDE: the loads walk the tiles element by element), 64 output columns per thread.
+            new Cache(256, 8, 16, 4));
 
     /** The rows of the family whose template makes class {@code className}, as the template's names. */
     static List<Map<String, Object>> rowsOf(String className) {
@@ -124,14 +127,15 @@ final class KernelVariants {
     record Cache(int maxHeadDim, int rows, int blockKv, int threadsPerRow) {
         /**
          * The names of its fp16 kernels or, {@code bf16}, of its bf16 ones: BF16 (a trait), ONCE (a trait: this row also
-         * carries the kernels that do not depend on the head dim), TENSOR (the array type of q, o, the caches and new
+         * carries the kernels that do not depend on the head dim), WIDE (a trait: fewer threads than maxHeadDim, so the
+         * tile loads walk elements rather than give each thread a column), TENSOR (the array type of q, o, the caches and new
          * K/V: bf16 bits in a ShortArray), LOAD and LOADED (the text around an element read that makes it a float),
          * SUFFIX (of the methods' names).
          */
         Map<String, Object> names(boolean bf16, boolean once) {
             // The decode split loads K and V in trips of this many keys per thread, all loads of a trip issued before
             // its first store: half the tile per trip at D = maxHeadDim (threads / D threads share a key).
-            int loadsPerTrip = blockKv * maxHeadDim / (rows * threadsPerRow) / 2;
+            int loadsPerTrip = Math.max(1, blockKv * maxHeadDim / (rows * threadsPerRow) / 2);
             Map<String, Object> names = new LinkedHashMap<>();
             names.put("MAX_D", maxHeadDim);
             names.put("ROWS", rows);
@@ -140,6 +144,7 @@ final class KernelVariants {
             names.put("LOADS_PER_TRIP", loadsPerTrip);
             names.put("BF16", bf16);
             names.put("ONCE", once);
+            names.put("WIDE", rows * threadsPerRow < maxHeadDim);
             names.put("TENSOR", bf16 ? "ShortArray" : "HalfFloatArray");
             names.put("LOAD", bf16 ? "Bf16.toFloat(" : "");
             names.put("LOADED", bf16 ? ")" : ".getFloat32()");

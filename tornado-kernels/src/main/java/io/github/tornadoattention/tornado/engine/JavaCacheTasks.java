@@ -144,6 +144,11 @@ final class JavaCacheTasks {
         return (long) splits * spec.batch() * spec.kvHeads() * rowBlocks;
     }
 
+    /** Threads of a combine workgroup: at least D, one per column ({@link CacheTileConfig#combineThreads}). */
+    int combineThreads() {
+        return config.combineThreads(spec.headDim());
+    }
+
     int combineGroups() {
         return Math.toIntExact(denseLseElements());
     }
@@ -276,7 +281,7 @@ final class JavaCacheTasks {
         String split = taskPrefix + "DecodeSplit";
         String combine = taskPrefix + "DecodeCombine";
         grid(s, graphName, split, Math.toIntExact(decodeGroups()), config.threads());
-        grid(s, graphName, combine, combineGroups(), config.threads());   // at least D threads: one per column
+        grid(s, graphName, combine, combineGroups(), combineThreads());   // at least D threads: one per column
         if (bf16()) {
             g.task(split, CacheKernels.decodeSplitBf16(config), context(g), (ShortArray) q, (ShortArray) kCache,
                     (ShortArray) vCache, step, blockTable, params, ws, spec.scale(), scores);
