@@ -400,6 +400,26 @@ public final class CacheAttentionTasks {
     }
 
     /**
+     * {@link #addDecode} for queries that are one chunk of a longer run of each slot's new tokens (a packed call run
+     * in dense chunks, as the inference device does): the step's packed-offset words hold, per slot, how many of its
+     * queries come after the chunk (its lengths and counts are the chunk's: a causal chunk's length may end at its last
+     * query, a non-causal one's is the slot's whole length), so that each query keeps its position in its sequence,
+     * which the window is relative to. The Java cache kernels only (tornado-simt, tornado-mma).
+     */
+    public void addChunkedDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                                 TornadoNativeArray q, TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step,
+                                 IntArray blockTable, TornadoNativeArray o, FloatArray lse) {
+        if (prebuilt) {
+            throw new InvalidArgumentException("backendId", backendId, "chunked decode tasks are the Java cache "
+                    + "kernels' (tornado-simt, tornado-mma)");
+        }
+        long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
+        FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
+        javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
+                lse != null, true);
+    }
+
+    /**
      * Adds decode attention (on ptx-tornado: the first task of the graph) (up to {@link #denseQueries()} new queries per slot, split-KV) of {@code q} over the
      * cache into {@code o} (both [slots, Hq, maxQueryLength, D] fp16) and, when not null, {@code lse}
      * ([slots, Hq, maxQueryLength] fp32, natural log). Its workspace arrays are added to the graph
@@ -412,7 +432,7 @@ public final class CacheAttentionTasks {
             long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
             FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
             javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
-                    lse != null);
+                    lse != null, false);
             return;
         }
         addFusedDecode(graph, graphName, scheduler, taskPrefix, Kind.CACHE_DECODE_FUSED, q, kCache, vCache, step,

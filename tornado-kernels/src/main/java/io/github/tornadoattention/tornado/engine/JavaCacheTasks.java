@@ -167,8 +167,13 @@ final class JavaCacheTasks {
         return (long) splits * rows * (spec.headDim() + 1) + rows * spec.headDim();
     }
 
-    /** The attention params block ({@code CacheKernels.P_*}). */
+    /** The attention params block ({@code CacheKernels.P_*}) of a call that is not a chunk. */
     IntArray attentionParams(boolean writeLse) {
+        return attentionParams(writeLse, false);
+    }
+
+    /** The attention params block; {@code chunked}: decode calls are chunks ({@code CacheKernels.P_CHUNKED}). */
+    IntArray attentionParams(boolean writeLse, boolean chunked) {
         int[] p = new int[CacheKernels.P_COUNT];
         p[CacheKernels.P_B] = spec.batch();
         p[CacheKernels.P_HQ] = spec.heads();
@@ -193,6 +198,7 @@ final class JavaCacheTasks {
         int bound = ScoreFeatures.windowBound((long) spec.maxQueryLength() + spec.maxTotalQueries(), cacheSpec.capacity());
         p[CacheKernels.P_WINDOW_LEFT] = ScoreFeatures.windowSide(spec.windowLeft(), bound);
         p[CacheKernels.P_WINDOW_RIGHT] = ScoreFeatures.windowSide(spec.windowRight(), bound);
+        p[CacheKernels.P_CHUNKED] = chunked ? 1 : 0;
         return IntArray.fromArray(p);
     }
 
@@ -270,11 +276,14 @@ final class JavaCacheTasks {
         }
     }
 
-    /** Split-KV decode: the split pass, then the combine into o (and lse when {@code writeLse}). */
+    /**
+     * Split-KV decode: the split pass, then the combine into o (and lse when {@code writeLse}); {@code chunked}: each
+     * call is a chunk of a slot's queries ({@code CacheKernels.P_CHUNKED}).
+     */
     void addDecode(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, TornadoNativeArray q,
                    TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step, IntArray blockTable,
-                   TornadoNativeArray o, FloatArray lse, boolean writeLse) {
-        IntArray params = attentionParams(writeLse);
+                   TornadoNativeArray o, FloatArray lse, boolean writeLse, boolean chunked) {
+        IntArray params = attentionParams(writeLse, chunked);
         FloatArray scores = scores();
         FloatArray ws = new FloatArray(Math.toIntExact(decodeWorkspaceFloats()));
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, scores, ws);

@@ -214,7 +214,14 @@ final class CacheGraph {
                     tasks.get(0).addAppend(graph, name, scheduler, "append_", newKArray, newVArray, appendParams, rows, k,
                             vv, appendStep, table);
                 }
-                t.addDecode(graph, name, scheduler, "attend" + i + "_", v.qArray, k, vv, v.stepArray, table, v.o, v.lse);
+                if (v.key.packed()) {
+                    // Packed calls run in chunks of S queries per slot (StagingRows.stagePackedQueries).
+                    t.addChunkedDecode(graph, name, scheduler, "attend" + i + "_", v.qArray, k, vv, v.stepArray, table,
+                            v.o, v.lse);
+                } else {
+                    t.addDecode(graph, name, scheduler, "attend" + i + "_", v.qArray, k, vv, v.stepArray, table, v.o,
+                            v.lse);
+                }
             }
         }
         graph.transferToHost(DataTransferMode.UNDER_DEMAND, k, vv);

@@ -41,18 +41,6 @@ final class TornadoCachePlan extends CacheAttentionPlan {
                         + "kernels)");
             }
         }
-        // Packed calls run in chunks of S queries per slot (S <= 16), each a dense call over the slot's keys so far:
-        // a causal chunk's queries keep their positions (the chunk's length ends at its last query), a non-causal
-        // chunk's cannot (its length must be the slot's whole length, which puts its queries at the end), and only
-        // a window reads the position without the causal mask.
-        if (!spec.causal() && spec.hasWindow() && spec.maxQueryLength() > CacheAttentionSpec.MAX_DENSE_QUERIES) {
-            throw new InvalidArgumentException("window", spec.featureValue("window"), "a non-causal prefill plan"
-                    + " (maxQueryLength " + spec.maxQueryLength() + " > " + CacheAttentionSpec.MAX_DENSE_QUERIES
-                    + ") on a TornadoVM inference device takes no window (its packed calls run in chunks of at most "
-                    + CacheAttentionSpec.MAX_DENSE_QUERIES + " queries, which would shift the window); causal windowed"
-                    + " prefill, non-causal windowed decode (maxQueryLength <= " + CacheAttentionSpec.MAX_DENSE_QUERIES
-                    + ") and ptx-cuda serve it");
-        }
     }
 
     @Override

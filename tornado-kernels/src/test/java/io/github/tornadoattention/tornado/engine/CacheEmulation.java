@@ -37,8 +37,8 @@ public final class CacheEmulation {
     private CacheEmulation() {
     }
 
-    /** A cache's contents (random N(0,1) values of the element type), its block table and one step's lengths. */
-    private static final class Cache {
+    /** A cache's contents (random N(0,1) values of the element type) and its block table (shuffled pages). */
+    public static final class Cache {
         final KvCacheSpec spec;
         final DType dtype;
         final TornadoNativeArray k;
@@ -47,9 +47,9 @@ public final class CacheEmulation {
         final float[] vf;
         final int[] table;
         final IntArray blockTable;
-        final IntArray step;
 
-        Cache(KvCacheSpec spec, DType dtype, Random random, int[] lengths, int[] newTokens) {
+        public Cache(KvCacheSpec spec, Random random) {
+            DType dtype = spec.dtype();
             this.spec = spec;
             this.dtype = dtype;
             int n = Math.toIntExact(spec.elements());
@@ -64,7 +64,6 @@ public final class CacheEmulation {
             Collections.shuffle(pages, random);
             this.table = pages.stream().mapToInt(Integer::intValue).toArray();
             this.blockTable = IntArray.fromArray(table);
-            this.step = CacheKernelsTest.stepArray(lengths, newTokens);
         }
 
         long rowStart(int b, int h, int j) {
@@ -79,13 +78,22 @@ public final class CacheEmulation {
         CpuReference.RowSource source(float[] values) {
             return (b, h, j, into) -> System.arraycopy(values, (int) rowStart(b, h, j), into, 0, into.length);
         }
+
+        /** The keys as the reference reads them. */
+        public CpuReference.RowSource keys() {
+            return source(kf);
+        }
+
+        public CpuReference.RowSource values() {
+            return source(vf);
+        }
     }
 
     /**
      * An array of {@code values.length} random N(0,1) values of {@code dtype}; {@code values} receives each element's
      * exact value (bf16: the float's top half, so that the reference sees what the kernel reads).
      */
-    static TornadoNativeArray randomTensor(DType dtype, Random random, float[] values) {
+    public static TornadoNativeArray randomTensor(DType dtype, Random random, float[] values) {
         if (dtype == DType.BF16) {
             ShortArray a = new ShortArray(values.length);
             for (int i = 0; i < values.length; i++) {
@@ -104,7 +112,7 @@ public final class CacheEmulation {
     }
 
     /** {@code n} elements of {@code dtype}, each a NaN. */
-    static TornadoNativeArray poisoned(DType dtype, int n) {
+    public static TornadoNativeArray poisoned(DType dtype, int n) {
         if (dtype == DType.BF16) {
             ShortArray a = new ShortArray(n);
             a.init((short) 0x7FC0);
@@ -116,7 +124,7 @@ public final class CacheEmulation {
     }
 
     /** The values of a 16-bit array (bf16 decoded here by the definition, not by the kernels' helper). */
-    static float[] values(TornadoNativeArray a) {
+    public static float[] values(TornadoNativeArray a) {
         float[] f = new float[Math.toIntExact(a.getSize())];
         for (int i = 0; i < f.length; i++) {
             f[i] = a instanceof ShortArray s ? Float.intBitsToFloat((s.get(i) & 0xFFFF) << 16)
@@ -125,7 +133,7 @@ public final class CacheEmulation {
         return f;
     }
 
-    private static FloatArray poisonedFloats(int n) {
+    public static FloatArray poisonedFloats(int n) {
         FloatArray a = new FloatArray(n);
         a.init(Float.NaN);
         return a;
@@ -140,15 +148,30 @@ public final class CacheEmulation {
                               int splits, int[] lengths, int[] newTokens, long seed) {
         Random random = new Random(seed);
         DType dtype = taskSpec.dtype();
-        Cache c = new Cache(cacheSpec, dtype, random, lengths, newTokens);
-        JavaCacheTasks tasks = JavaCacheTasks.withSplits(taskSpec, cacheSpec, splits);
+        Cache c = new Cache(cacheSpec.withDtype(dtype), random);
         int qn = Math.toIntExact(taskSpec.denseQueryElements());
         float[] qf = new float[qn];
         TornadoNativeArray q = randomTensor(dtype, random, qf);
         TornadoNativeArray o = poisoned(dtype, qn);
         FloatArray lse = poisonedFloats(Math.toIntExact(taskSpec.denseLseElements()));
+        runDecode(taskSpec, false, c, splits, CacheKernelsTest.stepArray(lengths, newTokens), q, o, lse);
+        CpuReference.Result ref = CpuReference.cached(referenceSpec, qf, false, c.keys(), c.values(), lengths,
+                newTokens);
+        compare("decode " + describe(taskSpec, cacheSpec, lengths, newTokens) + " splits " + splits, dtype, values(o),
+                lse, ref, taskSpec.denseLseElements());
+    }
+
+    /**
+     * One decode call (split pass with {@code splits} splits, then the combine) of the kernels built for
+     * {@code taskSpec} ({@code chunked}: as {@code CacheAttentionTasks.addChunkedDecode} adds them) over {@code c} with
+     * the step words {@code step}: dense q, o [B, Hq, Sq, D] of the spec's type and lse [B, Hq, Sq].
+     */
+    public static void runDecode(CacheAttentionSpec taskSpec, boolean chunked, Cache c, int splits, IntArray step,
+                                 TornadoNativeArray q, TornadoNativeArray o, FloatArray lse) {
+        DType dtype = taskSpec.dtype();
+        JavaCacheTasks tasks = JavaCacheTasks.withSplits(taskSpec, c.spec, splits);
         FloatArray ws = poisonedFloats(Math.toIntExact(tasks.decodeWorkspaceFloats()));
-        IntArray params = tasks.attentionParams(true);
+        IntArray params = tasks.attentionParams(true, chunked);
         FloatArray scores = tasks.scores();
         float scale = taskSpec.scale();
         CacheTileConfig config = tasks.config();
@@ -156,22 +179,18 @@ public final class CacheEmulation {
         if (dtype == DType.BF16) {
             CacheKernels.DecodeSplitBf16 split = CacheKernels.decodeSplitBf16(config);
             EmulatorAccess.launch(groups, config.threads(), kc -> split.apply(kc, (ShortArray) q, (ShortArray) c.k,
-                    (ShortArray) c.v, c.step, c.blockTable, params, ws, scale, scores));
+                    (ShortArray) c.v, step, c.blockTable, params, ws, scale, scores));
             assertTrue(EmulatorAccess.localBytesOfLastLaunch() <= CacheTileConfig.MAX_SHARED_BYTES);
             EmulatorAccess.launch(tasks.combineGroups(), tasks.combineThreads(),
-                    kc -> CacheKernels.decodeCombineBf16(kc, ws, c.step, params, (ShortArray) o, lse, scores));
+                    kc -> CacheKernels.decodeCombineBf16(kc, ws, step, params, (ShortArray) o, lse, scores));
         } else {
             CacheKernels.DecodeSplit split = CacheKernels.decodeSplit(config);
             EmulatorAccess.launch(groups, config.threads(), kc -> split.apply(kc, (HalfFloatArray) q,
-                    (HalfFloatArray) c.k, (HalfFloatArray) c.v, c.step, c.blockTable, params, ws, scale, scores));
+                    (HalfFloatArray) c.k, (HalfFloatArray) c.v, step, c.blockTable, params, ws, scale, scores));
             assertTrue(EmulatorAccess.localBytesOfLastLaunch() <= CacheTileConfig.MAX_SHARED_BYTES);
             EmulatorAccess.launch(tasks.combineGroups(), tasks.combineThreads(),
-                    kc -> CacheKernels.decodeCombine(kc, ws, c.step, params, (HalfFloatArray) o, lse, scores));
+                    kc -> CacheKernels.decodeCombine(kc, ws, step, params, (HalfFloatArray) o, lse, scores));
         }
-        CpuReference.Result ref = CpuReference.cached(referenceSpec, qf, false, c.source(c.kf), c.source(c.vf), lengths,
-                newTokens);
-        compare("decode " + describe(taskSpec, cacheSpec, lengths, newTokens) + " splits " + splits, dtype, values(o),
-                lse, ref, taskSpec.denseLseElements());
     }
 
     /**
@@ -182,7 +201,8 @@ public final class CacheEmulation {
                                int[] lengths, int[] newTokens, long seed) {
         Random random = new Random(seed);
         DType dtype = taskSpec.dtype();
-        Cache c = new Cache(cacheSpec, dtype, random, lengths, newTokens);
+        Cache c = new Cache(cacheSpec.withDtype(dtype), random);
+        IntArray step = CacheKernelsTest.stepArray(lengths, newTokens);
         JavaCacheTasks tasks = JavaCacheTasks.withSplits(taskSpec, cacheSpec, 1);
         int qn = Math.toIntExact(taskSpec.packedQueryElements());
         float[] qf = new float[qn];
@@ -197,17 +217,16 @@ public final class CacheEmulation {
         if (dtype == DType.BF16) {
             CacheKernels.PrefillBf16 kernel = CacheKernels.prefillBf16(config);
             EmulatorAccess.launch(tasks.prefillGroups(), config.threads(), kc -> kernel.apply(kc, (ShortArray) q,
-                    (ShortArray) c.k, (ShortArray) c.v, c.step, c.blockTable, params, ws, (ShortArray) o, lse, scale,
+                    (ShortArray) c.k, (ShortArray) c.v, step, c.blockTable, params, ws, (ShortArray) o, lse, scale,
                     scores));
         } else {
             CacheKernels.Prefill kernel = CacheKernels.prefill(config);
             EmulatorAccess.launch(tasks.prefillGroups(), config.threads(), kc -> kernel.apply(kc, (HalfFloatArray) q,
-                    (HalfFloatArray) c.k, (HalfFloatArray) c.v, c.step, c.blockTable, params, ws, (HalfFloatArray) o,
+                    (HalfFloatArray) c.k, (HalfFloatArray) c.v, step, c.blockTable, params, ws, (HalfFloatArray) o,
                     lse, scale, scores));
         }
         assertTrue(EmulatorAccess.localBytesOfLastLaunch() <= CacheTileConfig.MAX_SHARED_BYTES);
-        CpuReference.Result ref = CpuReference.cached(referenceSpec, qf, true, c.source(c.kf), c.source(c.vf), lengths,
-                newTokens);
+        CpuReference.Result ref = CpuReference.cached(referenceSpec, qf, true, c.keys(), c.values(), lengths, newTokens);
         int total = Arrays.stream(newTokens).sum();
         float[] out = values(o);
         int rowElements = taskSpec.heads() * taskSpec.headDim();
@@ -232,8 +251,12 @@ public final class CacheEmulation {
                 + cache.pageSize() + " L=" + Arrays.toString(lengths) + " n=" + Arrays.toString(newTokens);
     }
 
-    private static void compare(String what, DType dtype, float[] out, FloatArray lse, CpuReference.Result ref,
-                                long lseRows) {
+    /**
+     * Throws an AssertionError naming the first of {@code out} and {@code lse} (its first {@code lseRows}) out of the
+     * tolerance of {@code dtype} against {@code ref}.
+     */
+    public static void compare(String what, DType dtype, float[] out, FloatArray lse, CpuReference.Result ref,
+                               long lseRows) {
         double maxAbs = dtype == DType.BF16 ? BF16_MAX_ABS : FP16_MAX_ABS;
         double maxRel = dtype == DType.BF16 ? BF16_MAX_REL : FP16_MAX_REL;
         double err2 = 0;

@@ -98,6 +98,82 @@ class CacheVariantTest {
                 lengths, newTokens, 2000), "the comparison catches a variant without the plan's features");
     }
 
+    /**
+     * A packed call as the device runs it: the packed variant's chunked decode over chunks of {@code ROWS} queries per
+     * slot staged by {@link StagingRows#stagePackedQueries} and gathered by {@link StagingRows#unstagePackedOutputs},
+     * on the emulator, against the reference of the whole packed call: prompts longer than a chunk, causal and not, with
+     * windows reaching left and right (a chunk's queries keep their positions), softcap and sinks; fp16 and bf16. As
+     * the graph built it before (chunks without their positions), the non-causal window fails the comparison.
+     */
+    @Test
+    void packedCallsInChunksKeepEachQuerysPosition() {
+        int[] lengths = {30, 0, 150};
+        int[] newTokens = {23, 0, 11};   // slot 0: its whole prompt; slot 2: 11 tokens after a prefix of 139
+        for (DType dtype : List.of(DType.FP16, DType.BF16)) {
+            for (boolean causal : new boolean[] {true, false}) {
+                CacheAttentionSpec p = plan(64).dtype(dtype).maxQueryLength(32).maxTotalQueries(40).causal(causal)
+                        .window(5, causal ? 0 : 3).softcap(2f).sinks(SINKS).build();
+                packed(p, cache(64, dtype), lengths, newTokens, true, 3000 + (causal ? 1 : 0) + 2 * dtype.ordinal());
+            }
+        }
+        CacheAttentionSpec p = plan(64).maxQueryLength(32).maxTotalQueries(40).causal(false).window(5, 3).build();
+        assertThrows(AssertionError.class, () -> packed(p, cache(64, DType.FP16), lengths, newTokens, false, 3100),
+                "chunks that do not keep their positions shift a non-causal window");
+    }
+
+    /** {@code spec}'s packed call over a random cache, run as the device runs it ({@code chunked}: the variant's tasks). */
+    private static void packed(CacheAttentionSpec spec, KvCacheSpec cacheSpec, int[] lengths, int[] newTokens,
+                               boolean chunked, long seed) {
+        java.util.Random random = new java.util.Random(seed);
+        DType dtype = spec.dtype();
+        CacheEmulation.Cache c = new CacheEmulation.Cache(cacheSpec, random);
+        int slots = SLOTS;
+        int heads = spec.heads();
+        int d = spec.headDim();
+        int[] step = new int[3 * slots + 1];
+        for (int b = 0; b < slots; b++) {
+            step[b] = lengths[b];
+            step[slots + b] = newTokens[b];
+            step[2 * slots + b] = step[3 * slots];
+            step[3 * slots] += newTokens[b];
+        }
+        int maxTotal = spec.maxTotalQueries();
+        float[] qf = new float[maxTotal * heads * d];
+        var q = CacheEmulation.randomTensor(dtype, random, qf);
+        var o = CacheEmulation.poisoned(dtype, maxTotal * heads * d);
+        var lse = CacheEmulation.poisonedFloats(heads * maxTotal);
+        CacheAttentionSpec task = VariantKey.of(spec, true).spec(cacheSpec, ROWS);
+        var stagedQ = CacheEmulation.poisoned(dtype, SLOTS * heads * ROWS * d);
+        int maxNew = StagingRows.maxNew(step, slots);
+        for (int j0 = 0; j0 < maxNew; j0 += ROWS) {
+            int[] chunk = StagingRows.stagePackedQueries(q.getSegment(), stagedQ.getSegment(), step, slots, heads, ROWS,
+                    d, spec.causal(), j0);
+            if (!chunked) {
+                java.util.Arrays.fill(chunk, 2 * slots, 3 * slots, 0);
+            }
+            var stagedO = CacheEmulation.poisoned(dtype, SLOTS * heads * ROWS * d);
+            var stagedLse = CacheEmulation.poisonedFloats(SLOTS * heads * ROWS);
+            CacheEmulation.runDecode(task, chunked, c, 2, uk.ac.manchester.tornado.api.types.arrays.IntArray.fromArray(chunk),
+                    stagedQ, stagedO, stagedLse);
+            StagingRows.unstagePackedOutputs(stagedO.getSegment(), stagedLse.getSegment(), o.getSegment(),
+                    lse.getSegment(), chunk, step, slots, heads, ROWS, d, maxTotal, j0);
+        }
+        io.github.tornadoattention.cpu.CpuReference.Result ref = io.github.tornadoattention.cpu.CpuReference.cached(spec,
+                qf, true, c.keys(), c.values(), lengths, newTokens);
+        int total = step[3 * slots];
+        float[] out = CacheEmulation.values(o);
+        for (int i = total * heads * d; i < out.length; i++) {
+            out[i] = (float) ref.output()[i];   // rows past the total are not the call's
+        }
+        for (int h = 0; h < heads; h++) {
+            for (int t = total; t < maxTotal; t++) {
+                lse.set(h * maxTotal + t, (float) ref.logSumExp()[h * maxTotal + t]);
+            }
+        }
+        CacheEmulation.compare("packed in chunks of " + ROWS + " " + dtype.label() + " causal=" + spec.causal()
+                + " features=" + spec.features(), dtype, out, lse, ref, (long) heads * maxTotal);
+    }
+
     @Test
     void whatNoTaskCanServeIsRefusedWhenThePlanIsMade() {
         for (String backend : List.of("tornado-simt", "tornado-mma", "ptx-tornado")) {
@@ -106,14 +182,10 @@ class CacheVariantTest {
             InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                     () -> TornadoCachePlan.checkServed(backend, d40, cache(40, DType.FP16)));
             assertTrue(e.argument().endsWith("headDim"), backend + ": " + e.getMessage());
-            // A non-causal windowed prefill plan: its packed calls run in chunks, which would shift the window.
+            // Served: windowed prefill plans (packed calls run in chunks that keep their positions), causal or not;
+            // bf16; head dims 96 and 256.
             CacheAttentionSpec prefill = plan(64).maxQueryLength(64).causal(false).window(16, 4).build();
-            e = assertThrows(InvalidArgumentException.class,
-                    () -> TornadoCachePlan.checkServed(backend, prefill, cache(64, DType.FP16)));
-            assertEquals("window", e.argument(), e.getMessage());
-            assertEquals("(16, 4)", e.value(), e.getMessage());
-            assertTrue(e.allowed().contains("non-causal prefill plan"), e.getMessage());
-            // Served: the same window causal, or non-causal on a decode plan; bf16; head dims 96 and 256.
+            TornadoCachePlan.checkServed(backend, prefill, cache(64, DType.FP16));
             TornadoCachePlan.checkServed(backend, prefill.toBuilder().causal(true).build(), cache(64, DType.FP16));
             TornadoCachePlan.checkServed(backend, plan(64).causal(false).window(16, 4).build(), cache(64, DType.FP16));
             TornadoCachePlan.checkServed(backend, plan(96).dtype(DType.BF16).sinks(SINKS).build(), cache(96, DType.BF16));
