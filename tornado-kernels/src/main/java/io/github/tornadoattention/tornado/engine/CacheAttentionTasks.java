@@ -67,7 +67,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * {@link #addStagedAppendAndDecode}; the varlen prefill); needs TornadoVM's PTX backend.
  * {@code tornado-simt} and {@code tornado-mma}: the Java cache kernels ({@link CacheKernels}, scalar fp32; decode is
  * memory bound, so both Java backends share them), JIT-compiled by TornadoVM with the engine's graph, on any
- * TornadoVM backend. The append alone ({@link #addAppend}) is the Java kernel on every backend.
+ * TornadoVM backend; fp16 over {@link HalfFloatArray}s, bf16 over bf16 bits in {@link ShortArray}s
+ * ({@link #arrayType()}), head dims that are multiples of 16 up to 256. The append alone ({@link #addAppend}) is the Java kernel on every backend.
  *
  * <p><b>TornadoVM 5.2.0 runs a prebuilt task correctly only as the first task of its graph</b> (and only one per
  * graph): {@code TornadoVMInterpreter.globalToLocalTaskIndex} finds a task with {@code indexOf}, and

@@ -24,8 +24,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * or {@code tornado-simt}. This class is the API's face; what the device holds and has queued is {@link DeviceState}'s,
  * the task graphs are built by {@link CacheGraph} (a KV cache's) and {@link MergeStatesGraph} (mergeStates).
  *
- * <p><b>Memory.</b> A device tensor is a TornadoVM array ({@link HalfFloatArray}, {@link FloatArray},
- * {@link IntArray}; {@link #arrayOf} hands it to an engine); its address is the host address of its data.
+ * <p><b>Memory.</b> A device tensor is a TornadoVM array ({@link HalfFloatArray} for fp16, a {@code ShortArray} of bf16
+ * bits for bf16, {@link FloatArray}, {@link IntArray}; {@link #arrayOf} hands it to an engine); its address is the host
+ * address of its data.
  * TornadoVM keeps device buffers per execution plan, so what lives on the GPU between calls is what a task
  * graph keeps there: each KV cache gets one task graph in which its K and V stay on the device
  * ({@code FIRST_EXECUTION}) and are appended to by a task; the step's lengths, block table, new K/V rows and queries
