@@ -37,7 +37,10 @@ final class KernelVariants {
 
     /** The KV-cache kernels' decode split and prefill ({@code CacheKernels}, {@code CacheTileConfig}); D <= maxHeadDim. */
     static final List<Cache> CACHE = List.of(
-            new Cache(128, 16, 32, 8));
+            new Cache(128, 16, 32, 8),
+            // D 144..256: 41 KB of local memory (Q 8 x 257, K 16 x 257, V 16 x 256 floats); 32 threads, fewer than
+            // the columns (WIDE: the loads walk the tiles element by element), 64 output columns per thread.
+            new Cache(256, 8, 16, 4));
 
     /** The rows of the family whose template makes class {@code className}, as the template's names. */
     static List<Map<String, Object>> rowsOf(String className) {
@@ -45,7 +48,10 @@ final class KernelVariants {
             // Each row twice: its fp16 kernel, then its bf16 one (the same body over bf16 bits).
             case "SimtKernels" -> SIMT.stream().flatMap(r -> java.util.stream.Stream.of(r.names(false), r.names(true))).toList();
             case "MmaKernels" -> MMA.stream().map(Mma::names).toList();
-            case "CacheKernels" -> CACHE.stream().map(Cache::names).toList();
+            // Each row twice, as tornado-simt's: its fp16 kernels, then its bf16 ones. The kernels that do not depend on
+            // the head dim (combine, append, copies) come with the first row of each element type (ONCE).
+            case "CacheKernels" -> java.util.stream.Stream.of(false, true).flatMap(bf16 -> CACHE.stream()
+                    .map(r -> r.names(bf16, r == CACHE.getFirst()))).toList();
             default -> throw new IllegalArgumentException("no variant table for " + className);
         };
     }
@@ -119,12 +125,31 @@ final class KernelVariants {
      * thread owning blockKv / threadsPerRow scores and maxHeadDim / threadsPerRow output columns.
      */
     record Cache(int maxHeadDim, int rows, int blockKv, int threadsPerRow) {
-        Map<String, Object> names() {
+        /**
+         * The names of its fp16 kernels or, {@code bf16}, of its bf16 ones: BF16 (a trait), ONCE (a trait: this row also
+         * carries the kernels that do not depend on the head dim), WIDE (a trait: fewer threads than maxHeadDim, so the
+         * tile loads walk elements rather than give each thread a column), TENSOR (the array type of q, o, the caches and new
+         * K/V: bf16 bits in a ShortArray), LOAD and LOADED (the text around an element read that makes it a float),
+         * SUFFIX (of the methods' names).
+         */
+        Map<String, Object> names(boolean bf16, boolean once) {
             // The decode split loads K and V in trips of this many keys per thread, all loads of a trip issued before
             // its first store: half the tile per trip at D = maxHeadDim (threads / D threads share a key).
-            int loadsPerTrip = blockKv * maxHeadDim / (rows * threadsPerRow) / 2;
-            return Map.of("MAX_D", maxHeadDim, "ROWS", rows, "BC", blockKv, "TPR", threadsPerRow,
-                    "LOADS_PER_TRIP", loadsPerTrip);
+            int loadsPerTrip = Math.max(1, blockKv * maxHeadDim / (rows * threadsPerRow) / 2);
+            Map<String, Object> names = new LinkedHashMap<>();
+            names.put("MAX_D", maxHeadDim);
+            names.put("ROWS", rows);
+            names.put("BC", blockKv);
+            names.put("TPR", threadsPerRow);
+            names.put("LOADS_PER_TRIP", loadsPerTrip);
+            names.put("BF16", bf16);
+            names.put("ONCE", once);
+            names.put("WIDE", rows * threadsPerRow < maxHeadDim);
+            names.put("TENSOR", bf16 ? "ShortArray" : "HalfFloatArray");
+            names.put("LOAD", bf16 ? "Bf16.toFloat(" : "");
+            names.put("LOADED", bf16 ? ")" : ".getFloat32()");
+            names.put("SUFFIX", bf16 ? "Bf16" : "");
+            return names;
         }
     }
 }

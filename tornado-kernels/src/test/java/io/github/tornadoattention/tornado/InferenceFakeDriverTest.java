@@ -80,7 +80,7 @@ class InferenceFakeDriverTest {
     @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
     void aDecodeStepIsOneExecutionPerLayerAndCompilesNothing(String id) {
         Map<String, List<String>> steps = steps(id);
-        for (String step : List.of("step", "paged-step")) {
+        for (String step : List.of("step", "paged-step", "bf16-step")) {
             List<String> lines = steps.get(step);
             String where = id + " " + step + ":\n" + String.join("\n", lines);
             assertEquals(0, count(lines, MODULE), "no module loaded in a step: " + where);
@@ -105,7 +105,7 @@ class InferenceFakeDriverTest {
             long sent = up.stream().mapToLong(Long::longValue).sum();
             assertTrue(sent < CACHE_BYTES / 4, "a step sends its small arrays only, not the cache (" + sent + " bytes): " + where);
         }
-        for (String step : List.of("lse-step", "paged-lse-step")) {
+        for (String step : List.of("lse-step", "paged-lse-step", "bf16-lse-step")) {
             List<String> lines = steps.get(step);
             assertEquals(2 * LAYERS, bytes(lines, FakeCuda.DEVICE_TO_HOST).size(),
                     "asked for, lse comes back with O: " + id + " " + step + ":\n" + String.join("\n", lines));
@@ -135,6 +135,29 @@ class InferenceFakeDriverTest {
             assertTrue(launches.get(at + mainLaunches).contains("attend1_") && launches.get(at + mainLaunches + 1)
                     .contains("attend1_"), "the prefill plan's tasks after it: " + where);
         }
+    }
+
+    /**
+     * Two decode plans that differ only in their window are two variants of each cache's graph (one build, both in it):
+     * each call is one execution that runs the decode plan's task(s) and the windowed plan's Java split and combine
+     * (a graph that took them for one variant would run the first plan's tasks only, and the window would be lost).
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"ptx-tornado", "tornado-simt", "tornado-mma"})
+    void plansThatDifferOnlyInTheirWindowAreTwoVariantsOfOneGraph(String id) {
+        Map<String, List<String>> steps = steps(id);
+        List<String> first = steps.get("feature-plans-first");
+        assertEquals(List.of((long) LAYERS, 0L, 0L), counters(first), "one graph per cache, built once for both plans: "
+                + String.join("\n", first));
+        List<String> lines = steps.get("feature-plans-step");
+        String where = id + ":\n" + String.join("\n", lines);
+        assertEquals(List.of(0L, 0L, 0L), counters(lines), "no compilation, plan or allocation in a step: " + where);
+        List<String> launches = lines.stream().filter(l -> LAUNCH.matcher(l).find()).toList();
+        int mainLaunches = id.equals("ptx-tornado") ? 1 : 3;
+        // Per layer two calls (the plain plan's, the windowed plan's), each one execution of both variants' tasks.
+        assertEquals(2 * (mainLaunches + 2) * LAYERS, launches.size(), "launches per layer: " + where);
+        assertEquals(2L * 2 * LAYERS, launches.stream().filter(l -> l.contains("attend1_")).count(),
+                "the windowed plan's own split and combine: " + where);
     }
 
     @ParameterizedTest
@@ -270,7 +293,11 @@ class InferenceFakeDriverTest {
             KvCacheSpec contiguous = KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D);
             decodeSteps(id, device, spec, contiguous, "", random, one, prompt);
             decodeSteps(id, device, spec, KvCacheSpec.paged(SLOTS, HKV, CAPACITY, D, 16), "paged-", random, one, prompt);
+            // bf16 caches: the same steps (ptx-tornado: its bf16 twin; the Java kernels: their bf16 twins).
+            decodeSteps(id, device, spec.toBuilder().dtype(DType.BF16).build(), contiguous.withDtype(DType.BF16), "bf16-",
+                    random, one, prompt);
             twoPlans(id, device, spec, random, one, prompt);
+            featurePlans(id, device, spec, random, one, prompt);
             // With two lanes: the same steps (queued calls, one synchronisation), then "lanes-read".
             decodeSteps(id, Attention.device(id, PlanOptions.builder().lanes(2).build()), spec, contiguous, "lanes-", random,
                     one, prompt);
@@ -320,13 +347,14 @@ class InferenceFakeDriverTest {
         private static void decodeSteps(String id, AttentionDevice device, CacheAttentionSpec spec, KvCacheSpec cacheSpec,
                                         String prefix, Random random, int[] one, int[] prompt) {
             List<KvCache> caches = new ArrayList<>();
+            DType t = spec.dtype();
             try (CacheAttentionPlan plan = device.plan(spec, cacheSpec);
-                 DeviceTensor q = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, (int) spec.denseQueryElements()));
-                 DeviceTensor k = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
-                 DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
-                 DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
-                 DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
-                 DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements());
+                 DeviceTensor q = KvCacheModel.upload(device, t, KvCacheModel.random(t, random, (int) spec.denseQueryElements()));
+                 DeviceTensor k = KvCacheModel.upload(device, t, KvCacheModel.random(t, random, SLOTS * HKV * D));
+                 DeviceTensor v = KvCacheModel.upload(device, t, KvCacheModel.random(t, random, SLOTS * HKV * D));
+                 DeviceTensor pk = KvCacheModel.upload(device, t, KvCacheModel.random(t, random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor pv = KvCacheModel.upload(device, t, KvCacheModel.random(t, random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor o = device.allocate(t, spec.denseQueryElements());
                  DeviceTensor lse = device.allocate(DType.FP32, (long) SLOTS * HQ)) {
                 for (int l = 0; l < LAYERS; l++) {
                     KvCache cache = device.kvCache(cacheSpec);
@@ -389,6 +417,48 @@ class InferenceFakeDriverTest {
                 mark(id, "two-plans-step");
                 step(id, device, caches, decode, q, k, v, o, null, one);
                 mark(id, "two-plans-close");
+            } finally {
+                caches.forEach(KvCache::close);
+            }
+        }
+
+        /**
+         * Two decode plans over the same caches that differ only in their window (marked feature-plans-first, -step,
+         * -close): each cache's graph holds both variants.
+         */
+        private static void featurePlans(String id, AttentionDevice device, CacheAttentionSpec spec, Random random,
+                                         int[] one, int[] prompt) {
+            KvCacheSpec cacheSpec = KvCacheSpec.contiguous(SLOTS, HKV, CAPACITY, D);
+            List<KvCache> caches = new ArrayList<>();
+            try (CacheAttentionPlan plain = device.plan(spec, cacheSpec);
+                 CacheAttentionPlan windowed = device.plan(spec.toBuilder().window(16, 0).build(), cacheSpec);
+                 DeviceTensor q = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, (int) spec.denseQueryElements()));
+                 DeviceTensor k = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                 DeviceTensor v = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * HKV * D));
+                 DeviceTensor pk = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor pv = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, SLOTS * PROMPT * HKV * D));
+                 DeviceTensor o = device.allocate(DType.FP16, spec.denseQueryElements());
+                 DeviceTensor o2 = device.allocate(DType.FP16, spec.denseQueryElements())) {
+                for (int l = 0; l < LAYERS; l++) {
+                    KvCache cache = device.kvCache(cacheSpec);
+                    caches.add(cache);
+                    cache.appendPacked(pk, pv, prompt);
+                }
+                Runnable both = () -> {
+                    for (KvCache cache : caches) {
+                        cache.append(k, v, Layout.BHSD, 1, one);
+                        plain.forward(q, cache, o, null);
+                        windowed.forward(q, cache, o2, null);
+                    }
+                    device.synchronize();
+                };
+                mark(id, "feature-plans-first");
+                counted(device, both);
+                mark(id, "feature-plans-warm-up");
+                counted(device, both);
+                mark(id, "feature-plans-step");
+                counted(device, both);
+                mark(id, "feature-plans-close");
             } finally {
                 caches.forEach(KvCache::close);
             }

@@ -106,6 +106,41 @@ class TornadoDeviceTest {
     }
 
     /**
+     * The inference device (KV caches in task graphs) on each TornadoVM backend, against the CPU reference over
+     * {@code CacheSuite}'s scenarios (prefill packed, decode steps, rollbacks, shared prefixes, speculative steps;
+     * contiguous and paged; outputs poisoned before every call): the score features (a causal local layer with window,
+     * softcap and sinks, a non-causal window reaching right, sinks alone), bf16 caches, and head dims past 128 and not
+     * powers of two. The features and bf16 used to be lost between a plan and its cache graph's variant (found on an
+     * H200 by {@code selftest --inference}); without a GPU, CacheVariantTest checks the variants on the emulator.
+     */
+    static Stream<Arguments> inferenceCases() {
+        List<Arguments> cases = new ArrayList<>();
+        for (String id : List.of("tornado-simt", "tornado-mma", "ptx-tornado")) {
+            cases.add(Arguments.of(id, "features", 64));
+            cases.add(Arguments.of(id, "features", 256));
+            cases.add(Arguments.of(id, "bf16", 96));
+            cases.add(Arguments.of(id, "bf16", 256));
+            cases.add(Arguments.of(id, "fp16", 96));
+            cases.add(Arguments.of(id, "fp16", 192));
+        }
+        return cases.stream();
+    }
+
+    @ParameterizedTest(name = "{0} {1} D={2}")
+    @MethodSource("inferenceCases")
+    void theInferenceDeviceMatchesTheReference(String id, String kind, int headDim) {
+        backend(id);   // skips where there is no device
+        io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id);
+        List<io.github.tornadoattention.verify.CacheSuite.CaseResult> results = kind.equals("features")
+                ? io.github.tornadoattention.verify.CacheSuite.runWithFeatures(device, headDim, 20261126L)
+                : io.github.tornadoattention.verify.CacheSuite.run(device, headDim,
+                        io.github.tornadoattention.DType.valueOf(kind.toUpperCase(java.util.Locale.ROOT)), 20261126L);
+        List<String> failed = results.stream().filter(r -> !r.passed()).map(r -> r.name() + ": " + r.error()).toList();
+        assertTrue(!results.isEmpty(), "no scenario ran");
+        assertTrue(failed.isEmpty(), String.join("\n", failed));
+    }
+
+    /**
      * A KV cache: K and V are sent once; a new Q alone sends Q (ATTEND_NEW_Q on the resident K and V); a changed V
      * sends V alone, a different K tensor K alone; nothing changed sends nothing (ATTEND). Each result checked against
      * the reference. (What reaches the driver per call is counted without a GPU by FakeDriverTest.)

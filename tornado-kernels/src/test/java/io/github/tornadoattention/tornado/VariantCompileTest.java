@@ -96,6 +96,18 @@ class VariantCompileTest {
     }
 
     /**
+     * The cache kernels of both element types (bf16: the ShortArray twins and their {@code Bf16} conversions) and both
+     * kinds of configuration (a thread per column: D 96; wide, fewer threads than columns: D 256), with every feature,
+     * each added through {@code CacheAttentionTasks} as an engine adds them: append, decode split and combine, prefill.
+     */
+    @Test
+    void theCacheKernelsOfEachTypeAndConfigurationCompile() {
+        List<String> lines = results("cache-tasks ");
+        assertEquals(4, lines.size(), log);
+        lines.forEach(l -> assertTrue(l.endsWith(" ok"), l + "\n" + log));
+    }
+
+    /**
      * The smallest BFloat16Array kernel compiles on TornadoVM 5.2's PTX backend (only its input array is sent, nothing
      * copied back: see the class comment for what a copy back does).
      */
@@ -135,8 +147,59 @@ class VariantCompileTest {
                     result(what + " prefill", e);
                 }
             }
+            for (io.github.tornadoattention.DType dtype : io.github.tornadoattention.DType.values()) {
+                if (dtype == io.github.tornadoattention.DType.FP16 || dtype == io.github.tornadoattention.DType.BF16) {
+                    for (int d : new int[] {96, 256}) {
+                        cacheTasks(device, dtype, d);
+                    }
+                }
+            }
             bf16(device);
             System.out.flush();
+        }
+
+        /** An engine's graph of the cache tasks (append + decode, prefill) for {@code dtype} at head dim {@code d}. */
+        private static void cacheTasks(TornadoDevice device, io.github.tornadoattention.DType dtype, int d) {
+            String what = "cache-tasks " + dtype.label() + " D=" + d + " window+softcap+sinks";
+            boolean bf16 = dtype == io.github.tornadoattention.DType.BF16;
+            java.util.function.IntFunction<uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray> tensor = n -> bf16
+                    ? new uk.ac.manchester.tornado.api.types.arrays.ShortArray(n)
+                    : new uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray(n);
+            try {
+                io.github.tornadoattention.CacheAttentionSpec spec = io.github.tornadoattention.CacheAttentionSpec.builder()
+                        .batch(2).heads(4).kvHeads(2).headDim(d).maxQueryLength(2).maxTotalQueries(8).maxLength(64)
+                        .causal(true).dtype(dtype).window(16, 0).softcap(20f).sinks(new float[] {0.5f, -0.5f, 1f, 0f})
+                        .build();
+                io.github.tornadoattention.KvCacheSpec cache = io.github.tornadoattention.KvCacheSpec.paged(2, 2, 64, d, 16)
+                        .withDtype(dtype);
+                io.github.tornadoattention.tornado.engine.CacheAttentionTasks att =
+                        io.github.tornadoattention.tornado.engine.CacheAttentionTasks.create("tornado-simt", spec, cache, device);
+                uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray k = att.newCacheArray();
+                uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray v = att.newCacheArray();
+                uk.ac.manchester.tornado.api.types.arrays.IntArray step =
+                        io.github.tornadoattention.tornado.engine.CacheAttentionTasks.newStepArray(2);
+                uk.ac.manchester.tornado.api.types.arrays.IntArray blocks = att.newBlockTable();
+                var q = tensor.apply(2 * 4 * 2 * d);
+                var o = tensor.apply(2 * 4 * 2 * d);
+                var newK = tensor.apply(2 * 2 * 2 * d);
+                var newV = tensor.apply(2 * 2 * 2 * d);
+                var packedQ = tensor.apply(8 * 4 * d);
+                var packedO = tensor.apply(8 * 4 * d);
+                String name = "cache" + dtype.label() + d;
+                TaskGraph graph = new TaskGraph(name).transferToDevice(DataTransferMode.FIRST_EXECUTION, k, v, blocks)
+                        .transferToDevice(DataTransferMode.EVERY_EXECUTION, step, q, newK, newV, packedQ);
+                GridScheduler scheduler = new GridScheduler();
+                att.addAppendAndDecode(graph, name, scheduler, "a_", newK, newV, q, k, v, step, blocks, o,
+                        new FloatArray(2 * 4 * 2));
+                att.addPrefill(graph, name, scheduler, "p_", packedQ, k, v, step, blocks, packedO, new FloatArray(8 * 4));
+                graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o, packedO);
+                try (TornadoExecutionPlan plan = new TornadoExecutionPlan(graph.snapshot())) {
+                    plan.withDevice(device).withGridScheduler(scheduler).execute();
+                }
+                result(what, null);
+            } catch (Exception | Error e) {
+                result(what, e);
+            }
         }
 
         /** A plan of {@code backend} at head dim {@code d}, with every feature the backend serves, and one call. */

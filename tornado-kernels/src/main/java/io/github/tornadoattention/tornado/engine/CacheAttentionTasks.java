@@ -26,6 +26,7 @@ import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
@@ -35,7 +36,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *
  * <pre>{@code
  * CacheAttentionTasks att = CacheAttentionTasks.create("ptx-tornado", spec, cacheSpec, device);
- * HalfFloatArray kCache = att.newCacheArray(), vCache = att.newCacheArray();   // one pair per layer
+ * TornadoNativeArray kCache = att.newCacheArray(), vCache = att.newCacheArray();   // one pair per layer
  * IntArray step = CacheAttentionTasks.newStepArray(slots), blocks = att.newBlockTable();
  * // graph "l0a": the engine's tasks (RMSNorm, QKV projection, RoPE) write q, newK, newV (fp16), persisted
  * TaskGraph attend = new TaskGraph("l0b")
@@ -66,7 +67,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * {@link #addStagedAppendAndDecode}; the varlen prefill); needs TornadoVM's PTX backend.
  * {@code tornado-simt} and {@code tornado-mma}: the Java cache kernels ({@link CacheKernels}, scalar fp32; decode is
  * memory bound, so both Java backends share them), JIT-compiled by TornadoVM with the engine's graph, on any
- * TornadoVM backend. The append alone ({@link #addAppend}) is the Java kernel on every backend.
+ * TornadoVM backend; fp16 over {@link HalfFloatArray}s, bf16 over bf16 bits in {@link ShortArray}s
+ * ({@link #arrayType()}), head dims that are multiples of 16 up to 256. The append alone ({@link #addAppend}) is the Java kernel on every backend.
  *
  * <p><b>TornadoVM 5.2.0 runs a prebuilt task correctly only as the first task of its graph</b> (and only one per
  * graph): {@code TornadoVMInterpreter.globalToLocalTaskIndex} finds a task with {@code indexOf}, and
@@ -160,11 +162,7 @@ public final class CacheAttentionTasks {
                 }
             }
         } else {
-            if (spec.dtype() != DType.FP16) {
-                throw new InvalidArgumentException("spec.dtype", spec.dtype(), backendId + "'s cache kernels serve fp16 caches"
-                        + " (bf16 caches: ptx-tornado, ptx-cuda and cpu-reference; tornado-simt takes bf16 on dense calls)");
-            }
-            // The Java cache kernels serve window, softcap and sinks (run-time words; CacheKernels).
+            // The Java cache kernels serve fp16 and bf16, window, softcap and sinks (run-time words; CacheKernels).
             JavaCacheTasks.checkSupported(spec, cacheSpec);
         }
     }
@@ -199,9 +197,22 @@ public final class CacheAttentionTasks {
         return Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
     }
 
-    /** A K or V cache of {@code cacheSpec} (zeros), for one layer. */
-    public HalfFloatArray newCacheArray() {
-        return new HalfFloatArray(Math.toIntExact(cacheSpec.elements()));
+    /**
+     * A K or V cache of {@code cacheSpec} (zeros), for one layer: a {@link HalfFloatArray} for fp16, bf16 bits in a
+     * {@link ShortArray} for bf16 ({@link #arrayType}).
+     */
+    @SuppressWarnings("unchecked")
+    public <T extends TornadoNativeArray> T newCacheArray() {
+        return (T) JavaCacheTasks.newArray(spec.dtype(), Math.toIntExact(cacheSpec.elements()));
+    }
+
+    /**
+     * The array type of this spec's 16-bit tensors (q, o, the caches, new K/V): {@link HalfFloatArray} for fp16,
+     * {@link ShortArray} (bf16 bits) for bf16. The Java kernels take only this type; ptx-tornado's prebuilt tasks move
+     * bits and take either.
+     */
+    public Class<? extends TornadoNativeArray> arrayType() {
+        return JavaCacheTasks.arrayType(spec.dtype());
     }
 
     /** The block table of a paged cache ([slots, pagesPerSequence] page ids, zeros); a contiguous cache: one unread int. */
@@ -232,8 +243,8 @@ public final class CacheAttentionTasks {
     }
 
     /** {@link #setStep(IntArray, int[], int[])} into the step words at the start of a stage array ({@link #stageLayout()}). */
-    public void setStagedStep(HalfFloatArray stage, int[] lengthsAfter, int[] newTokens) {
-        requireLength("stage", stage, stageLayout().halves(), "stageLayout().halves()");
+    public void setStagedStep(TornadoNativeArray stage, int[] lengthsAfter, int[] newTokens) {
+        requireTensor("stage", stage, stageLayout().halves(), "stageLayout().halves()");
         writeStep(stage.getSegment(), spec.batch(), lengthsAfter, newTokens);
     }
 
@@ -267,7 +278,7 @@ public final class CacheAttentionTasks {
      * task only writes it).
      */
     public void addAppend(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
-                          HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray kCache, HalfFloatArray vCache,
+                          TornadoNativeArray newK, TornadoNativeArray newV, TornadoNativeArray kCache, TornadoNativeArray vCache,
                           IntArray step, IntArray blockTable) {
         IntArray params = denseAppendParams(graph, newK, newV);
         addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, params, denseQueries(), kCache, vCache, step,
@@ -281,12 +292,23 @@ public final class CacheAttentionTasks {
      * memory like the PTX one; and it may sit anywhere in a graph, see the class comment on prebuilt tasks).
      */
     public void addAppend(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
-                          HalfFloatArray newK, HalfFloatArray newV, IntArray appendParams, int maxRows,
-                          HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable) {
+                          TornadoNativeArray newK, TornadoNativeArray newV, IntArray appendParams, int maxRows,
+                          TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step, IntArray blockTable) {
         requireCache(kCache, vCache, step, blockTable);
         InvalidArgumentException.requireNonNull("newK", newK);
         InvalidArgumentException.requireNonNull("newV", newV);
         requireLength("appendParams", appendParams, 16, "16 ints (appendParams)");
+        // The append is a Java kernel on every backend: one array type for all four (a bit copy, either type).
+        if (!(kCache instanceof HalfFloatArray || kCache instanceof ShortArray)) {
+            throw new InvalidArgumentException("kCache", kCache.getClass().getSimpleName(),
+                    "must be a HalfFloatArray (fp16) or a ShortArray (bf16 bits)");
+        }
+        for (Object[] named : new Object[][] {{"vCache", vCache}, {"newK", newK}, {"newV", newV}}) {
+            if (named[1].getClass() != kCache.getClass()) {
+                throw new InvalidArgumentException((String) named[0], named[1].getClass().getSimpleName(),
+                        "must be a " + kCache.getClass().getSimpleName() + " as kCache is");
+            }
+        }
         JavaCacheTasks.addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, kCache, vCache, step, blockTable);
     }
 
@@ -297,8 +319,8 @@ public final class CacheAttentionTasks {
      * [slots, Hkv, maxQueryLength, D] (BHSD), q and o [slots, Hq, maxQueryLength, D], lse as {@link #addDecode}.
      */
     public void addAppendAndDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
-                                   HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray q, HalfFloatArray kCache,
-                                   HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
+                                   TornadoNativeArray newK, TornadoNativeArray newV, TornadoNativeArray q, TornadoNativeArray kCache,
+                                   TornadoNativeArray vCache, IntArray step, IntArray blockTable, TornadoNativeArray o,
                                    FloatArray lse) {
         IntArray params = denseAppendParams(graph, newK, newV);
         addAppendAndDecode(graph, graphName, scheduler, taskPrefix, newK, newV, params, q, kCache, vCache, step, blockTable,
@@ -307,9 +329,9 @@ public final class CacheAttentionTasks {
 
     /** {@link #addAppendAndDecode} with the new rows' parameters in {@code appendParams} (dense, declared by the caller). */
     public void addAppendAndDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
-                                   HalfFloatArray newK, HalfFloatArray newV, IntArray appendParams, HalfFloatArray q,
-                                   HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable,
-                                   HalfFloatArray o, FloatArray lse) {
+                                   TornadoNativeArray newK, TornadoNativeArray newV, IntArray appendParams, TornadoNativeArray q,
+                                   TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step, IntArray blockTable,
+                                   TornadoNativeArray o, FloatArray lse) {
         if (!prebuilt) {
             addAppend(graph, graphName, scheduler, taskPrefix, newK, newV, appendParams, denseQueries(), kCache, vCache,
                     step, blockTable);
@@ -353,14 +375,14 @@ public final class CacheAttentionTasks {
      * {@link #setStagedStep}.
      */
     public void addStagedAppendAndDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
-                                         HalfFloatArray stage, HalfFloatArray kCache, HalfFloatArray vCache,
-                                         IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+                                         TornadoNativeArray stage, TornadoNativeArray kCache, TornadoNativeArray vCache,
+                                         IntArray blockTable, TornadoNativeArray o, FloatArray lse) {
         if (!prebuilt) {
             throw new InvalidArgumentException("backendId", backendId, "staged tasks are ptx-tornado's (the Java "
                     + "kernels read the step from an IntArray): use addAppendAndDecode");
         }
         StageLayout layout = stageLayout();
-        requireLength("stage", stage, layout.halves(), "stageLayout().halves()");
+        requireTensor("stage", stage, layout.halves(), "stageLayout().halves()");
         requireCache(kCache, vCache, blockTable);
         long lseRows = requireOutputs(o, lse);
         int maxNew = denseQueries();
@@ -379,19 +401,39 @@ public final class CacheAttentionTasks {
     }
 
     /**
+     * {@link #addDecode} for queries that are one chunk of a longer run of each slot's new tokens (a packed call run
+     * in dense chunks, as the inference device does): the step's packed-offset words hold, per slot, how many of its
+     * queries come after the chunk (its lengths and counts are the chunk's: a causal chunk's length may end at its last
+     * query, a non-causal one's is the slot's whole length), so that each query keeps its position in its sequence,
+     * which the window is relative to. The Java cache kernels only (tornado-simt, tornado-mma).
+     */
+    public void addChunkedDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
+                                 TornadoNativeArray q, TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step,
+                                 IntArray blockTable, TornadoNativeArray o, FloatArray lse) {
+        if (prebuilt) {
+            throw new InvalidArgumentException("backendId", backendId, "chunked decode tasks are the Java cache "
+                    + "kernels' (tornado-simt, tornado-mma)");
+        }
+        long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
+        FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
+        javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
+                lse != null, true);
+    }
+
+    /**
      * Adds decode attention (on ptx-tornado: the first task of the graph) (up to {@link #denseQueries()} new queries per slot, split-KV) of {@code q} over the
      * cache into {@code o} (both [slots, Hq, maxQueryLength, D] fp16) and, when not null, {@code lse}
      * ([slots, Hq, maxQueryLength] fp32, natural log). Its workspace arrays are added to the graph
      * ({@code FIRST_EXECUTION}: device only).
      */
     public void addDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
-                          HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
-                          IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+                          TornadoNativeArray q, TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step,
+                          IntArray blockTable, TornadoNativeArray o, FloatArray lse) {
         if (!prebuilt) {
             long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
             FloatArray lseOut = lse != null ? lse : deviceOnly(graph, new FloatArray(Math.toIntExact(lseRows)));
             javaTasks.addDecode(graph, graphName, scheduler, taskPrefix, q, kCache, vCache, step, blockTable, o, lseOut,
-                    lse != null);
+                    lse != null, false);
             return;
         }
         addFusedDecode(graph, graphName, scheduler, taskPrefix, Kind.CACHE_DECODE_FUSED, q, kCache, vCache, step,
@@ -403,8 +445,8 @@ public final class CacheAttentionTasks {
      * the arguments after the tickets (array, access pairs). The cache is read-write when the kernel appends.
      */
     private void addFusedDecode(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix, Kind kind,
-                                HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
-                                IntArray blockTable, HalfFloatArray o, FloatArray lse, Object... extra) {
+                                TornadoNativeArray q, TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step,
+                                IntArray blockTable, TornadoNativeArray o, FloatArray lse, Object... extra) {
         long lseRows = requireDense(q, kCache, vCache, step, blockTable, o, lse);
         FusedDecode f = fusedDecode(graph, kind, lse, lseRows);
         Access cache = extra.length > 0 ? Access.READ_WRITE : Access.READ_ONLY;
@@ -444,12 +486,12 @@ public final class CacheAttentionTasks {
      * engine's own task). The grid covers prompts of up to {@code spec.maxQueryLength()} tokens.
      */
     public void addPrefill(TaskGraph graph, String graphName, GridScheduler scheduler, String taskPrefix,
-                           HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
-                           IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+                           TornadoNativeArray q, TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step,
+                           IntArray blockTable, TornadoNativeArray o, FloatArray lse) {
         requireCache(kCache, vCache, step, blockTable);
         long rows = (long) spec.maxTotalQueries() * spec.heads();
-        requireLength("q", q, rows * spec.headDim(), "maxTotalQueries*heads*headDim");
-        requireLength("o", o, rows * spec.headDim(), "maxTotalQueries*heads*headDim");
+        requireTensor("q", q, rows * spec.headDim(), "maxTotalQueries*heads*headDim");
+        requireTensor("o", o, rows * spec.headDim(), "maxTotalQueries*heads*headDim");
         if (lse != null) {
             requireLength("lse", lse, rows, "heads*maxTotalQueries");
         }
@@ -479,11 +521,11 @@ public final class CacheAttentionTasks {
      * Checks dense new K/V rows [slots, Hkv, maxQueryLength, D] and declares their append parameters
      * ({@code FIRST_EXECUTION}: constant) in {@code graph}.
      */
-    private IntArray denseAppendParams(TaskGraph graph, HalfFloatArray newK, HalfFloatArray newV) {
+    private IntArray denseAppendParams(TaskGraph graph, TornadoNativeArray newK, TornadoNativeArray newV) {
         int maxNew = denseQueries();
         long rows = (long) spec.batch() * spec.kvHeads() * maxNew * spec.headDim();
-        requireLength("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
-        requireLength("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
+        requireTensor("newK", newK, rows, "slots*kvHeads*maxQueryLength*headDim");
+        requireTensor("newV", newV, rows, "slots*kvHeads*maxQueryLength*headDim");
         IntArray params = IntArray.fromArray(appendParams(cacheSpec, denseNewStrides(maxNew), maxNew, false));
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
         return params;
@@ -507,39 +549,39 @@ public final class CacheAttentionTasks {
     }
 
     /** Checks a dense call's arrays; returns the lse rows, slots*heads*maxQueryLength. */
-    private long requireDense(HalfFloatArray q, HalfFloatArray kCache, HalfFloatArray vCache, IntArray step,
-                              IntArray blockTable, HalfFloatArray o, FloatArray lse) {
+    private long requireDense(TornadoNativeArray q, TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step,
+                              IntArray blockTable, TornadoNativeArray o, FloatArray lse) {
         requireCache(kCache, vCache, step, blockTable);
-        requireLength("q", q, (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim(),
+        requireTensor("q", q, (long) spec.batch() * spec.heads() * denseQueries() * spec.headDim(),
                 "slots*heads*maxQueryLength*headDim");
         return requireOutputs(o, lse);
     }
 
     /** Checks a dense call's o and lse (may be null); returns the lse rows, slots*heads*maxQueryLength. */
-    private long requireOutputs(HalfFloatArray o, FloatArray lse) {
+    private long requireOutputs(TornadoNativeArray o, FloatArray lse) {
         long lseRows = (long) spec.batch() * spec.heads() * denseQueries();
-        requireLength("o", o, lseRows * spec.headDim(), "slots*heads*maxQueryLength*headDim");
+        requireTensor("o", o, lseRows * spec.headDim(), "slots*heads*maxQueryLength*headDim");
         if (lse != null) {
             requireLength("lse", lse, lseRows, "slots*heads*maxQueryLength");
         }
         return lseRows;
     }
 
-    private void requireCache(HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable) {
+    private void requireCache(TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step, IntArray blockTable) {
         requireKv(kCache, vCache);
         requireLength("step", step, 3L * spec.batch() + 1, "3*slots+1 ints (newStepArray)");
         requireBlockTable(blockTable);
     }
 
     /** The staged call's cache arrays: its step words live in the stage array. */
-    private void requireCache(HalfFloatArray kCache, HalfFloatArray vCache, IntArray blockTable) {
+    private void requireCache(TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray blockTable) {
         requireKv(kCache, vCache);
         requireBlockTable(blockTable);
     }
 
-    private void requireKv(HalfFloatArray kCache, HalfFloatArray vCache) {
-        requireLength("kCache", kCache, cacheSpec.elements(), "cacheSpec.elements()");
-        requireLength("vCache", vCache, cacheSpec.elements(), "cacheSpec.elements()");
+    private void requireKv(TornadoNativeArray kCache, TornadoNativeArray vCache) {
+        requireTensor("kCache", kCache, cacheSpec.elements(), "cacheSpec.elements()");
+        requireTensor("vCache", vCache, cacheSpec.elements(), "cacheSpec.elements()");
         if (kCache == vCache) {
             throw new InvalidArgumentException("vCache", "the kCache array", "must be another array than kCache");
         }
@@ -551,6 +593,15 @@ public final class CacheAttentionTasks {
                     "slots*pagesPerSequence ints (newBlockTable)");
         } else {
             InvalidArgumentException.requireNonNull("blockTable", blockTable);
+        }
+    }
+
+    /** {@link #requireLength} for a 16-bit tensor, which the Java kernels need of {@link #arrayType()}. */
+    private void requireTensor(String name, TornadoNativeArray array, long length, String what) {
+        requireLength(name, array, length, what);
+        if (!prebuilt && !arrayType().isInstance(array)) {
+            throw new InvalidArgumentException(name, array.getClass().getSimpleName(), "must be a "
+                    + arrayType().getSimpleName() + " (" + spec.dtype().label() + " on " + backendId + "'s Java kernels)");
         }
     }
 

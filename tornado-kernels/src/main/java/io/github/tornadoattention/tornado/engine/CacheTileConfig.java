@@ -11,7 +11,7 @@ import io.github.tornadoattention.InvalidArgumentException;
  * (rows x (blockKv + 1)), one value per thread and the tile's key rows (2 blockKv ints); the + 1 pads rows so that
  * threads reading different rows at the same column hit different banks.
  *
- * @param maxHeadDim    the largest D served (the local arrays are sized for it); D must be a power of two >= 16
+ * @param maxHeadDim    the largest D served (the local arrays are sized for it); D a multiple of 16 up to it
  * @param rows          query rows per workgroup (decode: packed (head, query) rows of one KV head; prefill: packed
  *                      query rows)
  * @param blockKv       keys per K/V tile, and the granularity of a split's key range
@@ -21,10 +21,16 @@ import io.github.tornadoattention.InvalidArgumentException;
 public record CacheTileConfig(int maxHeadDim, int rows, int blockKv, int threadsPerRow) {
     /** Static local memory a workgroup may use (TornadoVM launches with no dynamic shared memory). */
     public static final int MAX_SHARED_BYTES = 48 * 1024;
-    /** The smallest head dim served: the decode's copies of a row split D into quarters of whole 4-column steps. */
+    /**
+     * The smallest head dim served, and the step between served ones: the decode's copies of a row split D into
+     * quarters of whole 4-column steps.
+     */
     public static final int MIN_HEAD_DIM = 16;
 
-    /** The launch table ({@link CacheKernels#CONFIGS}): the configuration with the smallest maxHeadDim >= {@code headDim}. */
+    /**
+     * The launch table ({@link CacheKernels#CONFIGS}): the configuration with the smallest maxHeadDim >= {@code headDim},
+     * for a multiple of {@link #MIN_HEAD_DIM} up to the largest maxHeadDim.
+     */
     public static CacheTileConfig forHeadDim(int headDim) {
         CacheTileConfig chosen = null;
         int largest = 0;
@@ -34,14 +40,21 @@ public record CacheTileConfig(int maxHeadDim, int rows, int blockKv, int threads
                 chosen = config;
             }
         }
-        if (chosen == null || headDim < MIN_HEAD_DIM || (headDim & (headDim - 1)) != 0) {
-            StringBuilder served = new StringBuilder();
-            for (int d = MIN_HEAD_DIM; d <= largest; d *= 2) {
-                served.append(served.isEmpty() ? "" : ", ").append(d);
-            }
-            throw new InvalidArgumentException("headDim", headDim, "the Java cache kernels support " + served);
+        if (chosen == null || headDim < MIN_HEAD_DIM || headDim % MIN_HEAD_DIM != 0) {
+            throw new InvalidArgumentException("headDim", headDim, "the Java cache kernels support multiples of "
+                    + MIN_HEAD_DIM + " in " + MIN_HEAD_DIM + ".." + largest);
         }
         return chosen;
+    }
+
+    /** Whether the workgroup has fewer threads than maxHeadDim columns (the kernels' tile loads then walk elements). */
+    public boolean wide() {
+        return threads() < maxHeadDim;
+    }
+
+    /** Threads of a decode combine workgroup: one per column, at least this configuration's, whole warps. */
+    public int combineThreads(int headDim) {
+        return Math.max(threads(), Math.ceilDiv(headDim, 32) * 32);
     }
 
     public int threads() {
@@ -74,9 +87,11 @@ public record CacheTileConfig(int maxHeadDim, int rows, int blockKv, int threads
             throw new IllegalArgumentException("the cache kernels are written for 4 scores per thread: blockKv = 4 threadsPerRow");
         }
         int threads = rows * threadsPerRow;   // (the fields are not set yet: no threads())
-        if (threads < maxHeadDim || threads % maxHeadDim != 0 || maxHeadDim % threadsPerRow != 0) {
-            throw new IllegalArgumentException("a thread per column of a row (the Q load and the combine): threads must be"
-                    + " a multiple of maxHeadDim, maxHeadDim of threadsPerRow");
+        if (maxHeadDim % threadsPerRow != 0 || (threads >= maxHeadDim && threads % maxHeadDim != 0)
+                || (threads < maxHeadDim && maxHeadDim % threads != 0) || threads < blockKv) {
+            throw new IllegalArgumentException("maxHeadDim must be a multiple of threadsPerRow; threads a multiple of"
+                    + " maxHeadDim (a thread per column) or a divisor of it (wide: the loads walk elements), and >= blockKv"
+                    + " (a thread per key of a tile)");
         }
         if (rows % 4 != 0 || (blockKv & (blockKv - 1)) != 0) {
             throw new IllegalArgumentException("rows must split into 4 copies, blockKv must be a power of two");

@@ -16,6 +16,8 @@ import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * Adds the Java KV-cache kernels ({@link CacheKernels}) as tasks to an engine's TaskGraph, with their WorkerGrids
@@ -74,15 +76,36 @@ final class JavaCacheTasks {
         }
     }
 
-    /** Throws unless the Java cache kernels serve this spec and cache (fp16, a head dim {@link CacheTileConfig#forHeadDim} serves). */
+    /**
+     * Throws unless the Java cache kernels serve this spec and cache (fp16 or bf16, a head dim
+     * {@link CacheTileConfig#forHeadDim} serves).
+     */
     static void checkSupported(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         InvalidArgumentException.requireNonNull("spec", spec);
         InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
         spec.checkCache(cacheSpec);
         CacheTileConfig.forHeadDim(spec.headDim());
-        if (spec.dtype() != DType.FP16) {
-            throw new InvalidArgumentException("dtype", spec.dtype(), "the Java cache kernels are fp16");
+        if (spec.dtype() != DType.FP16 && spec.dtype() != DType.BF16) {
+            throw new InvalidArgumentException("dtype", spec.dtype(), "the Java cache kernels serve fp16 and bf16");
         }
+    }
+
+    /** Whether the kernels run over bf16 bits (ShortArrays) rather than fp16 (HalfFloatArrays). */
+    boolean bf16() {
+        return spec.dtype() == DType.BF16;
+    }
+
+    /**
+     * The array type of q, o, the caches and new K/V for {@code dtype}: fp16 in HalfFloatArrays, bf16 bits in
+     * ShortArrays (not BFloat16Array: TornadoVM 5.2's runtime has no device buffer for it).
+     */
+    static Class<? extends TornadoNativeArray> arrayType(DType dtype) {
+        return dtype == DType.BF16 ? ShortArray.class : HalfFloatArray.class;
+    }
+
+    /** A zeroed array of {@code length} elements of {@code dtype} ({@link #arrayType}). */
+    static TornadoNativeArray newArray(DType dtype, int length) {
+        return dtype == DType.BF16 ? new ShortArray(length) : new HalfFloatArray(length);
     }
 
     /** The tile configuration of the decode split and prefill kernels for the spec's head dim. */
@@ -121,6 +144,11 @@ final class JavaCacheTasks {
         return (long) splits * spec.batch() * spec.kvHeads() * rowBlocks;
     }
 
+    /** Threads of a combine workgroup: at least D, one per column ({@link CacheTileConfig#combineThreads}). */
+    int combineThreads() {
+        return config.combineThreads(spec.headDim());
+    }
+
     int combineGroups() {
         return Math.toIntExact(denseLseElements());
     }
@@ -139,8 +167,13 @@ final class JavaCacheTasks {
         return (long) splits * rows * (spec.headDim() + 1) + rows * spec.headDim();
     }
 
-    /** The attention params block ({@code CacheKernels.P_*}). */
+    /** The attention params block ({@code CacheKernels.P_*}) of a call that is not a chunk. */
     IntArray attentionParams(boolean writeLse) {
+        return attentionParams(writeLse, false);
+    }
+
+    /** The attention params block; {@code chunked}: decode calls are chunks ({@code CacheKernels.P_CHUNKED}). */
+    IntArray attentionParams(boolean writeLse, boolean chunked) {
         int[] p = new int[CacheKernels.P_COUNT];
         p[CacheKernels.P_B] = spec.batch();
         p[CacheKernels.P_HQ] = spec.heads();
@@ -165,6 +198,7 @@ final class JavaCacheTasks {
         int bound = ScoreFeatures.windowBound((long) spec.maxQueryLength() + spec.maxTotalQueries(), cacheSpec.capacity());
         p[CacheKernels.P_WINDOW_LEFT] = ScoreFeatures.windowSide(spec.windowLeft(), bound);
         p[CacheKernels.P_WINDOW_RIGHT] = ScoreFeatures.windowSide(spec.windowRight(), bound);
+        p[CacheKernels.P_CHUNKED] = chunked ? 1 : 0;
         return IntArray.fromArray(p);
     }
 
@@ -226,54 +260,77 @@ final class JavaCacheTasks {
      * The kernel reads one element of each cache (into a device-only sink), so TornadoVM sends a cache declared
      * {@code FIRST_EXECUTION} even when this task is the graph's first user of it.
      */
-    static void addAppend(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray newK,
-                   HalfFloatArray newV, IntArray appendParams, HalfFloatArray kCache, HalfFloatArray vCache,
+    static void addAppend(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, TornadoNativeArray newK,
+                   TornadoNativeArray newV, IntArray appendParams, TornadoNativeArray kCache, TornadoNativeArray vCache,
                    IntArray step, IntArray blockTable) {
         String name = taskPrefix + "Append";
         FloatArray sink = new FloatArray(1);
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, sink);
         grid(s, graphName, name, appendGroups(appendParams), CacheKernels.APPEND_THREADS);
-        g.task(name, CacheKernels::append, context(g), newK, newV, kCache, vCache, step, blockTable,
-                appendParams, sink);
+        if (kCache instanceof ShortArray) {
+            g.task(name, CacheKernels::appendBf16, context(g), (ShortArray) newK, (ShortArray) newV, (ShortArray) kCache,
+                    (ShortArray) vCache, step, blockTable, appendParams, sink);
+        } else {
+            g.task(name, CacheKernels::append, context(g), (HalfFloatArray) newK, (HalfFloatArray) newV,
+                    (HalfFloatArray) kCache, (HalfFloatArray) vCache, step, blockTable, appendParams, sink);
+        }
     }
 
-    /** Split-KV decode: the split pass, then the combine into o (and lse when {@code writeLse}). */
-    void addDecode(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray q,
-                   HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
-                   FloatArray lse, boolean writeLse) {
-        IntArray params = attentionParams(writeLse);
+    /**
+     * Split-KV decode: the split pass, then the combine into o (and lse when {@code writeLse}); {@code chunked}: each
+     * call is a chunk of a slot's queries ({@code CacheKernels.P_CHUNKED}).
+     */
+    void addDecode(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, TornadoNativeArray q,
+                   TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step, IntArray blockTable,
+                   TornadoNativeArray o, FloatArray lse, boolean writeLse, boolean chunked) {
+        IntArray params = attentionParams(writeLse, chunked);
         FloatArray scores = scores();
         FloatArray ws = new FloatArray(Math.toIntExact(decodeWorkspaceFloats()));
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, scores, ws);
         String split = taskPrefix + "DecodeSplit";
         String combine = taskPrefix + "DecodeCombine";
         grid(s, graphName, split, Math.toIntExact(decodeGroups()), config.threads());
-        grid(s, graphName, combine, combineGroups(), config.threads());   // at least D threads: one per column
-        g.task(split, CacheKernels.decodeSplit(config), context(g), q, kCache, vCache, step, blockTable, params, ws,
-                spec.scale(), scores);
-        g.task(combine, CacheKernels::decodeCombine, context(g), ws, step, params, o, lse, scores);
+        grid(s, graphName, combine, combineGroups(), combineThreads());   // at least D threads: one per column
+        if (bf16()) {
+            g.task(split, CacheKernels.decodeSplitBf16(config), context(g), (ShortArray) q, (ShortArray) kCache,
+                    (ShortArray) vCache, step, blockTable, params, ws, spec.scale(), scores);
+            g.task(combine, CacheKernels::decodeCombineBf16, context(g), ws, step, params, (ShortArray) o, lse, scores);
+        } else {
+            g.task(split, CacheKernels.decodeSplit(config), context(g), (HalfFloatArray) q, (HalfFloatArray) kCache,
+                    (HalfFloatArray) vCache, step, blockTable, params, ws, spec.scale(), scores);
+            g.task(combine, CacheKernels::decodeCombine, context(g), ws, step, params, (HalfFloatArray) o, lse, scores);
+        }
     }
 
     /** Packed (varlen) prefill over the cache, causal per prompt when the spec is causal. */
-    void addPrefill(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray q,
-                    HalfFloatArray kCache, HalfFloatArray vCache, IntArray step, IntArray blockTable, HalfFloatArray o,
-                    FloatArray lse, boolean writeLse) {
+    void addPrefill(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, TornadoNativeArray q,
+                    TornadoNativeArray kCache, TornadoNativeArray vCache, IntArray step, IntArray blockTable,
+                    TornadoNativeArray o, FloatArray lse, boolean writeLse) {
         IntArray params = attentionParams(writeLse);
         FloatArray scores = scores();
         FloatArray ws = new FloatArray(Math.toIntExact(spec.packedQueryElements()));
         g.transferToDevice(DataTransferMode.FIRST_EXECUTION, params, scores, ws);
         String name = taskPrefix + "Prefill";
         grid(s, graphName, name, prefillGroups(), config.threads());
-        g.task(name, CacheKernels.prefill(config), context(g), q, kCache, vCache, step, blockTable, params, ws, o, lse,
-                spec.scale(), scores);
+        if (bf16()) {
+            g.task(name, CacheKernels.prefillBf16(config), context(g), (ShortArray) q, (ShortArray) kCache,
+                    (ShortArray) vCache, step, blockTable, params, ws, (ShortArray) o, lse, spec.scale(), scores);
+        } else {
+            g.task(name, CacheKernels.prefill(config), context(g), (HalfFloatArray) q, (HalfFloatArray) kCache,
+                    (HalfFloatArray) vCache, step, blockTable, params, ws, (HalfFloatArray) o, lse, spec.scale(), scores);
+        }
     }
 
     /** Copies of element ranges within both caches (copies[0] = n, then n (src, dst, count) triples). */
-    void addCopyRanges(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, HalfFloatArray kCache,
-                       HalfFloatArray vCache, IntArray copies) {
+    void addCopyRanges(TaskGraph g, String graphName, GridScheduler s, String taskPrefix, TornadoNativeArray kCache,
+                       TornadoNativeArray vCache, IntArray copies) {
         String name = taskPrefix + "CopyRanges";
         grid(s, graphName, name, copyGroups(), CacheKernels.COPY_THREADS);
-        g.task(name, CacheKernels::copyRanges, context(g), kCache, vCache, copies);
+        if (bf16()) {
+            g.task(name, CacheKernels::copyRangesBf16, context(g), (ShortArray) kCache, (ShortArray) vCache, copies);
+        } else {
+            g.task(name, CacheKernels::copyRanges, context(g), (HalfFloatArray) kCache, (HalfFloatArray) vCache, copies);
+        }
     }
 
     /**

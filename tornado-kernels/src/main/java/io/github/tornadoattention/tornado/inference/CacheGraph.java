@@ -2,6 +2,7 @@ package io.github.tornadoattention.tornado.inference;
 
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
@@ -18,11 +19,13 @@ import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * The task graph of one KV cache, in one execution plan: it keeps the cache's K and V on the GPU
  * ({@code FIRST_EXECUTION}) and runs, in every execution, the append of the staged new tokens and attention for each
- * variant (heads, causal flag, scale; dense or packed) it was built for. The main variant (the first dense plan's)
+ * variant ({@link VariantKey}: the plan's attention definition, dense or packed) it was built for. The main variant (the first dense plan's)
  * shares the append's task and step: on ptx-tornado one fused PTX task, the graph's first and only prebuilt one
  * (TornadoVM 5.2.0 launches any other prebuilt task with the first one's kernel); the other variants are Java kernel
  * tasks after it. What a task should not do in an execution it gets as zero lengths (attention over nothing), so one
@@ -42,10 +45,37 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 final class CacheGraph {
     private static final AtomicInteger GRAPHS = new AtomicInteger();
 
-    /** One kind of attention call (dense or packed): its own task, step array and staging for queries and outputs. */
-    record VariantKey(int heads, boolean causal, float scale, boolean packed) {
+    /**
+     * One kind of attention call (dense or packed): its own task, step array and staging for queries and outputs. It
+     * holds the plan's whole attention definition that a task computes with (query heads, causal flag, scale, element
+     * type, window, softcap, sinks): two plans that differ in any of them are two variants, and {@link #spec} builds a
+     * task's spec from all of them (a key without the features ran every plan without them: a silently wrong answer).
+     * What it leaves out is what the graph fixes (slots, KV heads, head dim, capacity: the cache's) or sizes (query
+     * rows: the staging's).
+     */
+    record VariantKey(int heads, boolean causal, float scale, boolean packed, DType dtype, int windowLeft,
+                      int windowRight, float softcap, List<Float> sinks) {
+        VariantKey {
+            sinks = List.copyOf(sinks);
+        }
+
         static VariantKey of(CacheAttentionSpec spec, boolean packed) {
-            return new VariantKey(spec.heads(), spec.causal(), spec.scale(), packed);
+            return new VariantKey(spec.heads(), spec.causal(), spec.scale(), packed, spec.dtype(), spec.windowLeft(),
+                    spec.windowRight(), spec.softcap(), spec.sinks());
+        }
+
+        /** The spec of this variant's task over a cache of {@code cache} with {@code rows} staging rows per slot. */
+        CacheAttentionSpec spec(KvCacheSpec cache, int rows) {
+            float[] sinkArray = null;
+            if (!sinks.isEmpty()) {
+                sinkArray = new float[sinks.size()];
+                for (int h = 0; h < sinkArray.length; h++) {
+                    sinkArray[h] = sinks.get(h);
+                }
+            }
+            return CacheAttentionSpec.builder().batch(cache.slots()).heads(heads).kvHeads(cache.kvHeads())
+                    .headDim(cache.headDim()).maxQueryLength(rows).maxLength(cache.capacity()).causal(causal).scale(scale)
+                    .dtype(dtype).window(windowLeft, windowRight).softcap(softcap).sinks(sinkArray).build();
         }
     }
 
@@ -54,14 +84,14 @@ final class CacheGraph {
      * {@code qArray}, or, on ptx-tornado's main variant, of the stage array: those two are then null), its output and
      * lse arrays.
      */
-    record Variant(VariantKey key, MemorySegment step, MemorySegment q, HalfFloatArray o, FloatArray lse,
-                   IntArray stepArray, HalfFloatArray qArray) {
+    record Variant(VariantKey key, MemorySegment step, MemorySegment q, TornadoNativeArray o, FloatArray lse,
+                   IntArray stepArray, TornadoNativeArray qArray) {
     }
 
     private final TornadoExecutionPlan plan;
     private final boolean profile;
-    private final HalfFloatArray keys;
-    private final HalfFloatArray values;
+    private final TornadoNativeArray keys;
+    private final TornadoNativeArray values;
     private final List<Variant> variants;
     private final Variant main;
     private final int rows;
@@ -71,7 +101,7 @@ final class CacheGraph {
     private final MemorySegment mainStep;
     private TornadoExecutionResult last;
 
-    private CacheGraph(TornadoExecutionPlan plan, boolean profile, HalfFloatArray keys, HalfFloatArray values,
+    private CacheGraph(TornadoExecutionPlan plan, boolean profile, TornadoNativeArray keys, TornadoNativeArray values,
                        List<Variant> variants, Variant main, int rows, MemorySegment newK, MemorySegment newV,
                        TensorStrides stagingStrides, MemorySegment mainStep) {
         this.plan = plan;
@@ -92,8 +122,8 @@ final class CacheGraph {
      * contiguous cache) for {@code wanted} variants, {@code mainKey} (if not null, one of them) first, with
      * {@code rows} staging rows per slot (S: the most new tokens or queries per slot one execution takes).
      */
-    static CacheGraph build(GraphTarget target, KvCacheSpec spec, HalfFloatArray k, HalfFloatArray vv, IntArray blockTable,
-                            Collection<VariantKey> wanted, VariantKey mainKey, int rows) {
+    static CacheGraph build(GraphTarget target, KvCacheSpec spec, TornadoNativeArray k, TornadoNativeArray vv,
+                            IntArray blockTable, Collection<VariantKey> wanted, VariantKey mainKey, int rows) {
         int slots = spec.slots();
         String name = "kv" + GRAPHS.incrementAndGet();
         int d = spec.headDim();
@@ -117,15 +147,14 @@ final class CacheGraph {
         List<CacheAttentionTasks> tasks = new ArrayList<>();
         for (VariantKey key : order) {
             boolean isMain = key.equals(mainKey);
-            CacheAttentionSpec vs = CacheAttentionSpec.builder().batch(slots).heads(key.heads()).kvHeads(spec.kvHeads())
-                    .headDim(d).maxQueryLength(rows).maxLength(spec.capacity()).causal(key.causal()).scale(key.scale())
-                    .build();
+            CacheAttentionSpec vs = key.spec(spec, rows);
             // Only the main variant may use the PTX twin: one prebuilt task per graph, first (TornadoVM 5.2.0).
             String backend = isMain ? target.backendId() : Backends.TORNADO_SIMT;
             CacheAttentionTasks t = CacheAttentionTasks.create(backend, vs, spec, target.device());
             tasks.add(t);
             int queries = Math.toIntExact((long) slots * key.heads() * rows);
-            HalfFloatArray o = new HalfFloatArray(queries * d);
+            // The 16-bit staging of the cache's element type (bf16: bits in ShortArrays, as the cache).
+            TornadoNativeArray o = newTensor(spec, queries * d);
             FloatArray lse = new FloatArray(queries);
             Variant v;
             if (isMain && backend.equals(Backends.PTX_TORNADO)) {
@@ -140,7 +169,7 @@ final class CacheGraph {
                 graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, stage);
             } else {
                 IntArray step = new IntArray(3 * slots + 1);
-                HalfFloatArray q = new HalfFloatArray(queries * d);
+                TornadoNativeArray q = newTensor(spec, queries * d);
                 v = new Variant(key, step.getSegment(), q.getSegment(), o, lse, step, q);
                 graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, step, q);
             }
@@ -149,13 +178,13 @@ final class CacheGraph {
                 main = v;
             }
         }
-        HalfFloatArray newKArray = null;
-        HalfFloatArray newVArray = null;
+        TornadoNativeArray newKArray = null;
+        TornadoNativeArray newVArray = null;
         IntArray appendParams = null;
         if (stage == null) {
             // The Java append reads the new rows from arrays of their own, with the step of the main variant (if any).
-            newKArray = new HalfFloatArray(stagingRows);
-            newVArray = new HalfFloatArray(stagingRows);
+            newKArray = newTensor(spec, stagingRows);
+            newVArray = newTensor(spec, stagingRows);
             newK = newKArray.getSegment();
             newV = newVArray.getSegment();
             appendParams = IntArray.fromArray(CacheAttentionTasks.appendParams(spec, stagingStrides, rows, false));
@@ -185,7 +214,14 @@ final class CacheGraph {
                     tasks.get(0).addAppend(graph, name, scheduler, "append_", newKArray, newVArray, appendParams, rows, k,
                             vv, appendStep, table);
                 }
-                t.addDecode(graph, name, scheduler, "attend" + i + "_", v.qArray, k, vv, v.stepArray, table, v.o, v.lse);
+                if (v.key.packed()) {
+                    // Packed calls run in chunks of S queries per slot (StagingRows.stagePackedQueries).
+                    t.addChunkedDecode(graph, name, scheduler, "attend" + i + "_", v.qArray, k, vv, v.stepArray, table,
+                            v.o, v.lse);
+                } else {
+                    t.addDecode(graph, name, scheduler, "attend" + i + "_", v.qArray, k, vv, v.stepArray, table, v.o,
+                            v.lse);
+                }
             }
         }
         graph.transferToHost(DataTransferMode.UNDER_DEMAND, k, vv);
@@ -198,6 +234,11 @@ final class CacheGraph {
         TornadoExecutionPlan built = target.compile(graph, scheduler);
         return new CacheGraph(built, target.profile(), k, vv, List.copyOf(variants), main, rows, newK, newV,
                 stagingStrides, mainStep);
+    }
+
+    /** A zeroed 16-bit array of the cache's element type: fp16 in a HalfFloatArray, bf16 bits in a ShortArray. */
+    static TornadoNativeArray newTensor(KvCacheSpec spec, int length) {
+        return spec.dtype() == DType.BF16 ? new ShortArray(length) : new HalfFloatArray(length);
     }
 
     /** The variant of {@code key}, or null when the graph was not built for it. */

@@ -27,6 +27,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
@@ -164,8 +165,10 @@ final class DeviceState {
         }
         int n = (int) length;
         TornadoNativeArray array = switch (dtype) {
-            // bf16 lives in a HalfFloatArray as 16-bit words: copies and the prebuilt kernels move bits, never convert.
-            case FP16, BF16 -> new HalfFloatArray(n);
+            case FP16 -> new HalfFloatArray(n);
+            // bf16 bits in a ShortArray, as the Java kernels read them (CacheKernels' bf16 twins); copies and the
+            // prebuilt kernels move bits, never convert.
+            case BF16 -> new ShortArray(n);
             case FP32 -> new FloatArray(n);
             case INT32 -> new IntArray(n);
             default -> throw new InvalidArgumentException("dtype", dtype, "TornadoVM devices hold fp16, bf16, fp32 and int32 tensors");
@@ -447,7 +450,7 @@ final class DeviceState {
             r.rows = Math.max(r.rows, wantRows);
             r.stagingHoldsLastAppend = false;
             try {
-                r.graph = CacheGraph.build(target, r.spec, (HalfFloatArray) r.keys.array, (HalfFloatArray) r.values.array,
+                r.graph = CacheGraph.build(target, r.spec, r.keys.array, r.values.array,
                         r.blockTable != null ? (IntArray) r.blockTable.array : null, r.keysWanted, r.mainKey, r.rows);
             } finally {
                 compilations.incrementAndGet();

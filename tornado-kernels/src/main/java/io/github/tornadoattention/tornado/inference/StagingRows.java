@@ -79,8 +79,11 @@ final class StagingRows {
 
     /**
      * Stages chunk {@code [j0, j0 + rows)} of each slot's packed queries (q [total, heads, D], slot b's from its packed
-     * offset) as dense rows; returns the chunk's step words: per slot the length its queries see (causal: the keys up
-     * to its last query of the chunk) and its count of queries in the chunk.
+     * offset) as dense rows; returns the chunk's step words for a chunked decode task
+     * ({@code CacheAttentionTasks.addChunkedDecode}): per slot the length its queries see (causal: the keys up to its
+     * last query of the chunk), its count of queries in the chunk and, in the packed-offset words, how many of its
+     * queries come after the chunk (non-causal: the chunk's queries sit that many positions before the slot's end; a
+     * causal chunk's length already ends at its last query, so 0).
      */
     static int[] stagePackedQueries(MemorySegment q, MemorySegment staged, int[] step, int slots, int heads, int rows,
                                     int headDim, boolean causal, int j0) {
@@ -92,6 +95,7 @@ final class StagingRows {
             // Causal: query j0 + jj sees keys up to L - n + j0 + jj, i.e. a step of length L - n + j0 + c.
             chunk[b] = causal ? step[b] - n + j0 + c : step[b];
             chunk[slots + b] = c;
+            chunk[2 * slots + b] = causal ? 0 : Math.max(0, n - j0 - c);
             for (int h = 0; h < heads; h++) {
                 for (int jj = 0; jj < c; jj++) {
                     long packedRow = ((long) step[2 * slots + b] + j0 + jj) * heads + h;

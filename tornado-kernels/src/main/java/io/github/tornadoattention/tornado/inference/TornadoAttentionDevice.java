@@ -24,8 +24,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * or {@code tornado-simt}. This class is the API's face; what the device holds and has queued is {@link DeviceState}'s,
  * the task graphs are built by {@link CacheGraph} (a KV cache's) and {@link MergeStatesGraph} (mergeStates).
  *
- * <p><b>Memory.</b> A device tensor is a TornadoVM array ({@link HalfFloatArray}, {@link FloatArray},
- * {@link IntArray}; {@link #arrayOf} hands it to an engine); its address is the host address of its data.
+ * <p><b>Memory.</b> A device tensor is a TornadoVM array ({@link HalfFloatArray} for fp16, a {@code ShortArray} of bf16
+ * bits for bf16, {@link FloatArray}, {@link IntArray}; {@link #arrayOf} hands it to an engine); its address is the host
+ * address of its data.
  * TornadoVM keeps device buffers per execution plan, so what lives on the GPU between calls is what a task
  * graph keeps there: each KV cache gets one task graph in which its K and V stay on the device
  * ({@code FIRST_EXECUTION}) and are appended to by a task; the step's lengths, block table, new K/V rows and queries
@@ -48,7 +49,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * Attention with up to S queries per slot (S: the largest {@code maxQueryLength} of the dense plans on this
  * device, at most 16; 16 without any) is one execution; packed (varlen) calls run in chunks of S queries per
  * slot. A cache's graph is built and compiled once, for the plans made on this device before its first use;
- * a later plan with more queries per slot or another causal flag or scale rebuilds it once (the cache
+ * a later plan with more queries per slot or another attention definition (causal flag, scale, element type, window,
+ * softcap, sinks: each its own variant) rebuilds it once (the cache
  * contents are carried over through the host). The merge graph is built once per size class. {@link #compilations()}
  * counts these builds.
  */

@@ -91,8 +91,25 @@ class CacheAttentionTasksTest {
         // No kernel table has head dim 40.
         refused("spec.headDim", () -> CacheAttentionTasks.check("ptx-tornado",
                 SPEC.toBuilder().headDim(40).build(), KvCacheSpec.paged(SLOTS, HKV, 128, 40, 16)));
-        refused("spec.dtype", () -> CacheAttentionTasks.check("tornado-simt", SPEC.toBuilder().dtype(DType.BF16).build(),
-                new KvCacheSpec(SLOTS, HKV, 128, D, DType.BF16, 16, PAGED.pages())));
+        refused("headDim", () -> CacheAttentionTasks.check("tornado-simt",
+                SPEC.toBuilder().headDim(40).build(), KvCacheSpec.paged(SLOTS, HKV, 128, 40, 16)));
+        // bf16 caches are served (bf16 bits in ShortArrays); an array of the other type is refused by name.
+        CacheAttentionSpec bf16 = SPEC.toBuilder().dtype(DType.BF16).build();
+        KvCacheSpec bf16Cache = new KvCacheSpec(SLOTS, HKV, 128, D, DType.BF16, 16, PAGED.pages());
+        CacheAttentionTasks.check("tornado-simt", bf16, bf16Cache);
+        CacheAttentionTasks att = CacheAttentionTasks.of("tornado-simt", bf16, bf16Cache, 58);
+        assertEquals(uk.ac.manchester.tornado.api.types.arrays.ShortArray.class, att.arrayType());
+        uk.ac.manchester.tornado.api.types.arrays.ShortArray k = att.newCacheArray();
+        uk.ac.manchester.tornado.api.types.arrays.ShortArray v = att.newCacheArray();
+        int queries = SLOTS * HQ * D;
+        refused("kCache", () -> att.addDecode(new uk.ac.manchester.tornado.api.TaskGraph("g"), "g",
+                new uk.ac.manchester.tornado.api.GridScheduler(), "a_", new uk.ac.manchester.tornado.api.types.arrays.ShortArray(queries),
+                new HalfFloatArray(Math.toIntExact(bf16Cache.elements())), v, CacheAttentionTasks.newStepArray(SLOTS),
+                att.newBlockTable(), new uk.ac.manchester.tornado.api.types.arrays.ShortArray(queries), null));
+        refused("q", () -> att.addDecode(new uk.ac.manchester.tornado.api.TaskGraph("g"), "g",
+                new uk.ac.manchester.tornado.api.GridScheduler(), "a_", new HalfFloatArray(queries), k, v,
+                CacheAttentionTasks.newStepArray(SLOTS), att.newBlockTable(),
+                new uk.ac.manchester.tornado.api.types.arrays.ShortArray(queries), null));
     }
 
     @Test

@@ -499,9 +499,9 @@ class CacheKernelsTest {
         // No split shorter than a granule of keys: a 40-key cache is one split.
         KvCacheSpec small = KvCacheSpec.contiguous(8, 8, 40, 128);
         assertEquals(1, new JavaCacheTasks(spec.toBuilder().maxLength(40).build(), small, 132).splits());
-        CacheAttentionSpec spec96 = spec.toBuilder().headDim(96).build();
+        CacheAttentionSpec spec72 = spec.toBuilder().headDim(72).build();   // not a multiple of 16
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
-                () -> new JavaCacheTasks(spec96, KvCacheSpec.contiguous(8, 8, 64, 96), 132));
+                () -> new JavaCacheTasks(spec72, KvCacheSpec.contiguous(8, 8, 64, 72), 132));
         assertEquals("headDim", e.argument());
         assertThrows(InvalidArgumentException.class, () -> new JavaCacheTasks(spec, cache, 0));
     }
