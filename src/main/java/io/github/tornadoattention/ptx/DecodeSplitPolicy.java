@@ -65,6 +65,11 @@ public final class DecodeSplitPolicy {
         return keySpan(shape.kvLength(), shape.queryLength(), shape.causal(), shape.windowLeft(), shape.windowRight());
     }
 
+    /** The key span of a cache sequence of {@code length} keys with {@code newTokens} queries, under {@code spec}'s window. */
+    public static int keySpan(CacheAttentionSpec spec, int length, int newTokens) {
+        return keySpan(length, newTokens, spec.causal(), spec.windowLeft(), spec.windowRight());
+    }
+
     /**
      * The keys a cache split pass cuts for a sequence of {@code length} keys with {@code newTokens} queries: from
      * {@link #cacheSpanStart} to the end. The kernels start there, so the host's splits must cover it all (from the
