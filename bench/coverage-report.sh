@@ -39,35 +39,37 @@ record() { tail -n 1 "$2" | python3 -c 'import json,sys; d=json.loads(sys.stdin.
 
 if want correctness; then
   echo "== correctness (seed $SEED)"
-  # Nothing here is timed, so the harness (Python) runs beside the Java suites; its lines print when it ends.
-  (
-    rc=0
-    (cd ptx-overrides/harness && OUT="$OUT/harness-check" python3 check_and_time.py --no-time --seed "$SEED") \
-      > "$OUT/harness-check.log" 2>&1 || rc=1
+  # Nothing here is timed: every check runs at once (one GPU, a JVM or Python process each), logs apart.
+  # check NAME LOG COMMAND...: runs COMMAND in the background into LOG, remembered as NAME.
+  names=(); pids=(); logs=()
+  check() { local name=$1 log=$2; shift 2; "$@" > "$log" 2>&1 & names+=("$name"); pids+=($!); logs+=("$log"); }
+  harness_checks() {
+    local rc=0
+    (cd ptx-overrides/harness && OUT="$OUT/harness-check" python3 check_and_time.py --no-time --seed "$SEED") || rc=1
     for dt in fp16 bf16; do
       for twins in "" "--tornado-twins"; do
-        OUT="$OUT/harness-cache" python3 ptx-overrides/harness/cache_check.py $twins --dtype $dt --no-time --seed "$SEED" \
-          > "$OUT/harness-cache-$dt${twins:+-twins}.log" 2>&1 || rc=1
+        echo "cache entries $dt ${twins:-(CUDA driver)}: $(OUT="$OUT/harness-cache" python3 ptx-overrides/harness/cache_check.py \
+          $twins --dtype $dt --no-time --seed "$SEED" 2>&1 | tee "$OUT/harness-cache-$dt${twins:+-twins}.log" | tail -n 1)"
       done
     done
-    exit $rc
-  ) &
-  harness=$!
-  cuda selftest --backend ptx-cuda --random 50 --seed "$SEED" > "$OUT/selftest-ptx-cuda.log" 2>&1 || fail=1
-  echo "[ptx-cuda] selftest: $(tail -n 1 "$OUT/selftest-ptx-cuda.log")"
-  ta selftest --backend "$(echo $TORNADO_BACKENDS | tr ' ' ,)" --random 50 --seed "$SEED" > "$OUT/selftest-tornado.log" 2>&1 || fail=1
-  grep -E "^(ptx-tornado|tornado-mma|tornado-simt): " "$OUT/selftest-tornado.log" | sed 's/^/selftest /'
-  cuda selftest --inference --backend ptx-cuda --seed "$SEED" > "$OUT/inference-ptx-cuda.log" 2>&1 || fail=1
-  echo "[ptx-cuda] selftest --inference: $(tail -n 1 "$OUT/inference-ptx-cuda.log")"
+    grep -q "cache_check: PASS" "$OUT"/harness-cache-fp16.log && return $rc || return 1
+  }
+  check "harness (every entry; cache entries)" "$OUT/harness-check.log" harness_checks
+  check "[ptx-cuda] selftest --random 50" "$OUT/selftest-ptx-cuda.log" cuda selftest --backend ptx-cuda --random 50 --seed "$SEED"
   for b in $TORNADO_BACKENDS; do
-    ta selftest --inference --backend "$b" --seed "$SEED" > "$OUT/inference-$b.log" 2>&1 || fail=1
-    echo "[$b] selftest --inference: $(tail -n 1 "$OUT/inference-$b.log")"
+    check "[$b] selftest --random 50" "$OUT/selftest-$b.log" ta selftest --backend "$b" --random 50 --seed "$SEED"
   done
-  ta selftest --inference --cuda-graph --lanes 4 --backend ptx-tornado --seed "$SEED" > "$OUT/inference-ptx-tornado-graph.log" 2>&1 || fail=1
-  echo "[ptx-tornado] selftest --inference --cuda-graph --lanes 4: $(tail -n 1 "$OUT/inference-ptx-tornado-graph.log")"
-  wait $harness || fail=1
-  echo "harness, dense entries (fp16, bf16): $(tail -n 1 "$OUT/harness-check.log")"
-  for log in "$OUT"/harness-cache-*.log; do echo "harness, $(basename "$log" .log): $(tail -n 1 "$log")"; done
+  check "[ptx-cuda] selftest --inference" "$OUT/inference-ptx-cuda.log" cuda selftest --inference --backend ptx-cuda --seed "$SEED"
+  for b in $TORNADO_BACKENDS; do
+    check "[$b] selftest --inference" "$OUT/inference-$b.log" ta selftest --inference --backend "$b" --seed "$SEED"
+  done
+  check "[ptx-tornado] selftest --inference --cuda-graph --lanes 4" "$OUT/inference-ptx-tornado-graph.log" \
+    ta selftest --inference --cuda-graph --lanes 4 --backend ptx-tornado --seed "$SEED"
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || fail=1
+    echo "${names[$i]}: $(tail -n 1 "${logs[$i]}")"
+  done
+  grep -h "^cache entries" "$OUT/harness-check.log"
 fi
 
 if want prefill; then

@@ -85,13 +85,15 @@ class Tile:
     opt: tuple = ()          # OPT_SWITCHES
     lean: int = 0            # Opt::kLean bits (register-saving bodies of the tuning candidates)
 
-    def traits(self, dtype):
+    def traits(self, dtype, features):
         for o in self.opt:
             assert o in OPT_SWITCHES, o
         flags = [o not in self.opt for o in OPT_SWITCHES[:5]] + ["lazy_rescale" in self.opt]
         opt = "flash::Opt<%s>" % ", ".join("true" if f else "false" for f in flags)
         if self.lean:
             opt = "flash::OptLean<%s, %d>" % (opt, self.lean)
+        if not features:
+            opt = "flash::OptPlain<%s>" % opt
         t = "flash::FwdTraits<%d, %d, %d, %d, %d, %d, %s, %s, %s>" % (
             self.d, self.br, self.bc, self.warps, self.stages, self.min_ctas,
             "true" if self.q_in_regs else "false", "true" if self.dyn_smem else "false", opt)
@@ -182,7 +184,8 @@ FWD_D96 = Tile(96, 64, 64, 4, 2, 2)        # FA2's sm8x hdim96 causal tile; 128x
 FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring stage 1: 48 KB, ~250 registers;
                                            # 128 rows x 64 keys with 8 warps spills 12-40 bytes with Q split
 FWD_D96_DYN = Tile(96, 64, 128, 4, 2, 2, dyn_smem=True)   # 96 KB dynamic, 240 registers
-FWD_D192_DYN = Tile(192, 128, 64, 8, 2, 1, dyn_smem=True)  # FA2's sm80 hdim192 tile: 96 KB dynamic, 255 registers
+FWD_D192_DYN = Tile(192, 128, 64, 8, 2, 1, dyn_smem=True, opt=LAZY)  # FA2's sm80 hdim192 tile: 96 KB dynamic, 255
+                                           # registers; lazy rescale: spill-free with and without the features
 FWD_D256 = Tile(256, 64, 16, 4, 1, 2, q_in_regs=False)  # split K/V + Q in shared memory: 48 KB static
 FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True, opt=LAZY)  # FA2's sm86/89 64x64, 96 KB; lazy rescale: spill-free with the score features
 DEC_D32 = Tile(32, 16, 64, 1, 2, 6)
@@ -222,6 +225,21 @@ FWD = {
           (FWD_D256, "any", TORNADO, "the 48 KB static tile for TornadoVM: split K/V of 16 keys, Q in shared memory")),
 }
 CACHE_FWD = {d: tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
+# The "_feat" entries' tile where the score features' code needs more registers than the plain tile's
+# launch bounds leave: the 168-register D=128 causal tile spills 8-12 bytes with them; 2 CTAs/SM fits.
+FWD_D128_CAUSAL_2 = dataclasses.replace(FWD_D128_CAUSAL, min_ctas=2)
+FEAT_TILES = {FWD_D128_CAUSAL: FWD_D128_CAUSAL_2}
+
+
+def cache_prefill_tile(tile, layout, abi):
+    """The KV-cache prefill's tile for a dense prefill tile: the contiguous cache's entries hold the step array's
+    pointers on top of the dense tile's registers, and at D=128 two tiles spill there on sm_90 (8-20 bytes): the
+    non-causal one takes the lazy rescale (249 registers), the causal TornadoVM twin 2 CTAs/SM."""
+    if layout == "contiguous" and tile is FWD_D128:
+        return FWD_D128_LAZY
+    if layout == "contiguous" and abi == "tornado" and tile is FWD_D128_CAUSAL:
+        return FWD_D128_CAUSAL_2
+    return tile
 
 ROWS = []
 
@@ -259,7 +277,8 @@ for _d in (128, 64) + _NEW:
 for _layout in ("contiguous", "paged"):
     for _d in (64, 128) + _NEW:
         for _t, _c in (CACHE_FWD[_d][::-1] if _d == 128 else CACHE_FWD[_d]):
-            rows(Row("flash_cache", "cache-prefill", _t, causal=_c, layout=_layout, dtypes=SHIPPED_DTYPES))
+            rows(Row("flash_cache", "cache-prefill", cache_prefill_tile(_t, _layout, "cuda"), causal=_c, layout=_layout,
+                     dtypes=SHIPPED_DTYPES))
 rows(
     Row("flash_cache", "cache-append", causal="any", dtypes=SHIPPED_DTYPES),
     Row("flash_cache", "merge-states", causal="any", dtypes=SHIPPED_DTYPES),
@@ -274,12 +293,8 @@ for _layout in ("contiguous", "paged"):
 for _layout in ("contiguous", "paged"):
     for _d in (64, 128) + _NEW:
         for _t, _c in (CACHE_FWD[_d][::-1] if _d == 128 else CACHE_FWD[_d]):
-            _why = ""
-            if _t is FWD_D128 and _layout == "contiguous":
-                _t = FWD_D128_LAZY
-                _why = ("FWD_D128 sits at 255 registers on sm_90 and the step array's offsets pointer spills 8 bytes "
-                        "there; the lazy rescale fits (249)")
-            rows(Row(_CT, "cache-prefill", _t, causal=_c, layout=_layout, abis=TORNADO, dtypes=SHIPPED_DTYPES, why=_why))
+            rows(Row(_CT, "cache-prefill", cache_prefill_tile(_t, _layout, "tornado"), causal=_c, layout=_layout,
+                     abis=TORNADO, dtypes=SHIPPED_DTYPES))
 for _kind in ("cache-append-decode-fused", "cache-staged-decode-fused"):
     for _layout in ("contiguous", "paged"):
         for _d in (128, 64) + _NEW:
@@ -328,9 +343,11 @@ rows(
 # ---- generation ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Instance:
-    """One (row, dtype): a configuration, its traits and its entries."""
+    """One (row, dtype, features): a configuration, its traits and its entries."""
     row: Row
     dtype: str
+    features: bool  # tile rows: the score features compiled in (the "_feat" entries); plain kinds: None
+    tile: Tile      # the entry's tile (the row's, or its feat_tile for a "_feat" entry); None for plain kinds
     module: str    # module_of(row, dtype)
     config: str    # the configuration's name (its CUDA-driver entry's name, without an ABI tail)
     entries: tuple  # (entry name, abi, header bytes)
@@ -351,6 +368,17 @@ def base_name(row, dtype):
     return KINDS[row.kind][1].format(**fields)
 
 
+def feature_builds(row, module):
+    """(features, tile) of each entry of a row: a shipped tile row gives an entry without the score features
+    (window, softcap, sinks: the plain body, what a call without them runs) and one with them ("_feat", on
+    FEAT_TILES' tile where the row's has one there); benchmark-only rows, compared with the plain entries, only the first;
+    kinds without a tile (None, None) (their features are fixed in their macros)."""
+    if not row.tile:
+        return ((None, None),)
+    plain = ((False, row.tile),)
+    return plain if module.bench_only else plain + ((True, FEAT_TILES.get(row.tile, row.tile)),)
+
+
 def instances():
     modules = {m.name: m for m in MODULES}
     out = []
@@ -366,9 +394,10 @@ def instances():
             assert abi != "tornado" or not row.tile.dyn_smem, "TornadoVM launches with static shared memory only"
         for dtype in row.dtypes:
             assert module_of(row, dtype) in modules, "no module %s" % module_of(row, dtype)
-            config = base_name(row, dtype)
-            entries = tuple((config + tail, abi, hdr) for abi in row.abis for hdr, tail in ABIS[abi])
-            out.append(Instance(row, dtype, module_of(row, dtype), config, entries))
+            for features, tile in feature_builds(row, module):
+                config = base_name(row, dtype) + ("_feat" if features else "")
+                entries = tuple((config + tail, abi, hdr) for abi in row.abis for hdr, tail in ABIS[abi])
+                out.append(Instance(row, dtype, features, tile, module_of(row, dtype), config, entries))
     names = [e[0] for i in out for e in i.entries]
     dup = {n for n in names if names.count(n) > 1}
     assert not dup, "two entries named %s" % sorted(dup)
@@ -385,15 +414,15 @@ def manifest_layout(row):
     return "any" if row.kind in ("cache-decode-combine", "cache-append") else "none"
 
 
-def row_text(row, dtype):
-    """The row as one comment line (what the module's stamp hashes besides the code)."""
-    t = row.tile
+def row_text(row, dtype, features, t):
+    """The entry's row as one comment line (what the module's stamp hashes besides the code)."""
     tile = ("d=%d br=%d bc=%d warps=%d stages=%d min_ctas=%d q=%s smem=%s opt=%s%s" % (
         t.d, t.br, t.bc, t.warps, t.stages, t.min_ctas, "regs" if t.q_in_regs else "smem",
         "dynamic" if t.dyn_smem else "static", "+".join(t.opt) or "-", " lean=%d" % t.lean if t.lean else "")
         if t else "d=%d" % row.d)
-    return "%s %s %s layout=%s causal=%s abi=%s" % (row.kind, dtype, tile, manifest_layout(row), row.causal or "-",
-                                                     "+".join(row.abis))
+    feat = "" if features is None else " features=%s" % ("window+softcap+sinks" if features else "-")
+    return "%s %s %s layout=%s causal=%s abi=%s%s" % (row.kind, dtype, tile, manifest_layout(row), row.causal or "-",
+                                                       "+".join(row.abis), feat)
 
 
 def module_inc(module, insts):
@@ -407,13 +436,13 @@ def module_inc(module, insts):
     for inst in insts:
         row, dtype = inst.row, inst.dtype
         lines.append("")
-        lines.append("// " + row_text(row, dtype))
+        lines.append("// " + row_text(row, dtype, inst.features, inst.tile))
         if row.why:
             lines.append("//   " + row.why)
         elem = DTYPES[dtype][0]
         if row.tile:
             kt = "Kt_" + inst.config
-            lines.append("using %s = %s;" % (kt, row.tile.traits(dtype)))
+            lines.append("using %s = %s;" % (kt, inst.tile.traits(dtype, inst.features)))
             args = [kt] + ([MODES[row.layout]] if row.layout in MODES else [])
         elif row.kind in ("decode-combine", "cache-decode-combine"):
             args = [elem, str(row.d)]

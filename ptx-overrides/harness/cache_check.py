@@ -60,6 +60,7 @@ import torch
 
 import manifest
 import split_policy
+from features import Features
 from problem import NO_FEATURES, feature_tag, feature_words, scores_to_probs, visible_keys
 
 OUT = os.environ.get("OUT", "./out")
@@ -96,9 +97,10 @@ DEV = "cpu" if ARGS.emulate else "cuda"
 # summary); --emulate always runs them (the Python models implement the features).
 _FEATURE_DIMS = {"fp16": (64, 128, 256), "bf16": (32, 128, 192)}[ARGS.dtype]
 FEATURE_DIMS = tuple(D for D in HEAD_DIMS_RUN if D in _FEATURE_DIMS) or HEAD_DIMS_RUN
+# Every attention kind of the module has an entry with all three (its "_feat" entries beside the plain ones).
 FEATURES_SERVED = ARGS.emulate or all(
-    {"window", "softcap", "sinks"} <= e.features for e in MANIFEST
-    if e.module == MODULE and e.kind not in (manifest.CACHE_APPEND, manifest.MERGE_STATES))
+    any({"window", "softcap", "sinks"} <= e.features for e in MANIFEST if e.module == MODULE and e.kind == kind)
+    for kind in {e.kind for e in MANIFEST if e.module == MODULE} - {manifest.CACHE_APPEND, manifest.MERGE_STATES})
 FEATURE_SKIPS = [0]
 
 
@@ -124,10 +126,11 @@ def layout_of(ps):
     return "paged" if ps else "contiguous"
 
 
-def select(kind, D, causal, layout="none", hdr=0):
+def select(kind, D, causal, layout="none", hdr=0, feat=NO_FEATURES):
     """The manifest entry a host runs for this variant in the run's element type (hdr 0: the CUDA driver's ABI,
-    else a TornadoVM twin's header); the harness never names an entry by its parts."""
-    return manifest.select_variant(MANIFEST, kind, ARGS.dtype, D, causal, layout, hdr)
+    else a TornadoVM twin's header) and score features (a plain entry without any, a "_feat" one with them); the
+    harness never names an entry by its parts."""
+    return manifest.select_variant(MANIFEST, kind, ARGS.dtype, D, causal, layout, hdr, Features(*feat).names())
 
 
 def f32_bits(x):
@@ -605,8 +608,8 @@ class Decode:
         self.feat, self.sinks = tuple(feat), make_sinks(Hq, feat, gen)
         self.scale = scale_for(D, feat)
         G = Hq // Hkv
-        self.split = select(manifest.CACHE_SPLIT, D, causal, layout_of(cache.ps))
-        self.comb = select(manifest.CACHE_COMBINE, D, causal, layout_of(cache.ps))
+        self.split = select(manifest.CACHE_SPLIT, D, causal, layout_of(cache.ps), feat=feat)
+        self.comb = select(manifest.CACHE_COMBINE, D, causal, layout_of(cache.ps), feat=feat)
         self.row_blocks = math.ceil(G * Sq / self.split.br)
         # storage: BHSD [B, Hq, Sq, D] or BSHD [B, Sq, Hq, D]; absent queries hold NaN
         if layout == "bhsd":
@@ -698,7 +701,7 @@ class Prefill:
         qs = (self.sq_plan * Hq * D, D, Hq * D)  # the host's packed params: batch stride unused
         self.prm = params(B, Hq, Hkv, self.sq_plan, cache.cap, D, causal, self.scale, qs, cache.strides, qs, cache.ps,
                           cache.pps, int(write_lse), self.feat, self.sinks)
-        self.entry = entry or select(manifest.CACHE_PREFILL, D, causal, layout_of(cache.ps))
+        self.entry = entry or select(manifest.CACHE_PREFILL, D, causal, layout_of(cache.ps), feat=feat)
         self.grid = (max(1, math.ceil(max(news) / self.entry.br)), B * Hq, 1)
         self.args = [self.q, cache.k, cache.v, self.o, self.lse, self.prm, self.qoff_t, self.lens_t, cache.bt_arg()]
 
@@ -781,6 +784,13 @@ def check_decode(K, res, rng, gen, sms):
                 res.error(group, tag, ex)
 
 
+def runs_on(e, feat):
+    """Whether a configuration's entry e takes a case with features feat: a plain entry the cases without features,
+    a "_feat" entry those with them (what a host would run each on)."""
+    names = Features(*feat).names()
+    return names <= e.features and bool(names) == bool(e.features)
+
+
 def prefill_configs(hdr):
     """The cache-prefill configurations of one ABI as {layout: entry} (manifest.layout_configs). The checks run
     each under both causal flags, not only the flag the host selects it for: a configuration is correct for
@@ -796,9 +806,9 @@ def check_prefill(K, res, rng, gen):
             for causal in (False, True):
                 for ps, feat in ((0, NO_FEATURES), (16, NO_FEATURES), (64, NO_FEATURES)) + tuple(
                         (ps_, FEATURES[(i + 2 * causal + ps_) % len(FEATURES)]) for i, ps_ in enumerate((0, 16, 0))):
-                    if skip_features(D, feat):
-                        continue
                     e = cfg[layout_of(ps)]
+                    if skip_features(D, feat) or not runs_on(e, feat):
+                        continue
                     B = 5
                     news = [rng.choice([0, 1, 77, 129, 300, 513]) if rng.random() < 0.5 else rng.randint(2, 700)
                             for _ in range(B)]
@@ -1095,7 +1105,7 @@ def check_tornado_decode(K, res, rng, gen, sms, hdr):
         cap = max(lens) + rng.randint(0, 40)
         cache = Cache(B, Hkv, cap, D, ps, gen)
         cache.fill(lens, gen)
-        twin = select(manifest.CACHE_FUSED, D, causal, layout_of(ps), hdr)
+        twin = select(manifest.CACHE_FUSED, D, causal, layout_of(ps), hdr, feat)
         row_blocks = math.ceil(Hq // Hkv * Sq / twin.br)
         group = f"fused twin h{hdr} d{D} {'paged' if ps else 'contig'}"
         tag = (f"D{D} Hq{Hq}/{Hkv} {'causal' if causal else 'full'} {'page' + str(ps) if ps else 'contig'} Sq{Sq} "
@@ -1176,7 +1186,7 @@ def check_tornado_decode_derived(K, res, rng, gen, hdr):
                                                 (32, 8, False, 4, (64, 16, 50.0, True))):
                 if ps == 1 and Sq == 4 or skip_features(D, feat):
                     continue
-                twin = select(manifest.CACHE_FUSED, D, causal, layout_of(ps), hdr)
+                twin = select(manifest.CACHE_FUSED, D, causal, layout_of(ps), hdr, feat)
                 row_blocks = math.ceil(Hq // Hkv * Sq / twin.br)
                 for S in sorted({1, 5, split_policy.max_splits(cap)}):
                     group = f"fused twin kps=0 h{hdr} d{D} {'paged' if ps else 'contig'}"
@@ -1253,7 +1263,7 @@ def check_tornado_prefill(K, res, rng, gen, hdr):
                 for (Hq, Hkv), feat in (((32, 8), NO_FEATURES), ((8, 8), NO_FEATURES),
                                         ((8, 4), FEATURES[(D // 64 + 2 * causal + ps) % len(FEATURES)]),
                                         ((8, 2), (200, -1, 50.0, True))):
-                    if Hq == 8 and Hkv == 8 and ps == 64 or skip_features(D, feat):
+                    if Hq == 8 and Hkv == 8 and ps == 64 or skip_features(D, feat) or not runs_on(twin, feat):
                         continue
                     B = 5
                     news = [rng.choice([0, 1, 77, 129, 300]) if rng.random() < 0.5 else rng.randint(2, 520)
@@ -1350,7 +1360,7 @@ def check_tornado_append_decode(K, res, rng, gen, hdr, staged=False):
                                                 (16, 2, False, 3, (64, 16, 50.0, True))):
                 if skip_features(D, feat):
                     continue
-                twin = select(kind, D, causal, layout_of(ps), hdr)
+                twin = select(kind, D, causal, layout_of(ps), hdr, feat)
                 bc = twin.bc
                 G = Hq // Hkv
                 row_blocks = math.ceil(G * Sq / twin.br)

@@ -89,9 +89,10 @@ def _twin(base, hdr):
     return base + ("_tornado" if hdr == 16 else "_tornado_h128")
 
 
-def name_built_by_hand(kind, D, causal, layout, hdr, dtype="fp16"):
+def name_built_by_hand(kind, D, causal, layout, hdr, dtype="fp16", feat=False):
     """The entry name cache_check.py built from the variant's parts before it selected by variant (bf16 names
-    carry the tag before the head dim; D=128 is the one head dim with a causal cache-prefill configuration)."""
+    carry the tag before the head dim; D=128 is the one head dim with a causal cache-prefill configuration; a
+    cache-prefill entry with the score features ends in _feat before a twin's tail)."""
     paged = layout == "paged"
     dt = f"d{D}" if dtype == "fp16" else f"{dtype}_d{D}"
     tag = "" if dtype == "fp16" else "_" + dtype
@@ -100,7 +101,7 @@ def name_built_by_hand(kind, D, causal, layout, hdr, dtype="fp16"):
     if kind == CACHE_COMBINE:
         return f"flash_cache_decode_combine_{dt}"
     if kind == CACHE_PREFILL:
-        cfg = dt + ("_causal" if D == 128 and causal else "")
+        cfg = dt + ("_causal" if D == 128 and causal else "") + ("_feat" if feat else "")
         base = f"flash_cache_fwd_{'paged_' if paged else ''}{cfg}"
         return base if hdr == 0 else _twin(base, hdr)
     if kind == CACHE_APPEND:
@@ -172,9 +173,9 @@ class ShippedManifestTest(unittest.TestCase):
             configs = manifest.layout_configs(SHIPPED, CACHE_PREFILL, hdr)
             for layout in ("contiguous", "paged"):
                 names = [c[layout].entry for c in configs]
-                built = [name_built_by_hand(CACHE_PREFILL, D, causal, layout, hdr, dtype)
+                built = [name_built_by_hand(CACHE_PREFILL, D, causal, layout, hdr, dtype, feat)
                          for dtype in DTYPES for D in CACHE_PREFILL_ORDER
-                         for causal in ((False, True) if D == 128 else (False,))]
+                         for causal in ((False, True) if D == 128 else (False,)) for feat in (False, True)]
                 self.assertEqual(built, names, f"header {hdr} {layout}")
 
     def test_the_dense_tuning_baselines(self):

@@ -344,7 +344,8 @@ __device__ __forceinline__ void cache_decode_fused_body(const elem_t<Kt>* q, ele
   static_assert(Kt::kNThreads == 32, "keys_per_split_from_lens: one warp per CTA");
   ca.keys_per_split = __ldg(pd + P_KEYS_PER_SPLIT);
   if (ca.keys_per_split == 0)
-    ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x, __ldg(pd + P_WINDOW_LEFT));
+    ca.keys_per_split = keys_per_split_from_lens<Kt::kBlockN>(ca.lens, __ldg(pd + P_B), gridDim.x,
+                                                              Kt::O::kFeatures ? __ldg(pd + P_WINDOW_LEFT) : -1);
   if constexpr (kAppend) {
     cache_append_split_range<elem_t<Kt>, Kt::kNThreads, D, kCache, kHdr>(k, v, new_k, new_v, params, lens, block_table,
                                                              append_params, ca.keys_per_split);

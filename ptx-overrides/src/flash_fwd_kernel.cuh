@@ -61,6 +61,22 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   using T = elem_t<Kt>;            // storage type of q, k, v, o
   using E = typename Kt::Element;  // its conversions and mma (element_type.cuh)
   using Opt = typename Kt::O;
+  // The score features' words (window sides, softcap, sinks) in the entries that serve them; the
+  // plain entries (Opt::kFeatures false) see "none" as constants and compile the features out.
+  auto window_word = [&](auto word) -> int {
+    if constexpr (Opt::kFeatures) return reload_param<decltype(word)::value, kHdr>(params);
+    else return -1;
+  };
+  auto softcap_bits = [&]() -> int {
+    if constexpr (Opt::kFeatures) return reload_param<P_SOFTCAP, kHdr>(params);
+    else return 0;
+  };
+  auto sink_of = [&](int h) -> float {
+    if constexpr (Opt::kFeatures) return sink_logit<kHdr>(params, h);
+    else return -__int_as_float(0x7f800000);
+  };
+  using WinLeft = std::integral_constant<int, P_WINDOW_LEFT>;
+  using WinRight = std::integral_constant<int, P_WINDOW_RIGHT>;
   using L = TileLayout<Kt>;
   constexpr int D = Kt::kHeadDim;
   constexpr int BM = Kt::kBlockM;
@@ -144,7 +160,9 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   {
     const int* pw = at_data<kHdr>(params);
     const int off = kC ? kv_len - n_new : p.Skv - p.Sq;
-    bounds = make_int2(off + delta_of(p.causal, __ldg(pw + P_WINDOW_RIGHT)), lo_of(off, __ldg(pw + P_WINDOW_LEFT)));
+    bounds = Opt::kFeatures
+                 ? make_int2(off + delta_of(p.causal, __ldg(pw + P_WINDOW_RIGHT)), lo_of(off, __ldg(pw + P_WINDOW_LEFT)))
+                 : make_int2(off + delta_of(p.causal, -1), lo_of(off, -1));
   }
   const int diag0 = bounds.x, lo_off = bounds.y;
   // Keys this CTA visits: [kbeg, kend).  Decode: split `split` of the span [span0, Skv) from the
@@ -185,7 +203,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         const int r = row0 + i / CH, c = i % CH;
         if (r < nrows) {
           *reinterpret_cast<uint4*>(o + (int64_t)(q_row + r) * p.o_sr + (int64_t)h_fixed * p.o_sh + c * 8) = make_uint4(0, 0, 0, 0);
-          if (c == 0 && p.write_lse && lse != nullptr) lse[(int64_t)h_fixed * p.Sq + q_row + r] = sink_logit<kHdr>(params, h_fixed);
+          if (c == 0 && p.write_lse && lse != nullptr) lse[(int64_t)h_fixed * p.Sq + q_row + r] = sink_of(h_fixed);
         }
       }
     } else {
@@ -193,7 +211,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         const int r = row0 + i / CH, c = i % CH;
         if (r < nrows) {
           *reinterpret_cast<uint4*>(at_data<kHdr>(o) + (int64_t)b * p.o_sb + (int64_t)h_fixed * p.o_sh + (int64_t)r * p.o_sr + c * 8) = make_uint4(0, 0, 0, 0);
-          if (c == 0 && p.write_lse) at_data<kHdr>(lse)[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = sink_logit<kHdr>(params, h_fixed);
+          if (c == 0 && p.write_lse) at_data<kHdr>(lse)[((int64_t)b * p.Hq + h_fixed) * p.Sq + r] = sink_of(h_fixed);
         }
       }
     }
@@ -359,12 +377,12 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   auto bounds_now = [&]() {
     if constexpr (kC && !kDecode) {
       const bool causal = reload_param<P_CAUSAL, kHdr>(params) != 0;
-      const int right = reload_param<P_WINDOW_RIGHT, kHdr>(params);
-      return make_int2(diag0, lo_of(diag0 - delta_of(causal, right), reload_param<P_WINDOW_LEFT, kHdr>(params)));
+      const int right = window_word(WinRight{});
+      return make_int2(diag0, lo_of(diag0 - delta_of(causal, right), window_word(WinLeft{})));
     } else {
       const int off = Skv - (kC ? n_new : kDecode ? p.Sq : reload_param<P_SQ, kHdr>(params));
-      return make_int2(off + delta_of(reload_param<P_CAUSAL, kHdr>(params) != 0, reload_param<P_WINDOW_RIGHT, kHdr>(params)),
-                       lo_of(off, reload_param<P_WINDOW_LEFT, kHdr>(params)));
+      return make_int2(off + delta_of(reload_param<P_CAUSAL, kHdr>(params) != 0, window_word(WinRight{})),
+                       lo_of(off, window_word(WinLeft{})));
     }
   };
   // Visible keys of an owned row: row_first(rg, hh) <= j <= row_limit(rg, hh).  Recomputed in
@@ -377,9 +395,8 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     const int r = row0 + warp_row0 + rg * 16 + g + 8 * hh;
     return row_query(r) + lo_off;
   };
-  // A tile takes the score-edit step iff its last key may be invisible to the CTA's first row;
-  // with a softcap or a window's left side every tile does (block_lim = -1) and the step sorts
-  // out what each needs.
+  // A tile takes the mask step iff its last key may be invisible to the CTA's first row
+  // (block_lim), or, with a window's left side, its first key to one of the warp's rows (a vote).
 
   // ---- prologue: Q and tile 0 in flight together (the split pipeline: K only, V follows in
   // the loop); Q to registers; then the rest of the ring.
@@ -446,10 +463,9 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   }
   // Softcap: scores are tanh values (see the score-edit step), c*log2(e) per unit.  Read late
   // rather than held across the prologue.
-  const int cap_bits0 = reload_param<P_SOFTCAP, kHdr>(params);
+  const int cap_bits0 = softcap_bits();
   const float sl2 = cap_bits0 != 0 ? __int_as_float(cap_bits0) * 1.4426950408889634f : p.scale_log2;
-  const int block_lim = cap_bits0 != 0 || reload_param<P_WINDOW_LEFT, kHdr>(params) >= 0
-                            ? -1 : min(Skv - 1, (kDecode ? 0 : row0) + bounds_now().x);
+  const int block_lim = min(Skv - 1, (kDecode ? 0 : row0) + bounds_now().x);
 
   // n counts down to n_min (a window's first tile).  Two stages: one register holds both n_min and
   // the parity of n_max - 1 (tile n sits in stage (n_max - 1 - n) % 2), lo_pack = 2*n_min + parity:
@@ -534,23 +550,41 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         }
       }
 
-      // ---- score edits: softcap, then the mask (ragged Skv end, causal diagonal, window edges;
-      // also every tile when skipping is off).  Words re-read here, not held across the loop.
+      // ---- score edits: softcap on every tile, then the mask (ragged Skv end, causal diagonal,
+      // window edges) on the tiles that cross a bound.  Words re-read here, not held across the loop.
       const int tile_key0 = n * BN + hf * CN;
-      if (tile_key0 + CN - 1 > block_lim) {
-        // Softcap: scale*q.k becomes c*tanh(scale*q.k/c); S keeps t = tanh(scale*q.k/c) and the
-        // softmax runs in those units (sl2 = c*log2(e)).
-        const int cap_bits = reload_param<P_SOFTCAP, kHdr>(params);
+      bool mask = tile_key0 + CN - 1 > block_lim;
+      // Softcap: scale*q.k becomes c*tanh(scale*q.k/c); S keeps t = tanh(scale*q.k/c) and the
+      // softmax runs in those units (sl2 = c*log2(e)).
+      const int cap_bits = softcap_bits();
+      if constexpr (Opt::kFeatures) {
+        // A window's left side: a prefill tile needs the mask where it starts before the first key
+        // of the warp's last row (rows are queries in order); decode rows mix queries: every tile.
+        if (!mask && window_word(WinLeft{}) >= 0) {
+          if constexpr (kDecode) mask = true;
+          else mask = tile_key0 < row0 + warp_row0 + RG * 16 - 1 + bounds_now().y;
+        }
+        if (!mask && cap_bits != 0) {
+          const float in = __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(cap_bits);
+#pragma unroll
+          for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+            for (int nt = 0; nt < NTC; ++nt)
+#pragma unroll
+              for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = tanh_fast(s_acc[rg][nt][j] * in);
+        }
+      }
+      if (mask) {
         const float in = __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(cap_bits);
-        // Branch-free row bounds: a tile inside every row's window keeps all its keys.  (Testing
-        // whether the tile crosses a bound first costs the 168-register tile a spill on sm_90.)
+        // Branch-free row bounds: a tile inside every row's window keeps all its keys.
         const int2 bd = bounds_now();
 #pragma unroll
         for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int lim = row_limit(rg, hh, bd.x) - (tile_key0 + 2 * t4);
-            const int first = row_first(rg, hh, bd.y) - (tile_key0 + 2 * t4);
+            // Plain entries have no left side: no first key to compare with.
+            const int first = Opt::kFeatures ? row_first(rg, hh, bd.y) - (tile_key0 + 2 * t4) : -(1 << 30);
 #pragma unroll
             for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
@@ -708,10 +742,10 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   // ---- epilogue: normalise once, lse = m*scale + ln(l).
   // Values only the epilogue needs are re-read here rather than kept live across the loop.
   // lse = m*scale + ln(l); m in tanh units (times c) with a softcap.
-  const int cap_bits1 = reload_param<P_SOFTCAP, kHdr>(params);
+  const int cap_bits1 = softcap_bits();
   const float scale = __int_as_float(cap_bits1 != 0 ? cap_bits1 : reload_param<P_SCALE, kHdr>(params));
   // Prefill: the head's sink z joins the denominator (split passes leave it to the combine).
-  const float sink = kDecode ? kNegInf : sink_logit<kHdr>(params, blockIdx.y % reload_param<P_HQ, kHdr>(params));
+  const float sink = kDecode || !Opt::kFeatures ? kNegInf : sink_of(blockIdx.y % reload_param<P_HQ, kHdr>(params));
   float lse_v[RG][2];
 #pragma unroll
   for (int rg = 0; rg < RG; ++rg)

@@ -69,16 +69,16 @@ std::string opt_name() {
 }
 
 // The run-time score features (params words P_WINDOW_LEFT..P_SINKS), in the manifest's spelling
-// (Java's KernelVariant.Feature.column()).  Every entry of the one kernel body (fwd_body) and
-// every combine of its split passes implements all three.
+// (Java's KernelVariant.Feature.column()).  The entries of the one kernel body (fwd_body) built with
+// them (Opt::kFeatures) and every combine of its split passes implement all three.
 inline const char* kScoreFeatures = "window+softcap+sinks";
 
 // An entry compiled from a FwdTraits configuration (prefill and split-KV decode tiles): fwd_body,
-// so it serves the score features.
+// which serves the score features unless its Opt is an OptPlain.
 template <class KT>
 bool add(const char* kind, const char* config, const char* entry, int header_bytes, const char* layout) {
   Row r{kind, config, entry, header_bytes, KT::Element::kName, layout};
-  r.features = kScoreFeatures;
+  r.features = KT::O::kFeatures ? kScoreFeatures : "-";
   r.head_dim = KT::kHeadDim;
   r.br = KT::kBlockM;
   r.bc = KT::kBlockN;

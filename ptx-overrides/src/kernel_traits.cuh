@@ -32,6 +32,7 @@ struct Opt {
   static constexpr bool kCausalSkip = kCausalSkip_;
   static constexpr bool kLazyRescale = kLazyRescale_;
   static constexpr int kLean = 0;  // see OptLean
+  static constexpr bool kFeatures = true;  // see OptPlain
 };
 
 // An Opt with register-saving variants of the kernel body switched on (bit mask of kLean*
@@ -40,6 +41,16 @@ struct Opt {
 template <class Base, int kLean_>
 struct OptLean : Base {
   static constexpr int kLean = kLean_;
+};
+
+// An Opt without the run-time score features (window, softcap, sinks): the entry ignores those params
+// words and compiles to the plain body, without their loads, compares and registers.  The table
+// gives every attention tile a plain entry and one with the features (the manifest's features
+// column); hosts run the plain one unless a call has a feature.  A derived type, as OptLean, so
+// the entries with the features keep their PTX.
+template <class Base>
+struct OptPlain : Base {
+  static constexpr bool kFeatures = false;
 };
 
 constexpr int gcd_int(int a, int b) { return b == 0 ? a : gcd_int(b, a % b); }
