@@ -121,20 +121,24 @@ final class MmaLayout {
     }
 
     /**
-     * The key pair (0..31) of V^T staging item {@code i} (0..3) of thread {@code t}: lane bits 3-4 and item bit 1 the pair
-     * within the warp's key block, the warp the key block. See {@link #vtItemQuad}.
+     * The key pair (Bc / 2 of them) of V^T staging item {@code i} (0..3) of thread {@code t}: lane bits 3-4 the pair's low
+     * bits; then at D = 64 (Bc = 64) item bit 1 and the warp, at D = 128 (Bc = 32) the warp, at D = 256 (Bc = 16) warp
+     * bit 0. See {@link #vtItemQuad}.
      */
     static int vtItemPair(int t, int i, int d) {
-        return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3) : ((t >>> 3) & 3) | ((t >>> 5) << 2);
+        return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3)
+                : d == 128 ? ((t >>> 3) & 3) | ((t >>> 5) << 2) : ((t >>> 3) & 3) | (((t >>> 5) & 1) << 2);
     }
 
     /**
-     * The 4-column chunk of d (0..15) of V^T staging item {@code i} of thread {@code t}: lane bit 0 and item bit 0 its low
-     * bits, lane bits 1-2 the d block. One warp instruction covers four key pairs x two chunks of each of the four d blocks:
-     * four cache lines per load, and stores to 32 distinct banks (vtSubTile).
+     * The 4-column chunk of d (D / 4 of them) of V^T staging item {@code i} of thread {@code t}: lane bit 0 and item bit 0
+     * its low bits, lane bits 1-2 the d block; at D = 128 and 256 item bit 1 the d block's bit 2, at D = 256 warp bit 1
+     * its bit 3. One warp instruction covers four key pairs x two chunks of each of four d blocks: four cache lines per
+     * load, and stores to 32 distinct banks (vtSubTile).
      */
     static int vtItemQuad(int t, int i, int d) {
-        return (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4);
+        return (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4)
+                | (d == 256 ? (t >>> 6) << 5 : 0);
     }
 
     /**
