@@ -34,6 +34,8 @@ final class KernelVariants {
                     EnumSet.of(MmaTrait.HOLD_QUERY_FRAGMENTS, MmaTrait.HOLD_ONES_FRAGMENT, MmaTrait.SOFTMAX_BY_KEY_BLOCK)),
             // Needs its ~250 registers: no cap.
             new Mma(128, 64, 32, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)),
+            // Q^T is 24 KB: K/V tiles of 16 keys, each in its own buffer (41,040 bytes; Bc = 32 would need 56.5 KB).
+            new Mma(192, 64, 16, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)),
             // Q^T alone is 32 KB of the 48 KB: K/V tiles of 16 keys, K and V^T in turns in one buffer (44 KB in all;
             // separate buffers would need 52.5 KB); no cap on registers (its O accumulators alone are 128 per thread).
             new Mma(256, 64, 16, null, EnumSet.of(MmaTrait.PREFETCH_VALUES, MmaTrait.ONE_KV_BUFFER)));

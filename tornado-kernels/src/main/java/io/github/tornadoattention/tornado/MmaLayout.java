@@ -121,9 +121,9 @@ final class MmaLayout {
     }
 
     /**
-     * The key pair (Bc / 2 of them) of V^T staging item {@code i} (0..3) of thread {@code t}: lane bits 3-4 the pair's low
-     * bits; then at D = 64 (Bc = 64) item bit 1 and the warp, at D = 128 (Bc = 32) the warp, at D = 256 (Bc = 16) warp
-     * bit 0. See {@link #vtItemQuad}.
+     * The key pair (Bc / 2 of them) of V^T staging item {@code i} (0..3; 0..2 at D = 192) of thread {@code t}: lane bits
+     * 3-4 the pair's low bits; then at D = 64 (Bc = 64) item bit 1 and the warp, at D = 128 (Bc = 32) the warp, at
+     * D = 192 and 256 (Bc = 16) warp bit 0. See {@link #vtItemQuad}.
      */
     static int vtItemPair(int t, int i, int d) {
         return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3)
@@ -131,13 +131,15 @@ final class MmaLayout {
     }
 
     /**
-     * The 4-column chunk of d (D / 4 of them) of V^T staging item {@code i} of thread {@code t}: lane bit 0 and item bit 0
-     * its low bits, lane bits 1-2 the d block; at D = 128 and 256 item bit 1 the d block's bit 2, at D = 256 warp bit 1
-     * its bit 3. One warp instruction covers four key pairs x two chunks of each of four d blocks: four cache lines per
-     * load, and stores to 32 distinct banks (vtSubTile).
+     * The 4-column chunk of d (D / 4 of them) of V^T staging item {@code i} of thread {@code t}: lane bit 0 its bit 0, lane
+     * bits 1-2 the d block's low bits; item bit 0 its bit 1 and, at D = 128 and 256, item bit 1 the d block's bit 2, at
+     * D = 256 warp bit 1 its bit 3; at D = 192 (three items) warp bit 1 its bit 1 and the item the d block's high part
+     * (d blocks 4 i .. 4 i + 3). One warp instruction covers four key pairs x two chunks of each of four d blocks: four
+     * cache lines per load, and stores to 32 distinct banks (vtSubTile).
      */
     static int vtItemQuad(int t, int i, int d) {
-        return (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4)
+        return d == 192 ? (t & 1) | (((t >>> 6) & 1) << 1) | (((t >>> 1) & 3) << 2) | (i << 4)
+                : (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4)
                 | (d == 256 ? (t >>> 6) << 5 : 0);
     }
 

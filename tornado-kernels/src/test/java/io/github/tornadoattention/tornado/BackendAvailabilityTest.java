@@ -56,14 +56,15 @@ class BackendAvailabilityTest {
     }
 
     @Test
-    void mmaRejectsHeadDimsOtherThan64And128And256() {
+    void mmaRejectsHeadDimsWithoutAKernel() {
         TornadoMmaBackend mma = new TornadoMmaBackend();
         mma.checkSupported(D64);
         mma.checkSupported(D64.toBuilder().headDim(128).build());
+        mma.checkSupported(D64.toBuilder().headDim(192).build());
         mma.checkSupported(D64.toBuilder().headDim(256).build());
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> mma.checkSupported(D64.toBuilder().headDim(96).build()));
-        assertEquals("headDim = 96: tornado-mma supports 64, 128, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.getMessage());
+        assertEquals("headDim = 96: tornado-mma supports 64, 128, 192, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.getMessage());
     }
 
     @Test

@@ -57,7 +57,7 @@ class SharedLayoutTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {64, 128, 256})
+    @ValueSource(ints = {64, 128, 192, 256})
     void keyAndValueTilesGiveEveryElementItsOwnPlace(int headDim) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(headDim);
         Set<Integer> keys = new HashSet<>();
@@ -83,7 +83,7 @@ class SharedLayoutTest {
      * int always sits in an even bank.
      */
     @ParameterizedTest
-    @ValueSource(ints = {64, 128, 256})
+    @ValueSource(ints = {64, 128, 192, 256})
     void keyStagingStoresAreAtMostTwoWayConflicted(int headDim) {
         int words = MmaTileConfig.forHeadDim(headDim).blockKv() * headDim / 4 / 128;
         for (int word = 0; word < words; word++) {
@@ -106,7 +106,7 @@ class SharedLayoutTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {64, 128, 256})
+    @ValueSource(ints = {64, 128, 192, 256})
     void queryStagingCoversTheTileOnceWithoutBankConflicts(int headDim) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(headDim);
         int items = (config.blockQ() / 2) * (headDim / 4);
@@ -139,11 +139,11 @@ class SharedLayoutTest {
      * each warp-wide 32-bit store (fixed item and row) to 32 distinct banks.
      */
     @ParameterizedTest
-    @ValueSource(ints = {64, 128, 256})
+    @ValueSource(ints = {64, 128, 192, 256})
     void valueTransposedStagingCoversTheTileOnceWithoutBankConflicts(int headDim) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(headDim);
         int items = (config.blockKv() / 2) * (headDim / 4) / 128;
-        assertEquals(4, items);
+        assertEquals(config.blockKv() / 2 * (headDim / 4), 128 * items, "whole items per thread");
         Set<Integer> ints = new HashSet<>();
         for (int warp = 0; warp < 4; warp++) {
             for (int i = 0; i < items; i++) {
