@@ -32,6 +32,8 @@ final class KernelVariants {
             // occupancy gains (MmaTileConfig).
             new Mma(64, 64, 64, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128",
                     EnumSet.of(MmaTrait.HOLD_QUERY_FRAGMENTS, MmaTrait.HOLD_ONES_FRAGMENT, MmaTrait.SOFTMAX_BY_KEY_BLOCK)),
+            // Bc = 32 as at D = 128 (30,704 bytes): three V^T staging items per thread (MmaLayout.vtItemQuad).
+            new Mma(96, 64, 32, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)),
             // Needs its ~250 registers: no cap.
             new Mma(128, 64, 32, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)),
             // Q^T is 24 KB: K/V tiles of 16 keys, each in its own buffer (41,040 bytes; Bc = 32 would need 56.5 KB).

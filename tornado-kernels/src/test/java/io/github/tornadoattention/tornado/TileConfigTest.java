@@ -22,6 +22,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 class TileConfigTest {
     private static final MmaTileConfig D64 = MmaTileConfig.forHeadDim(64);
     private static final MmaTileConfig D128 = MmaTileConfig.forHeadDim(128);
+    private static final MmaTileConfig D96 = MmaTileConfig.forHeadDim(96);
     private static final MmaTileConfig D192 = MmaTileConfig.forHeadDim(192);
     private static final MmaTileConfig D256 = MmaTileConfig.forHeadDim(256);
     private static final SimtTileConfig UP_TO_64 = SimtTileConfig.forHeadDim(64);
@@ -31,7 +32,8 @@ class TileConfigTest {
     @Test
     void launchTablesHoldTheVariantTable() {
         assertEquals(List.of(new MmaTileConfig(64, 64, 64, 4, 2, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
-                new MmaTileConfig(128, 64, 32, 4, 2, null), new MmaTileConfig(192, 64, 16, 4, 2, null),
+                new MmaTileConfig(96, 64, 32, 4, 2, null), new MmaTileConfig(128, 64, 32, 4, 2, null),
+                new MmaTileConfig(192, 64, 16, 4, 2, null),
                 new MmaTileConfig(256, 64, 16, 4, 1, null)), MmaKernels.CONFIGS);
         assertEquals(List.of(new SimtTileConfig(64, 32, 32, 8), new SimtTileConfig(128, 16, 16, 16),
                 new SimtTileConfig(256, 8, 16, 16)), SimtKernels.CONFIGS);
@@ -44,7 +46,7 @@ class TileConfigTest {
             assertSame(c, SimtTileConfig.forHeadDim(c.maxHeadDim()));
             assertNotNull(SimtKernels.kernel(c));
         }
-        assertThrows(IllegalArgumentException.class, () -> MmaKernels.kernel(new MmaTileConfig(96, 64, 32, 4, 2, null)));
+        assertThrows(IllegalArgumentException.class, () -> MmaKernels.kernel(new MmaTileConfig(80, 64, 32, 4, 2, null)));
         assertThrows(IllegalArgumentException.class, () -> SimtKernels.kernel(new SimtTileConfig(512, 8, 16, 16)));
     }
 
@@ -61,20 +63,20 @@ class TileConfigTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 16, 32, 63, 80, 96, 127, 129, 160, 255, 264, 512})
+    @ValueSource(ints = {0, 16, 32, 63, 80, 112, 127, 129, 160, 255, 264, 512})
     void mmaRejectsOtherHeadDims(int headDim) {
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> MmaTileConfig.forHeadDim(headDim));
         assertEquals("headDim", e.argument());
         assertEquals(String.valueOf(headDim), e.value());
-        assertEquals("tornado-mma supports 64, 128, 192, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
+        assertEquals("tornado-mma supports 64, 96, 128, 192, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
     }
 
     @Test
     void mmaConfigurationsFitStaticSharedMemory() {
         for (MmaTileConfig c : MmaKernels.CONFIGS) {
             // The synchronous kernels of the tests exist at D = 64 and 128 only.
-            int[] sizes = c.headDim() > 128 ? new int[] {c.sharedMemoryBytes()}
+            int[] sizes = c.headDim() != 64 && c.headDim() != 128 ? new int[] {c.sharedMemoryBytes()}
                     : new int[] {c.sharedMemoryBytes(), MmaSynchronousKernels.sharedMemoryBytes(c)};
             for (int bytes : sizes) {
                 assertTrue(bytes <= MmaTileConfig.MAX_SHARED_BYTES, c + ": " + bytes);
@@ -86,6 +88,8 @@ class TileConfigTest {
         assertEquals(35_152, D64.sharedMemoryBytes());
         // Q^T 16 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
         assertEquals(39_312, D128.sharedMemoryBytes());
+        // Q^T 12 KB + K 6.75 KB + V^T 6.4 KB (6 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
+        assertEquals(30_704, D96.sharedMemoryBytes());
         // Q^T 24 KB (+ 192 B of shift) + K 6.75 KB + V^T 6.4 KB (6 KB each and padding) + P^T 2 KB + ones 512 B + flag 16 B
         // + row max 256 B
         assertEquals(41_040, D192.sharedMemoryBytes());
