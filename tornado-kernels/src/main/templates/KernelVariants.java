@@ -28,6 +28,9 @@ final class KernelVariants {
 
     /** tornado-mma ({@code MmaKernels}, {@code MmaTileConfig}): one row per head dim it runs. */
     static final List<Mma> MMA = List.of(
+            // D = 64's tiles and traits at half the width (22,064 bytes): Q^T staging 2-way conflicted (two d blocks).
+            new Mma(32, 64, 64, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128",
+                    EnumSet.of(MmaTrait.HOLD_QUERY_FRAGMENTS, MmaTrait.HOLD_ONES_FRAGMENT, MmaTrait.SOFTMAX_BY_KEY_BLOCK)),
             // At most 128 registers: 4 CTAs of 128 threads per SM instead of 3; the few spills cost less than the
             // occupancy gains (MmaTileConfig).
             new Mma(64, 64, 64, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128",

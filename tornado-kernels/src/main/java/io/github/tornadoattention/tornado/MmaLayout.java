@@ -57,13 +57,14 @@ final class MmaLayout {
     }
 
     /**
-     * {@link #qStageChunk} at head dim {@code d}: D = 96 has six d blocks, which its map's bits 9.. and 4..3 cannot
+     * {@link #qStageChunk} at head dim {@code d} (D = 32: see below): D = 96 has six d blocks, which its map's bits 9.. and 4..3 cannot
      * cover, so there bits 9..8 (0..2) and 4..3 make a combination {@link #sixBlocks} turns into a d block and the chunk's
      * bit 1; one warp still covers four distinct d blocks, but d blocks b and b + 4 share banks, so the warps of items
      * 256..511 (d blocks 4, 5, 0, 1) store 2-way conflicted (once per query tile).
      */
     static int qStageChunk(int it, int d) {
-        return d == 96 ? 4 * sixBlocks(4 * (it >>> 8) + ((it >>> 3) & 3)) + 2 * sixHalf(4 * (it >>> 8) + ((it >>> 3) & 3))
+        // D = 32 (two d blocks, 256 items): bits 2..4 the chunk; a warp covers two d blocks, its stores 2-way conflicted.
+        return d == 32 ? (it >>> 2) & 7 : d == 96 ? 4 * sixBlocks(4 * (it >>> 8) + ((it >>> 3) & 3)) + 2 * sixHalf(4 * (it >>> 8) + ((it >>> 3) & 3))
                 + ((it >>> 2) & 1) : qStageChunk(it);
     }
 
@@ -147,7 +148,10 @@ final class MmaLayout {
      * D = 192 and 256 (Bc = 16) warp bit 0. See {@link #vtItemQuad}.
      */
     static int vtItemPair(int t, int i, int d) {
-        return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3)
+        // D = 32 (Bc = 64, two items): lane bits 2-4 the pair's low bits, lane bit 1 its bit 3 (key blocks 16 banks apart),
+        // the item its bit 4 (see vtItemQuad).
+        return d == 32 ? ((t >>> 2) & 7) | (((t >>> 1) & 1) << 3) | ((i & 1) << 4)
+                : d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3)
                 : d == 128 || d == 96 ? ((t >>> 3) & 3) | ((t >>> 5) << 2) : ((t >>> 3) & 3) | (((t >>> 5) & 1) << 2);
     }
 
@@ -162,7 +166,9 @@ final class MmaLayout {
         // D = 96: three items; lane bits 1-2 and the item make a combination (sixBlocks) of a d block and the chunk's bit
         // 1. d blocks b and b + 4 share banks (vtSubTile), so item 1 (d blocks 4, 5, 0, 1) stores 2-way conflicted.
         int c = 4 * i + ((t >>> 1) & 3);
-        return d == 96 ? (t & 1) | (sixHalf(c) << 1) | (sixBlocks(c) << 2)
+        // D = 32: the warp the chunk in its d block, lane bit 0 the d block (with vtItemPair's lanes, all 32 banks).
+        return d == 32 ? ((t >>> 5) & 3) | ((t & 1) << 2)
+                : d == 96 ? (t & 1) | (sixHalf(c) << 1) | (sixBlocks(c) << 2)
                 : d == 192 ? (t & 1) | (((t >>> 6) & 1) << 1) | (((t >>> 1) & 3) << 2) | (i << 4)
                 : (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4)
                 | (d == 256 ? (t >>> 6) << 5 : 0);

@@ -48,7 +48,7 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int
      * JIT-compiled with at most 128 registers, so 4 CTAs of 128 threads fit an SM instead of 3 (measured on an H200
      * with the pipelined kernel before its row max moved to shuffles: 0.232 ms instead of 0.277 at (16,8,512,64),
      * 0.157 instead of 0.183 causal; the few spills this causes cost less than the occupancy gains); D = 128 needs its
-     * ~250 registers: no cap. D = 96: Bc = 32 (30,704 bytes). D = 192: Bc = 16 (41,040 bytes; Bc = 32 would need 56.5 KB). D = 256: Q^T alone is 32 KB
+     * ~250 registers: no cap. D = 32: D = 64's tiles and cap (22,064 bytes). D = 96: Bc = 32 (30,704 bytes). D = 192: Bc = 16 (41,040 bytes; Bc = 32 would need 56.5 KB). D = 256: Q^T alone is 32 KB
      * of the 48 KB, so Bc = 16 and K and V^T in turns in one buffer (kvBuffers 1: 45,072 bytes; two buffers would need
      * 53,776); no cap (its O accumulators alone are 128 registers per thread).
      */

@@ -63,12 +63,15 @@ class MmaKernelsTest {
     }
 
     /**
-     * D = 96 (Bc = 32), 192 and 256 (Bc = 16; at 256 K and V^T in turns in one buffer), which the synchronous kernels of
+     * D = 32 (Bc = 64), 96 (Bc = 32), 192 and 256 (Bc = 16; at 256 K and V^T in turns in one buffer), which the synchronous kernels of
      * the tests do not serve: tails (Skv not a multiple of Bc), causal and not, GQA and MQA, BSHD, rows that see no key,
      * Sq < Skv.
      */
     static Stream<AttentionShape> shapesWide() {
         return Stream.of(
+                shape(1, 2, 2, 70, 150, 32, false, Layout.BHSD),
+                shape(2, 4, 2, 64, 80, 32, true, Layout.BSHD),       // GQA, Sq < Skv
+                shape(1, 2, 1, 100, 40, 32, true, Layout.BHSD),      // MQA, rows that see no key
                 shape(1, 2, 2, 70, 150, 96, false, Layout.BHSD),
                 shape(2, 4, 2, 64, 80, 96, true, Layout.BSHD),       // GQA, Sq < Skv
                 shape(1, 2, 1, 100, 40, 96, true, Layout.BHSD),      // MQA, rows that see no key
@@ -98,6 +101,7 @@ class MmaKernelsTest {
         float[] sinks4 = {3.0f, -0.2f, 0.0f, 1.2f};
         AttentionShape d64 = shape(1, 2, 2, 200, 260, 64, true, Layout.BHSD);
         AttentionShape d128 = shape(2, 4, 2, 150, 150, 128, false, Layout.BSHD);
+        AttentionShape d32 = shape(1, 4, 2, 100, 130, 32, true, Layout.BSHD);     // GQA
         AttentionShape d96 = shape(1, 4, 2, 100, 130, 96, true, Layout.BSHD);     // GQA
         AttentionShape d192 = shape(1, 4, 2, 100, 130, 192, true, Layout.BHSD);   // GQA
         AttentionShape d256 = shape(2, 4, 2, 120, 150, 256, true, Layout.BSHD);   // GQA
@@ -113,6 +117,8 @@ class MmaKernelsTest {
                 d128.toBuilder().window(33, 7).build(),
                 d128.toBuilder().softcap(2.5f).sinks(sinks4).build(),
                 d128.toBuilder().causal(true).window(64, 0).softcap(30.0f).sinks(sinks4).build(),
+                d32.toBuilder().window(30, 0).softcap(5.0f).sinks(sinks4).build(),
+                d32.toBuilder().causal(false).window(10, 20).build(),
                 d96.toBuilder().window(30, 0).softcap(5.0f).sinks(sinks4).build(),
                 d96.toBuilder().causal(false).window(10, 20).build(),
                 d192.toBuilder().window(30, 0).softcap(5.0f).sinks(sinks4).build(),
@@ -194,13 +200,14 @@ class MmaKernelsTest {
 
     /** Keys past the first tile score far above the first tile's max: the tile is recomputed. */
     @ParameterizedTest
-    @ValueSource(ints = {64, 96, 128, 192, 256})
+    @ValueSource(ints = {32, 64, 96, 128, 192, 256})
     void recomputesWhenAScoreExceedsTheReferenceMax(int d) {
         AttentionShape shape = shape(1, 1, 1, 64, 200, d, false, Layout.BHSD);
         try (RandomInputs in = RandomInputs.generate(shape, 7)) {
             float[] k = in.k().toFloatArray();
             for (int i = 64 * 64; i < k.length; i++) {
-                // scores ~ N(0, 25) after the first K/V tile (its 64 keys at D = 64, 32 at D = 128, 16 at 256; at 96 from
+                // scores ~ N(0, 25) after the first K/V tile (its 64 keys at D = 64, 32 at D = 128, 16 at 256; at 32 from
+                // key 128, past its 64; at 96 from
                 // key 42, past its 32; at 192 from key 21, past its 16)
                 k[i] *= 5.0f;
             }
@@ -244,7 +251,8 @@ class MmaKernelsTest {
     @ParameterizedTest
     @CsvSource({"64, 150, true, 10", "64, 192, false, 120", "64, 200, false, 10",
             "128, 150, true, 10", "128, 192, false, 120", "256, 150, true, 10", "256, 192, false, 120",
-            "256, 200, false, 10", "192, 150, true, 10", "96, 150, true, 10", "96, 192, false, 120"})
+            "256, 200, false, 10", "192, 150, true, 10", "96, 150, true, 10", "96, 192, false, 120",
+            "32, 150, true, 10", "32, 192, false, 120"})
     void aNanKeyReachesExactlyTheRowsThatSeeIt(int d, int kvLength, boolean causal, int key) {
         AttentionShape shape = nanShape(d, kvLength, causal);
         try (RandomInputs in = RandomInputs.generate(shape, 11);

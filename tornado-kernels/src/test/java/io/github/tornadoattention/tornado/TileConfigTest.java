@@ -22,6 +22,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 class TileConfigTest {
     private static final MmaTileConfig D64 = MmaTileConfig.forHeadDim(64);
     private static final MmaTileConfig D128 = MmaTileConfig.forHeadDim(128);
+    private static final MmaTileConfig D32 = MmaTileConfig.forHeadDim(32);
     private static final MmaTileConfig D96 = MmaTileConfig.forHeadDim(96);
     private static final MmaTileConfig D192 = MmaTileConfig.forHeadDim(192);
     private static final MmaTileConfig D256 = MmaTileConfig.forHeadDim(256);
@@ -31,7 +32,8 @@ class TileConfigTest {
     /** The rows of the variant table (KernelVariants), as the generated kernel classes carry them. */
     @Test
     void launchTablesHoldTheVariantTable() {
-        assertEquals(List.of(new MmaTileConfig(64, 64, 64, 4, 2, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
+        assertEquals(List.of(new MmaTileConfig(32, 64, 64, 4, 2, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
+                new MmaTileConfig(64, 64, 64, 4, 2, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
                 new MmaTileConfig(96, 64, 32, 4, 2, null), new MmaTileConfig(128, 64, 32, 4, 2, null),
                 new MmaTileConfig(192, 64, 16, 4, 2, null),
                 new MmaTileConfig(256, 64, 16, 4, 1, null)), MmaKernels.CONFIGS);
@@ -63,13 +65,13 @@ class TileConfigTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 16, 32, 63, 80, 112, 127, 129, 160, 255, 264, 512})
+    @ValueSource(ints = {0, 16, 48, 63, 80, 112, 127, 129, 160, 255, 264, 512})
     void mmaRejectsOtherHeadDims(int headDim) {
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> MmaTileConfig.forHeadDim(headDim));
         assertEquals("headDim", e.argument());
         assertEquals(String.valueOf(headDim), e.value());
-        assertEquals("tornado-mma supports 64, 96, 128, 192, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
+        assertEquals("tornado-mma supports 32, 64, 96, 128, 192, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
     }
 
     @Test
@@ -88,6 +90,9 @@ class TileConfigTest {
         assertEquals(35_152, D64.sharedMemoryBytes());
         // Q^T 16 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
         assertEquals(39_312, D128.sharedMemoryBytes());
+        // Q^T 4 KB (+ 32 B of shift) + K 4.5 KB + V^T 4.25 KB (4 KB each and padding) + P^T 8 KB + ones 512 B + flag 16 B
+        // + row max 256 B
+        assertEquals(22_064, D32.sharedMemoryBytes());
         // Q^T 12 KB + K 6.75 KB + V^T 6.4 KB (6 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
         assertEquals(30_704, D96.sharedMemoryBytes());
         // Q^T 24 KB (+ 192 B of shift) + K 6.75 KB + V^T 6.4 KB (6 KB each and padding) + P^T 2 KB + ones 512 B + flag 16 B
