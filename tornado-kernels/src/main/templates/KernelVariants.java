@@ -28,12 +28,22 @@ final class KernelVariants {
 
     /** tornado-mma ({@code MmaKernels}, {@code MmaTileConfig}): one row per head dim it runs. */
     static final List<Mma> MMA = List.of(
+            // D = 64's tiles and traits at half the width (22,064 bytes): Q^T staging 2-way conflicted (two d blocks).
+            new Mma(32, 64, 64, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128",
+                    EnumSet.of(MmaTrait.HOLD_QUERY_FRAGMENTS, MmaTrait.HOLD_ONES_FRAGMENT, MmaTrait.SOFTMAX_BY_KEY_BLOCK)),
             // At most 128 registers: 4 CTAs of 128 threads per SM instead of 3; the few spills cost less than the
             // occupancy gains (MmaTileConfig).
             new Mma(64, 64, 64, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128",
                     EnumSet.of(MmaTrait.HOLD_QUERY_FRAGMENTS, MmaTrait.HOLD_ONES_FRAGMENT, MmaTrait.SOFTMAX_BY_KEY_BLOCK)),
+            // Bc = 32 as at D = 128 (30,704 bytes): three V^T staging items per thread (MmaLayout.vtItemQuad).
+            new Mma(96, 64, 32, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)),
             // Needs its ~250 registers: no cap.
-            new Mma(128, 64, 32, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)));
+            new Mma(128, 64, 32, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)),
+            // Q^T is 24 KB: K/V tiles of 16 keys, each in its own buffer (41,040 bytes; Bc = 32 would need 56.5 KB).
+            new Mma(192, 64, 16, null, EnumSet.of(MmaTrait.PREFETCH_VALUES)),
+            // Q^T alone is 32 KB of the 48 KB: K/V tiles of 16 keys, K and V^T in turns in one buffer (44 KB in all;
+            // separate buffers would need 52.5 KB); no cap on registers (its O accumulators alone are 128 per thread).
+            new Mma(256, 64, 16, null, EnumSet.of(MmaTrait.PREFETCH_VALUES, MmaTrait.ONE_KV_BUFFER)));
 
     /** The KV-cache kernels' decode split and prefill ({@code CacheKernels}, {@code CacheTileConfig}); D <= maxHeadDim. */
     static final List<Cache> CACHE = List.of(
@@ -93,7 +103,12 @@ final class KernelVariants {
          * The softmax loops over key blocks outermost, with the lane's four -m read once per tile; without it, over the
          * lane's rows outermost, reading each row's -m once.
          */
-        SOFTMAX_BY_KEY_BLOCK;
+        SOFTMAX_BY_KEY_BLOCK,
+        /**
+         * K and V^T take turns in one local buffer (MmaTileConfig#kvBuffers 1), for a head dim whose Q^T leaves no room
+         * for both: two more barriers per K/V tile (before K's store, V^T's last readers done; before V^T's, K's).
+         */
+        ONE_KV_BUFFER;
 
         /** Its name in the template: HOLD_QUERY_FRAGMENTS is holdQueryFragments. */
         String templateName() {
@@ -105,7 +120,10 @@ final class KernelVariants {
         }
     }
 
-    /** tornado-mma: 4 warps, each owning 16 of the blockQ = 64 query rows; jitFlags as MmaTileConfig's (null: none). */
+    /**
+     * tornado-mma: 4 warps, each owning 16 of the blockQ = 64 query rows; jitFlags as MmaTileConfig's (null: none);
+     * KV_BUFFERS (MmaTileConfig#kvBuffers) from the trait ONE_KV_BUFFER.
+     */
     record Mma(int headDim, int blockQ, int blockKv, String jitFlags, Set<MmaTrait> traits) {
         Map<String, Object> names() {
             Map<String, Object> names = new LinkedHashMap<>();
@@ -113,6 +131,7 @@ final class KernelVariants {
             names.put("BQ", blockQ);
             names.put("BKV", blockKv);
             names.put("JIT_FLAGS", jitFlags == null ? "null" : '"' + jitFlags + '"');
+            names.put("KV_BUFFERS", traits.contains(MmaTrait.ONE_KV_BUFFER) ? 1 : 2);
             for (MmaTrait trait : MmaTrait.values()) {
                 names.put(trait.templateName(), traits.contains(trait));
             }

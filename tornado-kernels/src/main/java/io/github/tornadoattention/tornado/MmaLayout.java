@@ -57,6 +57,28 @@ final class MmaLayout {
     }
 
     /**
+     * {@link #qStageChunk} at head dim {@code d} (D = 32: see below): D = 96 has six d blocks, which its map's bits 9.. and 4..3 cannot
+     * cover, so there bits 9..8 (0..2) and 4..3 make a combination {@link #sixBlocks} turns into a d block and the chunk's
+     * bit 1; one warp still covers four distinct d blocks, but d blocks b and b + 4 share banks, so the warps of items
+     * 256..511 (d blocks 4, 5, 0, 1) store 2-way conflicted (once per query tile).
+     */
+    static int qStageChunk(int it, int d) {
+        // D = 32 (two d blocks, 256 items): bits 2..4 the chunk; a warp covers two d blocks, its stores 2-way conflicted.
+        return d == 32 ? (it >>> 2) & 7 : d == 96 ? 4 * sixBlocks(4 * (it >>> 8) + ((it >>> 3) & 3)) + 2 * sixHalf(4 * (it >>> 8) + ((it >>> 3) & 3))
+                + ((it >>> 2) & 1) : qStageChunk(it);
+    }
+
+    /** The d block (0..5) of combination {@code c} (0..11) of a d block and a chunk-half at D = 96: c mod 6. */
+    static int sixBlocks(int c) {
+        return c - 6 * sixHalf(c);
+    }
+
+    /** The chunk-half (0, 1) of combination {@code c} (0..11) at D = 96: c / 6, without a division. */
+    static int sixHalf(int c) {
+        return (c + 2) >>> 3;
+    }
+
+    /**
      * Byte offset in the K tile of A-operand sub-tile (key block {@code keyBlock}, d block {@code dBlock}): 16 keys x 16
      * columns, 512 bytes with 32-byte rows ({@code mmaLoadA}'s fixed layout), followed by 64 bytes of padding. The padding
      * puts odd d blocks half a bank cycle (64 bytes) off even ones, so that a half-warp's 64-bit staging stores (two keys,
@@ -121,20 +143,35 @@ final class MmaLayout {
     }
 
     /**
-     * The key pair (0..31) of V^T staging item {@code i} (0..3) of thread {@code t}: lane bits 3-4 and item bit 1 the pair
-     * within the warp's key block, the warp the key block. See {@link #vtItemQuad}.
+     * The key pair (Bc / 2 of them) of V^T staging item {@code i} (0..3; 0..2 at D = 96 and 192) of thread {@code t}: lane
+     * bits 3-4 the pair's low bits; then at D = 64 (Bc = 64) item bit 1 and the warp, at D = 96 and 128 (Bc = 32) the warp, at
+     * D = 192 and 256 (Bc = 16) warp bit 0. See {@link #vtItemQuad}.
      */
     static int vtItemPair(int t, int i, int d) {
-        return d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3) : ((t >>> 3) & 3) | ((t >>> 5) << 2);
+        // D = 32 (Bc = 64, two items): lane bits 2-4 the pair's low bits, lane bit 1 its bit 3 (key blocks 16 banks apart),
+        // the item its bit 4 (see vtItemQuad).
+        return d == 32 ? ((t >>> 2) & 7) | (((t >>> 1) & 1) << 3) | ((i & 1) << 4)
+                : d == 64 ? ((t >>> 3) & 3) | (((i >>> 1) & 1) << 2) | ((t >>> 5) << 3)
+                : d == 128 || d == 96 ? ((t >>> 3) & 3) | ((t >>> 5) << 2) : ((t >>> 3) & 3) | (((t >>> 5) & 1) << 2);
     }
 
     /**
-     * The 4-column chunk of d (0..15) of V^T staging item {@code i} of thread {@code t}: lane bit 0 and item bit 0 its low
-     * bits, lane bits 1-2 the d block. One warp instruction covers four key pairs x two chunks of each of the four d blocks:
-     * four cache lines per load, and stores to 32 distinct banks (vtSubTile).
+     * The 4-column chunk of d (D / 4 of them) of V^T staging item {@code i} of thread {@code t}: lane bit 0 its bit 0, lane
+     * bits 1-2 the d block's low bits; item bit 0 its bit 1 and, at D = 128 and 256, item bit 1 the d block's bit 2, at
+     * D = 256 warp bit 1 its bit 3; at D = 192 (three items) warp bit 1 its bit 1 and the item the d block's high part
+     * (d blocks 4 i .. 4 i + 3); at D = 96 see below. One warp instruction covers four key pairs x two chunks of each of four d blocks: four
+     * cache lines per load, and stores to 32 distinct banks (vtSubTile).
      */
     static int vtItemQuad(int t, int i, int d) {
-        return (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4);
+        // D = 96: three items; lane bits 1-2 and the item make a combination (sixBlocks) of a d block and the chunk's bit
+        // 1. d blocks b and b + 4 share banks (vtSubTile), so item 1 (d blocks 4, 5, 0, 1) stores 2-way conflicted.
+        int c = 4 * i + ((t >>> 1) & 3);
+        // D = 32: the warp the chunk in its d block, lane bit 0 the d block (with vtItemPair's lanes, all 32 banks).
+        return d == 32 ? ((t >>> 5) & 3) | ((t & 1) << 2)
+                : d == 96 ? (t & 1) | (sixHalf(c) << 1) | (sixBlocks(c) << 2)
+                : d == 192 ? (t & 1) | (((t >>> 6) & 1) << 1) | (((t >>> 1) & 3) << 2) | (i << 4)
+                : (t & 1) | ((i & 1) << 1) | (((t >>> 1) & 3) << 2) | (d == 64 ? 0 : ((i >>> 1) & 1) << 4)
+                | (d == 256 ? (t >>> 6) << 5 : 0);
     }
 
     /**

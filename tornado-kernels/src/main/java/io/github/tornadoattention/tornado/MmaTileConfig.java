@@ -26,28 +26,31 @@ import io.github.tornadoattention.PlanOptions;
  * @param blockQ    Br: query rows per tile (one CTA works on one tile at a time); 16 per warp
  * @param blockKv   Bc: keys per K/V tile
  * @param warps     warps per CTA (the kernel is written for 4)
+ * @param kvBuffers 2: K and V^T each in a buffer of their own; 1: in turns in one buffer, sized for K (the variant trait
+ *                  ONE_KV_BUFFER, for a head dim whose Q^T leaves no room for both: two more barriers per K/V tile)
  * @param jitFlags  the CUDA JIT options the kernels are loaded with ({@code withCompilerFlags}: {@code NAME VALUE}
  *                  pairs), or null for TornadoVM's; {@link PlanOptions#mmaJitFlags()} replaces them
  */
-public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, String jitFlags) {
+public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int kvBuffers, String jitFlags) {
     /** Largest grid: CTAs loop over tiles beyond this, so the fp32 scratch stays bounded. */
     public static final int MAX_CTAS = 1024;
     /** Static shared memory a CTA may use (TornadoVM launches with no dynamic shared memory). */
     public static final int MAX_SHARED_BYTES = 48 * 1024;
 
     /**
-     * Why no other head dim, in the refusal: D = 256 at Br = 64 (4 warps of 16 rows) needs Q^T alone 32 KB of the 48 KB
-     * of static shared memory (K, V^T and P^T take 20 KB more at Bc = 16) and 128 accumulator registers per thread.
+     * Why no other head dim, in the refusal: a head dim is a row of the variant table with its own K/V staging map
+     * ({@link MmaLayout#vtItemPair}); tornado-simt serves every multiple of 8 up to 256.
      */
-    static final String HEAD_DIM_NOTE = " (256 does not fit its 4-warp tiles in 48 KB of static shared memory;"
-            + " tornado-simt serves every head dim up to 256)";
+    static final String HEAD_DIM_NOTE = " (a kernel per head dim; tornado-simt serves every head dim up to 256)";
 
     /**
      * The launch table ({@link MmaKernels#CONFIGS}): the configuration of the kernel for {@code headDim}. D = 64 is
      * JIT-compiled with at most 128 registers, so 4 CTAs of 128 threads fit an SM instead of 3 (measured on an H200
      * with the pipelined kernel before its row max moved to shuffles: 0.232 ms instead of 0.277 at (16,8,512,64),
      * 0.157 instead of 0.183 causal; the few spills this causes cost less than the occupancy gains); D = 128 needs its
-     * ~250 registers: no cap.
+     * ~250 registers: no cap. D = 32: D = 64's tiles and cap (22,064 bytes). D = 96: Bc = 32 (30,704 bytes). D = 192: Bc = 16 (41,040 bytes; Bc = 32 would need 56.5 KB). D = 256: Q^T alone is 32 KB
+     * of the 48 KB, so Bc = 16 and K and V^T in turns in one buffer (kvBuffers 1: 45,072 bytes; two buffers would need
+     * 53,776); no cap (its O accumulators alone are 128 registers per thread).
      */
     public static MmaTileConfig forHeadDim(int headDim) {
         for (MmaTileConfig config : MmaKernels.CONFIGS) {
@@ -98,7 +101,8 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, Str
     public int sharedMemoryBytes() {
         // + 4: the recompute flag, one int padded to 16 bytes (TornadoVM declares shared arrays without .align, so every
         // array's size is kept a multiple of 16 bytes for ldmatrix's alignment).
-        int ints = queryTileInts() + keyTileInts() + valueTransposedTileInts() + constantATileInts() + 4;
+        int kv = kvBuffers == 2 ? keyTileInts() + valueTransposedTileInts() : Math.max(keyTileInts(), valueTransposedTileInts());
+        int ints = queryTileInts() + kv + constantATileInts() + 4;
         int floats = blockQ; // reference max per row
         return 4 * (ints + floats) + 2 * probabilityTransposedTileHalfs();
     }
@@ -146,6 +150,9 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, Str
         }
         if (blockKv % 16 != 0 || headDim % 16 != 0) {
             throw new IllegalArgumentException("blockKv and headDim must be multiples of 16");
+        }
+        if (kvBuffers != 1 && kvBuffers != 2) {
+            throw new IllegalArgumentException("K and V^T take one buffer or two: kvBuffers " + kvBuffers);
         }
     }
 }

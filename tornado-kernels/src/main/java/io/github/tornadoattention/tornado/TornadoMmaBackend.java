@@ -30,7 +30,7 @@ public final class TornadoMmaBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
     }
 
-    /** Head dims 64 and 128 ({@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; window, softcap and sinks. */
+    /** Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; window, softcap and sinks. */
     @Override
     public void checkSupported(AttentionShape shape) {
         if (shape.dtype() != io.github.tornadoattention.DType.FP16) {

@@ -56,13 +56,17 @@ class BackendAvailabilityTest {
     }
 
     @Test
-    void mmaRejectsHeadDimsOtherThan64And128() {
+    void mmaRejectsHeadDimsWithoutAKernel() {
         TornadoMmaBackend mma = new TornadoMmaBackend();
         mma.checkSupported(D64);
         mma.checkSupported(D64.toBuilder().headDim(128).build());
+        mma.checkSupported(D64.toBuilder().headDim(32).build());
+        mma.checkSupported(D64.toBuilder().headDim(96).build());
+        mma.checkSupported(D64.toBuilder().headDim(192).build());
+        mma.checkSupported(D64.toBuilder().headDim(256).build());
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
-                () -> mma.checkSupported(D64.toBuilder().headDim(96).build()));
-        assertEquals("headDim = 96: tornado-mma supports 64, 128" + MmaTileConfig.HEAD_DIM_NOTE, e.getMessage());
+                () -> mma.checkSupported(D64.toBuilder().headDim(80).build()));
+        assertEquals("headDim = 80: tornado-mma supports 32, 64, 96, 128, 192, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.getMessage());
     }
 
     @Test

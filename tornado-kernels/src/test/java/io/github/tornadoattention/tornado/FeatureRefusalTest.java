@@ -48,7 +48,10 @@ class FeatureRefusalTest {
                 backend.checkSupported(shape);
             }
         }
-        new TornadoSimtBackend().checkSupported(D64.toBuilder().headDim(256).window(8, 8).build());
+        for (AttentionBackend backend : List.of(new TornadoSimtBackend(), new TornadoMmaBackend())) {
+            backend.checkSupported(D64.toBuilder().headDim(256).window(8, 8).softcap(30f).sinks(new float[] {1f, 2f}).build());
+            backend.checkSupported(D64.toBuilder().headDim(192).window(8, 8).softcap(30f).sinks(new float[] {1f, 2f}).build());
+        }
     }
 
     @Test

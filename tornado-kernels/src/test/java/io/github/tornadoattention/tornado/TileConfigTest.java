@@ -22,14 +22,21 @@ import org.junit.jupiter.params.provider.ValueSource;
 class TileConfigTest {
     private static final MmaTileConfig D64 = MmaTileConfig.forHeadDim(64);
     private static final MmaTileConfig D128 = MmaTileConfig.forHeadDim(128);
+    private static final MmaTileConfig D32 = MmaTileConfig.forHeadDim(32);
+    private static final MmaTileConfig D96 = MmaTileConfig.forHeadDim(96);
+    private static final MmaTileConfig D192 = MmaTileConfig.forHeadDim(192);
+    private static final MmaTileConfig D256 = MmaTileConfig.forHeadDim(256);
     private static final SimtTileConfig UP_TO_64 = SimtTileConfig.forHeadDim(64);
     private static final SimtTileConfig UP_TO_128 = SimtTileConfig.forHeadDim(128);
 
     /** The rows of the variant table (KernelVariants), as the generated kernel classes carry them. */
     @Test
     void launchTablesHoldTheVariantTable() {
-        assertEquals(List.of(new MmaTileConfig(64, 64, 64, 4, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
-                new MmaTileConfig(128, 64, 32, 4, null)), MmaKernels.CONFIGS);
+        assertEquals(List.of(new MmaTileConfig(32, 64, 64, 4, 2, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
+                new MmaTileConfig(64, 64, 64, 4, 2, "CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128"),
+                new MmaTileConfig(96, 64, 32, 4, 2, null), new MmaTileConfig(128, 64, 32, 4, 2, null),
+                new MmaTileConfig(192, 64, 16, 4, 2, null),
+                new MmaTileConfig(256, 64, 16, 4, 1, null)), MmaKernels.CONFIGS);
         assertEquals(List.of(new SimtTileConfig(64, 32, 32, 8), new SimtTileConfig(128, 16, 16, 16),
                 new SimtTileConfig(256, 8, 16, 16)), SimtKernels.CONFIGS);
         for (MmaTileConfig c : MmaKernels.CONFIGS) {
@@ -41,7 +48,7 @@ class TileConfigTest {
             assertSame(c, SimtTileConfig.forHeadDim(c.maxHeadDim()));
             assertNotNull(SimtKernels.kernel(c));
         }
-        assertThrows(IllegalArgumentException.class, () -> MmaKernels.kernel(new MmaTileConfig(96, 64, 32, 4, null)));
+        assertThrows(IllegalArgumentException.class, () -> MmaKernels.kernel(new MmaTileConfig(80, 64, 32, 4, 2, null)));
         assertThrows(IllegalArgumentException.class, () -> SimtKernels.kernel(new SimtTileConfig(512, 8, 16, 16)));
     }
 
@@ -50,6 +57,7 @@ class TileConfigTest {
     void mmaJitFlagsComeFromTheConfigurationUnlessTheOptionsSetThem() {
         assertEquals("CU_JIT_OPTIMIZATION_LEVEL 4 CU_JIT_MAX_REGISTERS 128", D64.jitFlags(PlanOptions.defaults()));
         assertNull(D128.jitFlags(PlanOptions.defaults()), "D = 128: TornadoVM's JIT options");
+        assertNull(D256.jitFlags(PlanOptions.defaults()), "D = 256: TornadoVM's JIT options");
         PlanOptions tuning = PlanOptions.builder().mmaJitFlags("CU_JIT_MAX_REGISTERS,168").build();
         assertEquals("CU_JIT_MAX_REGISTERS 168", D64.jitFlags(tuning));
         assertEquals("CU_JIT_MAX_REGISTERS 168", D128.jitFlags(tuning));
@@ -57,19 +65,22 @@ class TileConfigTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 16, 32, 63, 80, 96, 127, 129, 256})
+    @ValueSource(ints = {0, 16, 48, 63, 80, 112, 127, 129, 160, 255, 264, 512})
     void mmaRejectsOtherHeadDims(int headDim) {
         InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
                 () -> MmaTileConfig.forHeadDim(headDim));
         assertEquals("headDim", e.argument());
         assertEquals(String.valueOf(headDim), e.value());
-        assertEquals("tornado-mma supports 64, 128" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
+        assertEquals("tornado-mma supports 32, 64, 96, 128, 192, 256" + MmaTileConfig.HEAD_DIM_NOTE, e.allowed());
     }
 
     @Test
     void mmaConfigurationsFitStaticSharedMemory() {
         for (MmaTileConfig c : MmaKernels.CONFIGS) {
-            for (int bytes : new int[] {c.sharedMemoryBytes(), MmaSynchronousKernels.sharedMemoryBytes(c)}) {
+            // The synchronous kernels of the tests exist at D = 64 and 128 only.
+            int[] sizes = c.headDim() != 64 && c.headDim() != 128 ? new int[] {c.sharedMemoryBytes()}
+                    : new int[] {c.sharedMemoryBytes(), MmaSynchronousKernels.sharedMemoryBytes(c)};
+            for (int bytes : sizes) {
                 assertTrue(bytes <= MmaTileConfig.MAX_SHARED_BYTES, c + ": " + bytes);
                 assertEquals(0, bytes % 16, "shared arrays must keep 16-byte alignment");
             }
@@ -79,6 +90,19 @@ class TileConfigTest {
         assertEquals(35_152, D64.sharedMemoryBytes());
         // Q^T 16 KB + K 9 KB + V^T 8.5 KB (8 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
         assertEquals(39_312, D128.sharedMemoryBytes());
+        // Q^T 4 KB (+ 32 B of shift) + K 4.5 KB + V^T 4.25 KB (4 KB each and padding) + P^T 8 KB + ones 512 B + flag 16 B
+        // + row max 256 B
+        assertEquals(22_064, D32.sharedMemoryBytes());
+        // Q^T 12 KB + K 6.75 KB + V^T 6.4 KB (6 KB each and padding) + P^T 4 KB + ones 512 B + flag 16 B + row max 256 B
+        assertEquals(30_704, D96.sharedMemoryBytes());
+        // Q^T 24 KB (+ 192 B of shift) + K 6.75 KB + V^T 6.4 KB (6 KB each and padding) + P^T 2 KB + ones 512 B + flag 16 B
+        // + row max 256 B
+        assertEquals(41_040, D192.sharedMemoryBytes());
+        // Q^T 32 KB (+ 256 B of shift) + K and V^T in turns in one 9 KB buffer (K: 8 KB and padding) + P^T 2 KB + ones 512 B
+        // + flag 16 B + row max 256 B
+        assertEquals(45_072, D256.sharedMemoryBytes());
+        // Two K/V buffers would not fit.
+        assertTrue(new MmaTileConfig(256, 64, 16, 4, 2, null).sharedMemoryBytes() > MmaTileConfig.MAX_SHARED_BYTES);
         // The synchronous kernels of the tests: Q^T 8 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 8 KB + ones 256 B + flag 16 B + row max 256 B
         assertEquals(35_408, MmaSynchronousKernels.sharedMemoryBytes(D64));
         // Q^T 16 KB + K 9 KB + V 9 KB (8 KB each and padding) + P 4 KB + ones 256 B + flag 16 B + row max 256 B
@@ -95,6 +119,7 @@ class TileConfigTest {
         MmaTileConfig d = D128;
         assertEquals(32 * 64 + 64 * 32 + 64 * (128 + 8), d.scratchFloatsPerCta());
         assertEquals(2 * 32 * 64, d.outputOffset());
+        assertEquals(16 * 64 + 64 * 16 + 64 * (256 + 8), D256.scratchFloatsPerCta());
     }
 
     @Test
@@ -113,9 +138,10 @@ class TileConfigTest {
 
     @Test
     void mmaConfigurationsAreCheckedForWhatTheKernelAssumes() {
-        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 8, null));
-        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 32, 64, 4, null));
-        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 40, 4, null));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 8, 2, null));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 32, 64, 4, 2, null));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 40, 4, 2, null));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 4, 3, null));
     }
 
     @ParameterizedTest

@@ -78,6 +78,8 @@ class TornadoDeviceTest {
                 new CorrectnessSuite.Case("all three, Sq<Skv",
                         base.toBuilder().queryLength(100).kvLength(517).window(128, 0).softcap(20f).sinks(sinks).build()),
                 new CorrectnessSuite.Case("D=256", base.toBuilder().headDim(256).build()),
+                new CorrectnessSuite.Case("D=256 all three non-causal, Sq<Skv", base.toBuilder().headDim(256).causal(false)
+                        .queryLength(150).kvLength(333).window(30, 50).softcap(10f).sinks(sinks).build()),
                 new CorrectnessSuite.Case("D=192 all three",
                         base.toBuilder().headDim(192).window(40, -1).softcap(15f).sinks(sinks).build()),
                 new CorrectnessSuite.Case("bf16 D=64", base.toBuilder().dtype(io.github.tornadoattention.DType.BF16).build()),
