@@ -77,6 +77,9 @@ final class SelftestCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws IOException {
+        if (threads != 0 && !inference) {
+            throw new InvalidArgumentException("--threads", threads, "is for --inference (engine threads on a device)");
+        }
         if (inference) {
             return inferenceSuite();
         }
