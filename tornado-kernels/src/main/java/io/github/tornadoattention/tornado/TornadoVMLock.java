@@ -12,12 +12,13 @@ import uk.ac.manchester.tornado.api.common.TornadoDevice;
  * <p>Why (TornadoVM 5.2.0 source, both NVIDIA backends):
  * <ul>
  *   <li>{@code close()} (and {@code freeDeviceMemory()}) ends in {@code TornadoTaskGraph.free()}, which calls the
- *       device context's {@code reset(planId)}; {@code PTXDeviceContext.reset} and {@code CUDADeviceContext.reset} set
- *       ONE flag per device, {@code wasReset = true}, whichever plan was closed. Every launch of a plan built
- *       {@code withPreCompilation()} checks it ({@code TornadoVMInterpreter.compileTaskFromBytecodeToBinary}:
+ *       device context's {@code reset(planId)} (tornado-runtime {@code TornadoTaskGraph.java:1279}); {@code PTXDeviceContext.reset} and {@code CUDADeviceContext.reset} set
+ *       ONE flag per device, {@code wasReset = true}, whichever plan was closed ({@code PTXDeviceContext.java:514},
+ *       {@code CUDADeviceContext.java:877}). Every launch of a plan built
+ *       {@code withPreCompilation()} checks it ({@code TornadoVMInterpreter.compileTaskFromBytecodeToBinary}, {@code TornadoVMInterpreter.java:1027}:
  *       {@code if (wasReset() && finishedWarmup) throw new TornadoFailureException("reset() was called after
  *       warmup()")}) and only another plan's {@code withPreCompilation()} clears it
- *       ({@code TornadoTaskGraph.withPreCompilation}: {@code setResetToFalse()}). So closing one cache's plan broke
+ *       ({@code TornadoTaskGraph.java:1180}: {@code setResetToFalse()}). So closing one cache's plan broke
  *       the next execution of every other precompiled plan on the device (another thread's, or the same thread's),
  *       until some plan was built again. {@link #close} clears the flag in the same exclusive section: the reset
  *       concerned the closed plan's id only (its code cache, streams, kernel frame), so the other plans' compiled
@@ -39,8 +40,8 @@ import uk.ac.manchester.tornado.api.common.TornadoDevice;
  * graphs with our engine or library tasks) while other threads run attention should do so inside {@link #exclusive}
  * and close them with {@link #close}; a close outside it sets the device's flag for everyone.
  *
- * <p>Never take {@link #exclusive} inside {@link #shared} (a read lock cannot be upgraded: that thread would wait for
- * itself); the other nestings are fine.
+ * <p>{@link #exclusive} inside {@link #shared} on one thread is refused with an {@link IllegalStateException} (a read
+ * lock cannot be upgraded: the thread would wait for itself); the other nestings are fine.
  */
 public final class TornadoVMLock {
     private static final ReentrantReadWriteLock LOCK = new ReentrantReadWriteLock();

@@ -131,8 +131,9 @@ final class CacheGraph {
         return TornadoVMLock.exclusive(() -> buildAlone(target, spec, k, vv, blockTable, wanted, mainKey, rows));
     }
 
-    private static CacheGraph buildAlone(GraphTarget target, KvCacheSpec spec, TornadoNativeArray k, TornadoNativeArray vv,
-                                         IntArray blockTable, Collection<VariantKey> wanted, VariantKey mainKey, int rows) {
+    private static CacheGraph buildAlone(GraphTarget target, KvCacheSpec spec, TornadoNativeArray k,
+                                         TornadoNativeArray vv, IntArray blockTable, Collection<VariantKey> wanted,
+                                         VariantKey mainKey, int rows) {
         int slots = spec.slots();
         String name = "kv" + GRAPHS.incrementAndGet();
         int d = spec.headDim();
@@ -297,7 +298,8 @@ final class CacheGraph {
         TornadoExecutionResult result = TornadoVMLock.execution(!executed, plan::execute);
         executed = true;
         last = result;
-        long nanos = target.profile() && result.getProfilerResult() != null ? result.getProfilerResult().getDeviceKernelTime() : 0;
+        long nanos = target.profile() && result.getProfilerResult() != null
+                ? result.getProfilerResult().getDeviceKernelTime() : 0;
         mainStep.fill((byte) 0);
         for (Variant v : variants) {
             v.step.fill((byte) 0);

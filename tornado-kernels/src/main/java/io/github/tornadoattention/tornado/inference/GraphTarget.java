@@ -20,7 +20,8 @@ record GraphTarget(String backendId, TornadoDevice device, boolean profile, bool
      */
     TornadoExecutionPlan compile(TaskGraph graph, GridScheduler scheduler) {
         if (!TornadoVMLock.heldExclusively()) {
-            throw new IllegalStateException("a TornadoVM plan is built inside TornadoVMLock.exclusive");
+            throw new IllegalStateException("GraphTarget.compile outside TornadoVMLock.exclusive: a TornadoVM plan must"
+                    + " be built alone (builds call it inside the lock)");
         }
         TornadoExecutionPlan built = new TornadoExecutionPlan(graph.snapshot());
         try {
