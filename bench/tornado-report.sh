@@ -7,7 +7,8 @@
 #
 # 1. correctness on the GPU against the CPU reference: the PTX twins' own check (cache_check.py --tornado-twins),
 #    the inference API's cache scenarios on ptx-cuda (the comparison's baseline),
-#    our tasks in an engine's own task graphs (EngineTasksCheck), the inference API's cache scenarios (selftest --inference) and sampled decode steps (decode --check) on
+#    our tasks in an engine's own task graphs (EngineTasksCheck), the inference API's cache scenarios (selftest --inference,
+#    also from 8 engine threads at once: --threads 8) and sampled decode steps (decode --check) on
 #    ptx-tornado, tornado-mma and tornado-simt; the dense plans (selftest --random, unchanged inputs kept on the
 #    device);
 # 2. per-token decode through the Java API at (8,32,8,128), LAYERS layers, each context: ptx-cuda, ptx-tornado,
@@ -59,6 +60,9 @@ if want correctness; then
     echo "[$b] selftest --inference --cuda-graph: $(tail -n 1 "$OUT/selftest-inference-$b-graph.log")"
     ta selftest --inference --cuda-graph --lanes 4 --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b-lanes.log" 2>&1 || fail=1
     echo "[$b] selftest --inference --cuda-graph --lanes 4: $(tail -n 1 "$OUT/selftest-inference-$b-lanes.log")"
+    # Engine threads (issue 23): 8 threads at once, each with its own caches and plans, with CUDA graphs and lanes.
+    ta selftest --inference --threads 8 --cuda-graph --lanes 4 --backend "$b" --seed "$SEED" > "$OUT/selftest-inference-$b-threads.log" 2>&1 || fail=1
+    echo "[$b] selftest --inference --threads 8 --cuda-graph --lanes 4: $(tail -n 1 "$OUT/selftest-inference-$b-threads.log")"
     for args in "--context 3000 --ragged" "--context 3000 --ragged --page-size 16" "--context 700 --dim 64 --page-size 4"; do
       dims=$SHAPE; [[ "$args" == *"--dim 64"* ]] && dims="--batch 8 --heads 32 --kv-heads 8"
       log="$OUT/check-$b-$(echo "$args" | tr -d ' -').log"

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cuda.h>
 
 static int verbose(void) { return getenv("FAKECUDA_VERBOSE") != NULL; }
@@ -107,9 +108,39 @@ CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio) {
 CUresult cuStreamDestroy_v2(CUstream s) { return CUDA_SUCCESS; }
 CUresult cuStreamSynchronize(CUstream s) { return CUDA_SUCCESS; }
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { return CUDA_SUCCESS; }
+/* Stream capture in CU_STREAM_CAPTURE_MODE_GLOBAL (TornadoVM's PTX and CUDA backends capture so): while a thread
+ * captures, the real driver refuses "potentially unsafe" calls (allocations, frees, host registrations, synchronous
+ * copies, context synchronisation) from every other thread with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates
+ * the capture. Modelled for other threads, so that a test running plans from several threads sees a capture that
+ * overlaps another plan's build or first execution. */
+static int global_captures;                 /* captures under way, all threads (atomic) */
+static __thread int own_captures;           /* this thread's */
+static CUresult capture_guard(const char *what) {
+    if (__atomic_load_n(&global_captures, __ATOMIC_SEQ_CST) - own_captures > 0) {
+        fprintf(stderr, "[fakecuda] ERROR %s while another thread captures a stream in global mode\n", what);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return CUDA_SUCCESS;
+}
 CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { *st = CU_STREAM_CAPTURE_STATUS_NONE; return CUDA_SUCCESS; }
-CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { return CUDA_SUCCESS; }
-CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { *g = dummy(); return CUDA_SUCCESS; }
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
+    if (m == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+        own_captures++;
+        __atomic_add_fetch(&global_captures, 1, __ATOMIC_SEQ_CST);
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    /* A capture here takes no time of its own; 5 ms (a few per test) give another thread's overlapping call a
+     * chance to show, as a real capture of a plan's copies and launches would. */
+    usleep(5000);
+    if (own_captures > 0) {
+        own_captures--;
+        __atomic_sub_fetch(&global_captures, 1, __ATOMIC_SEQ_CST);
+    }
+    *g = dummy();
+    return CUDA_SUCCESS;
+}
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) { *e = dummy(); return CUDA_SUCCESS; }
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s) { return CUDA_SUCCESS; }
 CUresult cuGraphDestroy(CUgraph g) { return CUDA_SUCCESS; }
@@ -121,6 +152,7 @@ CUresult cuEventQuery(CUevent e) { return CUDA_SUCCESS; }
 CUresult cuEventSynchronize(CUevent e) { return CUDA_SUCCESS; }
 CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { *ms = 0.001f; return CUDA_SUCCESS; }
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    if (capture_guard("cuMemAlloc")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     void *m = malloc(n ? n : 1);   /* never reused while the process runs: freed blocks are leaked on purpose */
     if (m) memset(m, 0, n);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -134,6 +166,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
+    if (capture_guard("cuMemFree")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     int i = allocation_of((uintptr_t) p);
     if (i >= 0 && alloc_freed[i]) fprintf(stderr, "[fakecuda] ERROR double free of #%d\n", i);
     if (i >= 0) alloc_freed[i] = 1;
@@ -143,8 +176,8 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY; }
 CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
 CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *total) { *freeBytes = 79ull << 30; *total = 80ull << 30; return CUDA_SUCCESS; }
-CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) { return CUDA_SUCCESS; }
-CUresult cuMemHostUnregister(void *p) { return CUDA_SUCCESS; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) { return capture_guard("cuMemHostRegister"); }
+CUresult cuMemHostUnregister(void *p) { return capture_guard("cuMemHostUnregister"); }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
     check_range("HtoD", (uintptr_t) dst, n);
     memcpy((void *) (uintptr_t) dst, src, n);
@@ -226,7 +259,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
 }
 
 /* TornadoVM's CUDA backend (libtornado-cuda.so, with tools/fakenvrtc standing in for NVRTC) needs these too. */
-CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+CUresult cuCtxSynchronize(void) { return capture_guard("cuCtxSynchronize"); }
 CUresult cuGetErrorName(CUresult e, const char **s) { *s = e ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return CUDA_SUCCESS; }
 CUresult cuGetErrorString(CUresult e, const char **s) { *s = e ? "fake error" : "no error"; return CUDA_SUCCESS; }
 CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info) { return CUDA_SUCCESS; }
@@ -252,6 +285,7 @@ CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { *ms = 0.001f; return CUDA_SUCCESS; }
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags) { *p = malloc(n ? n : 1); return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+    if (capture_guard("cuMemcpyHtoD")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     check_range("HtoD", (uintptr_t) dst, n);
     memcpy((void *) (uintptr_t) dst, src, n);
     return CUDA_SUCCESS;

@@ -64,6 +64,11 @@ final class SelftestCommand implements Callable<Integer> {
             + " run the caches' executions (PlanOptions.lanes)")
     int lanes;
 
+    @Option(names = "--threads", paramLabel = "N", description = "with --inference: instead, N engine threads at once on"
+            + " the device, each with its own caches and plans (prefill, decode, rollback, speculative steps, merge; two"
+            + " rounds each), fp16, every head dim")
+    int threads;
+
     @Option(names = "--json", description = "also print one JSON object on the last line: every case, the totals, the seed")
     boolean json;
 
@@ -72,6 +77,9 @@ final class SelftestCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws IOException {
+        if (threads != 0 && !inference) {
+            throw new InvalidArgumentException("--threads", threads, "is for --inference (engine threads on a device)");
+        }
         if (inference) {
             return inferenceSuite();
         }
@@ -262,6 +270,9 @@ final class SelftestCommand implements Callable<Integer> {
      * as not served.
      */
     private int inferenceSuite() {
+        if (threads < 0) {
+            throw new InvalidArgumentException("--threads", threads, "must be >= 0 (0: the scenarios one after the other)");
+        }
         long baseSeed = seed != null ? seed : System.nanoTime();
         PrintWriter out = spec.commandLine().getOut();
         int failed = 0;
@@ -270,7 +281,21 @@ final class SelftestCommand implements Callable<Integer> {
         for (String id : backendIds()) {
             io.github.tornadoattention.AttentionDevice device = io.github.tornadoattention.Attention.device(id,
                     io.github.tornadoattention.PlanOptions.builder().cudaGraph(cudaGraph).lanes(lanes).build());
-            out.printf("inference selftest of %s on %s, seed %d%n", device.backendId(), device.name(), baseSeed);
+            out.printf("inference selftest of %s on %s, seed %d%s%n", device.backendId(), device.name(), baseSeed,
+                    threads > 0 ? ", " + threads + " engine threads" : "");
+            if (threads > 0) {
+                for (int d : CorrectnessSuite.HEAD_DIMS) {
+                    for (io.github.tornadoattention.verify.CacheSuite.CaseResult r
+                            : io.github.tornadoattention.verify.CacheSuite.runConcurrently(List.of(device), d, threads, 2,
+                                    baseSeed)) {
+                        total++;
+                        failed += r.passed() ? 0 : 1;
+                        out.printf("%s %s: %s%n", r.passed() ? "PASS" : "FAIL", r.name(), r.error());
+                    }
+                    out.flush();
+                }
+                continue;
+            }
             for (int d : CorrectnessSuite.HEAD_DIMS) {
                 for (String kind : new String[] {"fp16", "bf16", "features"}) {
                     String group = "D=" + d + (kind.equals("features") ? " with window, softcap, sinks" : " " + kind);

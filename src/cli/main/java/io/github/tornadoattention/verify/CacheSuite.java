@@ -54,6 +54,75 @@ public final class CacheSuite {
     }
 
     /**
+     * An engine serving requests from several threads: {@code threads} threads at once, each with its own caches and
+     * plans, thread t on {@code devices[t % devices.length]} (several devices: other options on the same TornadoVM
+     * device, e.g. with lanes), each running {@code rounds} of the scenarios (thread t, round r: the
+     * {@code (t + r)}-th of contiguous, pages of 16 and pages of 4, causal and not; then a merge), so that builds,
+     * first executions, steady steps and closes of different threads interleave. Every call is checked as in
+     * {@link #run}; names start with the thread and round. A thread's failure (an exception) is thrown once all have
+     * finished, the other threads' failures suppressed in it.
+     */
+    public static List<CaseResult> runConcurrently(List<? extends AttentionDevice> devices, int headDim, int threads,
+                                                   int rounds, long seed) {
+        if (devices.isEmpty() || threads < 1 || rounds < 1) {
+            throw new IllegalArgumentException("devices, threads >= 1 and rounds >= 1 needed: " + devices.size() + ", "
+                    + threads + ", " + rounds);
+        }
+        int[][] combos = {{0, 1}, {0, 0}, {16, 1}, {16, 0}, {4, 1}, {4, 0}};   // page size (0: contiguous), causal
+        List<List<CaseResult>> perThread = new ArrayList<>();
+        List<RuntimeException> failures = java.util.Collections.synchronizedList(new ArrayList<>());
+        java.util.concurrent.CountDownLatch start = new java.util.concurrent.CountDownLatch(1);
+        List<Thread> running = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            int thread = t;
+            List<CaseResult> results = new ArrayList<>();
+            perThread.add(results);
+            AttentionDevice device = devices.get(t % devices.size());
+            running.add(Thread.ofPlatform().name("engine-thread-" + t).start(() -> {
+                try {
+                    start.await();
+                    for (int r = 0; r < rounds; r++) {
+                        int[] combo = combos[(thread + r) % combos.length];
+                        Random random = new Random(seed + 1000L * thread + r);
+                        List<CaseResult> round = new ArrayList<>();
+                        scenario(device, headDim, combo[0], combo[1] == 1, random, "", b -> b, round);
+                        merge(device, headDim, random, round);
+                        for (CaseResult c : round) {
+                            results.add(new CaseResult("thread " + thread + " round " + r + " on " + device.backendId()
+                                    + ": " + c.name(), c.error()));
+                        }
+                    }
+                } catch (Throwable e) {
+                    failures.add(new IllegalStateException("engine thread " + thread + " failed: " + e, e));
+                }
+            }));
+        }
+        start.countDown();
+        for (Thread thread : running) {
+            boolean interrupted = false;
+            while (true) {
+                try {
+                    thread.join();
+                    break;
+                } catch (InterruptedException e) {
+                    interrupted = true;   // the threads are using the device: let them finish
+                }
+            }
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        if (!failures.isEmpty()) {
+            RuntimeException first = failures.getFirst();
+            failures.stream().skip(1).forEach(first::addSuppressed);
+            throw first;
+        }
+        List<CaseResult> all = new ArrayList<>();
+        perThread.forEach(all::addAll);
+        return all;
+    }
+
+    /**
      * Every scenario with window, softcap and sinks (relative to each sequence's own position), for a device whose
      * cache plans serve them (cpu-reference): a causal local layer (window 24 with softcap and sinks, as Gemma 2 and
      * gpt-oss), a non-causal window reaching right (16, 5), and sinks alone; contiguous and pages of 16.

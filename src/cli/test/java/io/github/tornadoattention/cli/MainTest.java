@@ -207,6 +207,8 @@ class MainTest {
         "decode --batch 2 --heads 4 --kv-heads 3 --dim 64 --context 16 --backend cpu-reference | --kv-heads = 3: must divide heads (4)",
         "prefill --heads 4 --dim 64 --lengths 3,5 --backend cpu-reference --page-size 3       | --page-size = 3: must be 0 (contiguous) or a power of two",
         "selftest --inference --backend cpu-reference --lanes -1                              | --lanes = -1: must be 0..16",
+        "selftest --inference --backend cpu-reference --threads -1                            | --threads = -1: must be >= 0",
+        "selftest --backend cpu-reference --threads 2                                         | --threads = 2: is for --inference",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --cuda-device -1  | --cuda-device = -1: must be >= 0",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --window -2        | --window = -2: must be LEFT or LEFT,RIGHT, each -1 (unbounded)",
         "run --batch 1 --heads 8 --seq 4 --dim 64 --window 4,-3      | --window = 4,-3: must be LEFT or LEFT,RIGHT",

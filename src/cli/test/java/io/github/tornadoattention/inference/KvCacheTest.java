@@ -39,6 +39,24 @@ class KvCacheTest {
         }
     }
 
+    /**
+     * CacheSuite.runConcurrently on the oracle: three threads, two rounds each, every call checked (so the runner
+     * itself compares each thread's calls with that thread's own model), named by thread and round; and a thread's
+     * exception reaches the caller.
+     */
+    @Test
+    void engineThreadsEachMatchTheOracle() {
+        List<CacheSuite.CaseResult> results = CacheSuite.runConcurrently(List.of(device), 16, 3, 2, 20261126L);
+        assertEquals(3 * 2 * 10, results.size(), "per thread and round: 9 scenario calls and a merge");
+        for (CacheSuite.CaseResult r : results) {
+            assertTrue(r.passed(), r.name() + ": " + r.error());
+        }
+        assertTrue(results.stream().anyMatch(r -> r.name().startsWith("thread 2 round 1 on cpu-reference: ")));
+        IllegalStateException failed = assertThrows(IllegalStateException.class,
+                () -> CacheSuite.runConcurrently(List.of(device), 0, 2, 1, 1L));   // head dim 0: refused
+        assertTrue(failed.getMessage().startsWith("engine thread "), failed.getMessage());
+    }
+
     @Test
     void raggedReferenceEqualsDenseAttentionForOneSequence() {
         // One slot holding 37 tokens, 5 of them new: the cache's definition is dense attention with

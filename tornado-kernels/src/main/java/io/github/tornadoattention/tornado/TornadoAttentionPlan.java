@@ -19,7 +19,6 @@ import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.enums.ProfilerMode;
 import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
-import uk.ac.manchester.tornado.api.exceptions.TornadoExecutionPlanException;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
@@ -102,6 +101,7 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
     private final int[] graphRuns = new int[Graph.values().length];
     private TornadoNativeArray[] inputs;
     private TornadoExecutionPlan executionPlan;
+    private TornadoDevice device;
 
     protected TornadoAttentionPlan(String backendId, AttentionShape shape, PlanOptions options) {
         super(backendId, shape);
@@ -124,6 +124,13 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
      */
     protected final void build(TornadoDevice device, TornadoNativeArray q, TornadoNativeArray k, TornadoNativeArray v,
                                List<TornadoNativeArray> workspace, Tasks tasks, String ptxJitFlags) {
+        // Building, compiling and the first runs: alone (TornadoVMLock); every later call runs beside other plans'.
+        TornadoVMLock.exclusive(() -> buildAlone(device, q, k, v, workspace, tasks, ptxJitFlags));
+    }
+
+    private void buildAlone(TornadoDevice device, TornadoNativeArray q, TornadoNativeArray k, TornadoNativeArray v,
+                            List<TornadoNativeArray> workspace, Tasks tasks, String ptxJitFlags) {
+        this.device = device;
         this.inputs = new TornadoNativeArray[] {q, k, v};
         TornadoNativeArray o = outputArray();
         GridScheduler scheduler = new GridScheduler();
@@ -173,7 +180,7 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
             }
         } catch (RuntimeException | Error e) {
             executionPlan = null;
-            closeAll(plan);
+            closeAll(device, plan);
             throw e;
         } finally {
             compiled();
@@ -219,9 +226,12 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
     public static void keep(uk.ac.manchester.tornado.api.types.arrays.ShortArray array) {
     }
 
-    /** Runs {@code graph} alone. */
+    /**
+     * Runs {@code graph} alone (of this plan's graphs); beside other plans' executions once built (the build runs
+     * every graph once, inside its exclusive section).
+     */
     private TornadoExecutionResult run(Graph graph) {
-        TornadoExecutionResult result = executionPlan.withGraph(graph.ordinal()).execute();
+        TornadoExecutionResult result = TornadoVMLock.shared(() -> executionPlan.withGraph(graph.ordinal()).execute());
         graphRuns[graph.ordinal()]++;
         return result;
     }
@@ -254,10 +264,10 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
         recordKernelTime(result);
         TornadoNativeArray out = outputArray();
         if (lse != null) {
-            result.transferToHost(out, lseArray);
+            TornadoVMLock.shared(() -> result.transferToHost(out, lseArray));
             MemorySegment.copy(lseArray.getSegment(), ValueLayout.JAVA_FLOAT, 0, lse, 0, lse.length);
         } else {
-            result.transferToHost(out);
+            TornadoVMLock.shared(() -> result.transferToHost(out));
         }
         MemorySegment.copy(out.getSegment(), 0, o.data(), 0, o.data().byteSize());
         o.markModified();
@@ -289,7 +299,7 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
 
     @Override
     protected final void release() {
-        closeAll(executionPlan);
+        closeAll(device, executionPlan);
     }
 
     /** How many times input {@code slot} (0 q, 1 k, 2 v) was copied into the plan's array and sent; for tests. */
@@ -304,17 +314,16 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
 
     /**
      * Frees every graph's device buffers and host registrations: {@code withAllGraphs()} first, because TornadoVM
-     * 5.2.0's {@code close()} frees only the graphs selected now, i.e. the one of the last {@code withGraph}.
+     * 5.2.0's {@code close()} frees only the graphs selected now, i.e. the one of the last {@code withGraph}. Alone,
+     * see {@link TornadoVMLock#close}.
      */
-    private static void closeAll(TornadoExecutionPlan plan) {
+    private static void closeAll(TornadoDevice device, TornadoExecutionPlan plan) {
         if (plan == null) {
             return;
         }
-        try {
+        TornadoVMLock.close(device, () -> {
             plan.withAllGraphs();
             plan.close();
-        } catch (TornadoExecutionPlanException | RuntimeException e) {
-            // Freeing device memory failed; nothing else to do for a plan that is going away.
-        }
+        });
     }
 }

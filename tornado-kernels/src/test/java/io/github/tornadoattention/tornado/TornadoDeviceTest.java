@@ -143,6 +143,27 @@ class TornadoDeviceTest {
     }
 
     /**
+     * Engine threads (issue 23): eight threads at once, each with its own caches and plans, two rounds of
+     * {@code CacheSuite}'s scenarios and a merge, spread over the plain device, one with lanes and one with CUDA graphs
+     * and lanes (one TornadoVM device), every call against the CPU reference. On an H100 two such threads broke one
+     * with {@code reset() was called after warmup()} (TornadoVMLock); EngineThreadsFakeDriverTest checks the same
+     * without a GPU, results aside.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"tornado-simt", "tornado-mma", "ptx-tornado"})
+    void engineThreadsMatchTheReference(String id) {
+        backend(id);   // skips where there is no device
+        List<io.github.tornadoattention.AttentionDevice> devices = List.of(io.github.tornadoattention.Attention.device(id),
+                io.github.tornadoattention.Attention.device(id, PlanOptions.builder().lanes(2).build()),
+                io.github.tornadoattention.Attention.device(id, PlanOptions.builder().cudaGraph(true).lanes(4).build()));
+        List<io.github.tornadoattention.verify.CacheSuite.CaseResult> results =
+                io.github.tornadoattention.verify.CacheSuite.runConcurrently(devices, 128, 8, 2, 20261126L);
+        List<String> failed = results.stream().filter(r -> !r.passed()).map(r -> r.name() + ": " + r.error()).toList();
+        assertEquals(8 * 2 * 10, results.size(), "every thread's calls were checked");
+        assertTrue(failed.isEmpty(), String.join("\n", failed));
+    }
+
+    /**
      * A KV cache: K and V are sent once; a new Q alone sends Q (ATTEND_NEW_Q on the resident K and V); a changed V
      * sends V alone, a different K tensor K alone; nothing changed sends nothing (ATTEND). Each result checked against
      * the reference. (What reaches the driver per call is counted without a GPU by FakeDriverTest.)

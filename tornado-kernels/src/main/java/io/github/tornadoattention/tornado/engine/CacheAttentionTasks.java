@@ -82,6 +82,12 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * {@link InvalidArgumentException} naming it, before any task runs. A TornadoVM array belongs to no device until a
  * plan runs it; the device is the execution plan's ({@code withDevice}); the tasks are built for the device given to
  * {@link #create} (its SM count; {@code ptx-tornado} refuses a device of another TornadoVM backend).
+ *
+ * <p><b>Threads.</b> The engine owns the execution plans these tasks run in. Where other threads use TornadoVM on the
+ * same device meanwhile (another engine thread, our inference device), build, first-run and close those plans inside
+ * {@link io.github.tornadoattention.tornado.TornadoVMLock#exclusive} and close them with
+ * {@link io.github.tornadoattention.tornado.TornadoVMLock#close}: TornadoVM 5.2 cannot run those beside anything else,
+ * and a plain {@code close()} makes every other precompiled plan on the device fail its next launch.
  */
 public final class CacheAttentionTasks {
     /** Backends whose kernels this class can add. */

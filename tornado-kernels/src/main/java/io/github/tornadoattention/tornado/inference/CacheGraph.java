@@ -5,6 +5,7 @@ import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DType;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.TensorStrides;
+import io.github.tornadoattention.tornado.TornadoVMLock;
 import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
@@ -89,7 +90,7 @@ final class CacheGraph {
     }
 
     private final TornadoExecutionPlan plan;
-    private final boolean profile;
+    private final GraphTarget target;
     private final TornadoNativeArray keys;
     private final TornadoNativeArray values;
     private final List<Variant> variants;
@@ -100,12 +101,14 @@ final class CacheGraph {
     private final TensorStrides stagingStrides;
     private final MemorySegment mainStep;
     private TornadoExecutionResult last;
+    /** Whether the plan has executed (its first execution runs alone: {@link TornadoVMLock#execution}). */
+    private boolean executed;
 
-    private CacheGraph(TornadoExecutionPlan plan, boolean profile, TornadoNativeArray keys, TornadoNativeArray values,
+    private CacheGraph(TornadoExecutionPlan plan, GraphTarget target, TornadoNativeArray keys, TornadoNativeArray values,
                        List<Variant> variants, Variant main, int rows, MemorySegment newK, MemorySegment newV,
                        TensorStrides stagingStrides, MemorySegment mainStep) {
         this.plan = plan;
-        this.profile = profile;
+        this.target = target;
         this.keys = keys;
         this.values = values;
         this.variants = variants;
@@ -120,10 +123,17 @@ final class CacheGraph {
     /**
      * Builds and compiles the graph of a cache of {@code spec} over its arrays ({@code blockTable} null for a
      * contiguous cache) for {@code wanted} variants, {@code mainKey} (if not null, one of them) first, with
-     * {@code rows} staging rows per slot (S: the most new tokens or queries per slot one execution takes).
+     * {@code rows} staging rows per slot (S: the most new tokens or queries per slot one execution takes). The whole
+     * build runs alone ({@link TornadoVMLock#exclusive}).
      */
     static CacheGraph build(GraphTarget target, KvCacheSpec spec, TornadoNativeArray k, TornadoNativeArray vv,
                             IntArray blockTable, Collection<VariantKey> wanted, VariantKey mainKey, int rows) {
+        return TornadoVMLock.exclusive(() -> buildAlone(target, spec, k, vv, blockTable, wanted, mainKey, rows));
+    }
+
+    private static CacheGraph buildAlone(GraphTarget target, KvCacheSpec spec, TornadoNativeArray k,
+                                         TornadoNativeArray vv, IntArray blockTable, Collection<VariantKey> wanted,
+                                         VariantKey mainKey, int rows) {
         int slots = spec.slots();
         String name = "kv" + GRAPHS.incrementAndGet();
         int d = spec.headDim();
@@ -232,7 +242,7 @@ final class CacheGraph {
             graph.transferToHost(DataTransferMode.UNDER_DEMAND, v.lse);
         }
         TornadoExecutionPlan built = target.compile(graph, scheduler);
-        return new CacheGraph(built, target.profile(), k, vv, List.copyOf(variants), main, rows, newK, newV,
+        return new CacheGraph(built, target, k, vv, List.copyOf(variants), main, rows, newK, newV,
                 stagingStrides, mainStep);
     }
 
@@ -281,12 +291,15 @@ final class CacheGraph {
 
     /**
      * Runs one execution; then zeroes every step, so that the next execution appends and attends nothing unless told.
-     * Returns the kernels' device time in nanoseconds (0 without the profiler).
+     * Returns the kernels' device time in nanoseconds (0 without the profiler). The first execution runs alone, the
+     * others beside other plans' ({@link TornadoVMLock#execution}).
      */
     long execute() {
-        TornadoExecutionResult result = plan.execute();
+        TornadoExecutionResult result = TornadoVMLock.execution(!executed, plan::execute);
+        executed = true;
         last = result;
-        long nanos = profile && result.getProfilerResult() != null ? result.getProfilerResult().getDeviceKernelTime() : 0;
+        long nanos = target.profile() && result.getProfilerResult() != null
+                ? result.getProfilerResult().getDeviceKernelTime() : 0;
         mainStep.fill((byte) 0);
         for (Variant v : variants) {
             v.step.fill((byte) 0);
@@ -294,19 +307,24 @@ final class CacheGraph {
         return nanos;
     }
 
+    /** Whether the plan has executed (then the GPU holds the cache; later executions run beside other plans'). */
+    boolean executed() {
+        return executed;
+    }
+
     /** Copies the cache's K and V as the last execution left them into their host arrays. */
     void downloadCache() {
-        last.transferToHost(keys, values);
+        TornadoVMLock.shared(() -> last.transferToHost(keys, values));
     }
 
     /** Copies the lse of {@code v} as the last execution left it into its host array (asked for per call). */
     void downloadLse(Variant v) {
-        last.transferToHost(v.lse);
+        TornadoVMLock.shared(() -> last.transferToHost(v.lse));
     }
 
     /** Frees the plan's device memory. */
     void close() {
-        GraphTarget.closeQuietly(plan);
+        target.close(plan);
         last = null;
     }
 }

@@ -39,7 +39,10 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *
  * <p>Every method runs under this object's lock (the build counter is an atomic); a queued execution runs on its cache's lane without it (the caller
  * may hold the lock while it waits for that execution), touching only the cache's own graph and flags, which nobody
- * reads before waiting for it ({@link #awaitIdle}).
+ * reads before waiting for it ({@link #awaitIdle}). This lock orders one device's calls; what TornadoVM cannot run
+ * beside anything else in the JVM (builds, first executions, closes: other devices' and other threads' included)
+ * the graphs run under {@link io.github.tornadoattention.tornado.TornadoVMLock}, which they take inside this one
+ * (never the other way round), so executions of different caches, lanes and devices stay concurrent.
  *
  * <p>A cache is <i>on the host</i> (no graph; the host arrays hold it, appends are host copies) or <i>on the device</i>
  * (built; after the first execution the GPU holds it). {@link #evict} brings a device cache home (download, close)
@@ -95,10 +98,12 @@ final class DeviceState {
          * bytes).
          */
         boolean stagingHoldsLastAppend;
-        /** Whether the host arrays hold what the GPU holds (true before the first execution and after a download). */
+        /**
+         * Whether the host arrays hold what the GPU holds (true before the first execution and after a download).
+         * Whether the GPU holds the cache at all (host writes then need an eviction) is whether the graph has executed
+         * ({@link CacheGraph#executed}).
+         */
         boolean hostCurrent = true;
-        /** Whether the current graph has executed (then the GPU holds the cache and host writes need an eviction). */
-        boolean executedSinceBuild;
 
         Resident(KvCacheSpec spec, Memory keys, Memory values, Memory stepInfo, Memory blockTable, int lane) {
             this.spec = spec;
@@ -250,7 +255,7 @@ final class DeviceState {
         if (r != null && (m == r.keys || m == r.values)) {
             if (!forWriting) {
                 download(r);
-            } else if (r.graph != null && r.executedSinceBuild) {
+            } else if (r.graph != null && r.graph.executed()) {
                 evict(r);   // the GPU holds a copy: the graph sends the host's again when it is next built
             }
         }
@@ -346,7 +351,7 @@ final class DeviceState {
         Variant v = prepare(r, s, false);
         CacheGraph g = r.graph;
         // Queued on the lane: the main variant's usual decode call (a first execution captures, so it runs here).
-        boolean queue = lanes.enabled() && v == g.main() && lse == null && r.executedSinceBuild;
+        boolean queue = lanes.enabled() && v == g.main() && lse == null && g.executed();
         if (queue) {
             settle(q.address(), q.byteSize());
         } else {
@@ -455,7 +460,6 @@ final class DeviceState {
             } finally {
                 compilations.incrementAndGet();
             }
-            r.executedSinceBuild = false;
         }
         r.preparedFor = plansVersion;
         return r.graph.variant(key);
@@ -466,12 +470,13 @@ final class DeviceState {
      * belongs to {@code r}, and a first execution, which captures CUDA graphs, is never queued).
      */
     private void execute(Resident r) {
-        if (!r.executedSinceBuild) {
-            drain();   // a first execution captures CUDA graphs: nothing else of ours runs meanwhile
+        if (!r.graph.executed()) {
+            // A first execution runs alone in the JVM (TornadoVMLock: it allocates and captures CUDA graphs); our
+            // queued calls finish and copy their outputs first, so that their failures surface here, in call order.
+            drain();
         }
         long nanos = r.graph.execute();
         r.hostCurrent = false;
-        r.executedSinceBuild = true;
         r.appendPending = false;
         if (nanos != 0) {
             kernelNanos += nanos;   // with the profiler only, which has no lanes

@@ -1,11 +1,11 @@
 package io.github.tornadoattention.tornado.inference;
 
+import io.github.tornadoattention.tornado.TornadoVMLock;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.TaskGraph;
 import uk.ac.manchester.tornado.api.TornadoExecutionPlan;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.ProfilerMode;
-import uk.ac.manchester.tornado.api.exceptions.TornadoExecutionPlanException;
 
 /**
  * Where and how a device's graphs are built: the backend whose kernels they run, the TornadoVM device, and the plan
@@ -14,8 +14,15 @@ import uk.ac.manchester.tornado.api.exceptions.TornadoExecutionPlanException;
  */
 record GraphTarget(String backendId, TornadoDevice device, boolean profile, boolean cudaGraph) {
 
-    /** The execution plan of {@code graph} with these options, compiled now (TornadoVM's JIT of every task). */
+    /**
+     * The execution plan of {@code graph} with these options, compiled now (TornadoVM's JIT of every task); called by
+     * a build inside {@link TornadoVMLock#exclusive}.
+     */
     TornadoExecutionPlan compile(TaskGraph graph, GridScheduler scheduler) {
+        if (!TornadoVMLock.heldExclusively()) {
+            throw new IllegalStateException("GraphTarget.compile outside TornadoVMLock.exclusive: a TornadoVM plan must"
+                    + " be built alone (builds call it inside the lock)");
+        }
         TornadoExecutionPlan built = new TornadoExecutionPlan(graph.snapshot());
         try {
             built.withDevice(device).withGridScheduler(scheduler);
@@ -28,16 +35,13 @@ record GraphTarget(String backendId, TornadoDevice device, boolean profile, bool
             built.withPreCompilation();
             return built;
         } catch (RuntimeException | Error e) {
-            closeQuietly(built);
+            close(built);
             throw e;
         }
     }
 
-    static void closeQuietly(TornadoExecutionPlan plan) {
-        try {
-            plan.close();
-        } catch (TornadoExecutionPlanException | RuntimeException e) {
-            // Freeing device memory failed; nothing else to do for a plan that is going away.
-        }
+    /** Frees {@code plan}'s device memory (alone, see {@link TornadoVMLock#close}); failures are swallowed. */
+    void close(TornadoExecutionPlan plan) {
+        TornadoVMLock.close(device, plan::close);
     }
 }

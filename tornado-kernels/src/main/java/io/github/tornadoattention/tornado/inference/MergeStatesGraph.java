@@ -1,5 +1,6 @@
 package io.github.tornadoattention.tornado.inference;
 
+import io.github.tornadoattention.tornado.TornadoVMLock;
 import java.lang.foreign.MemorySegment;
 import java.util.concurrent.atomic.AtomicInteger;
 import uk.ac.manchester.tornado.api.GridScheduler;
@@ -79,6 +80,8 @@ final class MergeStatesGraph {
     private final IntArray params;
     private final HalfFloatArray o;
     private final FloatArray lse;
+    /** Whether the plan has executed (its first execution runs alone: {@link TornadoVMLock#execution}). */
+    private boolean executed;
 
     private MergeStatesGraph(TornadoExecutionPlan plan, boolean profile, HalfFloatArray oParts, FloatArray lseParts,
                              IntArray params, HalfFloatArray o, FloatArray lse) {
@@ -91,8 +94,12 @@ final class MergeStatesGraph {
         this.lse = lse;
     }
 
-    /** Builds and compiles the merge graph of {@code capacity} on {@code target}'s device. */
+    /** Builds and compiles the merge graph of {@code capacity} on {@code target}'s device (alone). */
     static MergeStatesGraph build(GraphTarget target, Capacity capacity) {
+        return TornadoVMLock.exclusive(() -> buildAlone(target, capacity));
+    }
+
+    private static MergeStatesGraph buildAlone(GraphTarget target, Capacity capacity) {
         HalfFloatArray oParts = new HalfFloatArray(capacity.inputElements());
         FloatArray lseParts = new FloatArray(capacity.inputRows());
         IntArray params = new IntArray(P_COUNT);
@@ -127,10 +134,11 @@ final class MergeStatesGraph {
         params.set(P_PARTS, parts);
         params.set(P_ROWS, rows);
         params.set(P_HEAD_DIM, headDim);
-        TornadoExecutionResult result = plan.execute();
+        TornadoExecutionResult result = TornadoVMLock.execution(!executed, plan::execute);
+        executed = true;
         MemorySegment.copy(o.getSegment(), 0, oOut, 0, 2L * rows * headDim);
         if (lseOut != null) {
-            result.transferToHost(lse);   // on request only
+            TornadoVMLock.shared(() -> result.transferToHost(lse));   // on request only
             MemorySegment.copy(lse.getSegment(), 0, lseOut, 0, 4L * rows);
         }
         return profile && result.getProfilerResult() != null ? result.getProfilerResult().getDeviceKernelTime() : 0;

@@ -43,6 +43,11 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * first execution (TornadoVM captures CUDA graphs then, which other threads must not disturb), downloads, lse, packed
  * calls, merges; a call that reads a tensor a queued call will write waits for it too.
  *
+ * <p><b>Threads.</b> An engine may call a device from several threads, each with its own caches (a {@link KvCache} is
+ * one thread's at a time); one device's calls take turns ({@link DeviceState}'s lock; lanes overlap the executions).
+ * Builds, first executions and closes of TornadoVM plans run alone in the JVM, every device's and thread's
+ * ({@link io.github.tornadoattention.tornado.TornadoVMLock}, which says why); later executions run beside each other.
+ *
  * <p><b>Calls.</b> An append is held back and runs in the same execution as the attention call that follows
  * it (one graph execution per layer and step); any other use of the cache runs it first. Appends before a
  * cache's first attention call are written on the host (the prompt goes up with the graph's first execution).
