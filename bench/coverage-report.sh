@@ -6,7 +6,8 @@
 #   bench/coverage-report.sh        # PHASES="correctness prefill prefill-api features models" LAYERS=8 STEPS=64
 #
 # 1. correctness: the kernel harness (every entry, new head dims, bf16, features) and the Java suite (selftest: every
-#    head dim, both types, the features, 50 random shapes) on each backend, and the inference scenarios;
+#    head dim, both types, the features, 50 random shapes) on each backend, and the inference scenarios (also from 8
+#    engine threads at once on the TornadoVM backends);
 # 2. prefill: the harness times ptx-cuda's entries beside SDPA FLASH at (4,16,2048,D) and (16,8,512,D), causal and not,
 #    fp16 and bf16; prefill-api: the Java API times ptx-tornado beside ptx-cuda and bf16 beside fp16 at (4,16,2048,D);
 # 3. features: window 4095 at a 32K context against a 4K context without a window (decode token, prefill of a
@@ -65,6 +66,10 @@ if want correctness; then
   done
   check "[ptx-tornado] selftest --inference --cuda-graph --lanes 4" "$OUT/inference-ptx-tornado-graph.log" \
     ta selftest --inference --cuda-graph --lanes 4 --backend ptx-tornado --seed "$SEED"
+  for b in $TORNADO_BACKENDS; do
+    check "[$b] selftest --inference --threads 8" "$OUT/inference-threads-$b.log" \
+      ta selftest --inference --threads 8 --backend "$b" --seed "$SEED"
+  done
   for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || fail=1
     echo "${names[$i]}: $(tail -n 1 "${logs[$i]}")"
@@ -83,9 +88,10 @@ if want prefill-api; then
     for causal in "" "--causal"; do
       for run in "ptx-cuda fp16" "ptx-cuda bf16" "ptx-tornado fp16"; do
         set -- $run; b=$1; dt=$2
-        launch=cuda; [ "$b" = ptx-tornado ] && launch=ta
+        # ptx-tornado: TornadoVM's profiler times its kernels (kernel_median_ms, as ptx-cuda's CUDA events do).
+        launch=cuda; profile=""; [ "$b" = ptx-tornado ] && launch=ta && profile=--profile
         log="$OUT/prefill-$b-$d-$dt$causal.log"
-        $launch run --batch 4 --heads 16 --seq 2048 --dim "$d" $causal --dtype "$dt" --backend "$b" --warmup 10 --iters 30 \
+        $launch run --batch 4 --heads 16 --seq 2048 --dim "$d" $causal --dtype "$dt" --backend "$b" $profile --warmup 10 --iters 30 \
           --seed "$SEED" --json > "$log" 2>&1 && record "prefill $b D=$d $dt$causal" "$log" \
           || echo "[$b D=$d $dt$causal] $(grep -m1 -i "error\|refus\|not served" "$log")"
       done

@@ -185,9 +185,9 @@ FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring sta
                                            # 128 rows x 64 keys with 8 warps spills 12-40 bytes with Q split
 FWD_D96_DYN = Tile(96, 64, 128, 4, 2, 2, dyn_smem=True)   # 96 KB dynamic, 240 registers
 FWD_D192_DYN = Tile(192, 128, 64, 8, 2, 1, dyn_smem=True, opt=LAZY)  # FA2's sm80 hdim192 tile: 96 KB dynamic, 255
-                                           # registers; lazy rescale: spill-free with and without the features
+                                           # registers; the lazy rescale: the eager one spills 8 bytes on sm_90
 FWD_D256 = Tile(256, 64, 16, 4, 1, 2, q_in_regs=False)  # split K/V + Q in shared memory: 48 KB static
-FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True, opt=LAZY)  # FA2's sm86/89 64x64, 96 KB; lazy rescale: spill-free with the score features
+FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True)  # FA2's sm86/89 64x64, 96 KB
 DEC_D32 = Tile(32, 16, 64, 1, 2, 6)
 DEC_D96 = Tile(96, 16, 32, 1, 2, 6)
 DEC_D192 = Tile(192, 16, 16, 1, 2, 6)
@@ -228,7 +228,15 @@ CACHE_FWD = {d: tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d i
 # The "_feat" entries' tile where the score features' code needs more registers than the plain tile's
 # launch bounds leave: the 168-register D=128 causal tile spills 8-12 bytes with them; 2 CTAs/SM fits.
 FWD_D128_CAUSAL_2 = dataclasses.replace(FWD_D128_CAUSAL, min_ctas=2)
-FEAT_TILES = {FWD_D128_CAUSAL: FWD_D128_CAUSAL_2}
+# The "_feat" entries' tile, by (kind, the row's tile), where the plain tile does not suit the score features: the
+# 168-register D=128 causal tile spills 8-12 bytes with them (dense prefill: the non-causal tile, measured faster
+# with the features on causal shapes too; cache prefill: 2 CTAs/SM); the dynamic D=256 tile spills 12 bytes with
+# them unless it takes the lazy rescale (which cost its plain entry 4-6% on an H200).
+FEAT_TILES = {
+    ("prefill", FWD_D128_CAUSAL): FWD_D128,
+    ("cache-prefill", FWD_D128_CAUSAL): FWD_D128_CAUSAL_2,
+    ("prefill", FWD_D256_DYN): dataclasses.replace(FWD_D256_DYN, opt=LAZY),
+}
 
 
 def cache_prefill_tile(tile, layout, abi):
@@ -353,9 +361,9 @@ class Instance:
     entries: tuple  # (entry name, abi, header bytes)
 
 
-def base_name(row, dtype):
+def base_name(row, dtype, t):
+    """The configuration's name: the kind's pattern filled from the row and the entry's tile t."""
     tag = DTYPES[dtype][1]
-    t = row.tile
     fields = {
         "dt": (tag + "_" if tag else "") + "d%d" % row.head_dim(),
         "tag": "_" + tag if tag else "",
@@ -376,7 +384,7 @@ def feature_builds(row, module):
     if not row.tile:
         return ((None, None),)
     plain = ((False, row.tile),)
-    return plain if module.bench_only else plain + ((True, FEAT_TILES.get(row.tile, row.tile)),)
+    return plain if module.bench_only else plain + ((True, FEAT_TILES.get((row.kind, row.tile), row.tile)),)
 
 
 def instances():
@@ -395,7 +403,7 @@ def instances():
         for dtype in row.dtypes:
             assert module_of(row, dtype) in modules, "no module %s" % module_of(row, dtype)
             for features, tile in feature_builds(row, module):
-                config = base_name(row, dtype) + ("_feat" if features else "")
+                config = base_name(row, dtype, tile) + ("_feat" if features else "")
                 entries = tuple((config + tail, abi, hdr) for abi in row.abis for hdr, tail in ABIS[abi])
                 out.append(Instance(row, dtype, features, tile, module_of(row, dtype), config, entries))
     names = [e[0] for i in out for e in i.entries]
