@@ -26,7 +26,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /**
  * The task graph of one KV cache, in one execution plan: it keeps the cache's K and V on the GPU
  * ({@code FIRST_EXECUTION}) and runs, in every execution, the append of the staged new tokens and attention for each
- * variant ({@link VariantKey}: the plan's attention definition, dense or packed) it was built for. The main variant (the first dense plan's)
+ * variant ({@link VariantKey}: the plan's attention definition, dense or packed) it was built for. The main variant (that of the plan whose call first builds the graph)
  * shares the append's task and step: on ptx-tornado one fused PTX task, the graph's first and only prebuilt one
  * (TornadoVM 5.2.0 launches any other prebuilt task with the first one's kernel); the other variants are Java kernel
  * tasks after it. What a task should not do in an execution it gets as zero lengths (attention over nothing), so one

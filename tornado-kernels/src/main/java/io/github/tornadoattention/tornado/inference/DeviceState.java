@@ -81,7 +81,8 @@ final class DeviceState {
         /** The variants its graph serves (or will, once built), kept across rebuilds. */
         final Set<VariantKey> keysWanted = new LinkedHashSet<>();
         /**
-         * The dense variant of the first dense plan: its attention runs in the same task as the append (ptx-tornado's
+         * The dense variant of the plan whose call first builds the graph (a packed first call: of the first dense
+         * plan): its attention runs in the same task as the append (ptx-tornado's
          * fused PTX twin, the graph's first and only prebuilt task; Java backends: append then decode) and shares the
          * append's step. The other variants run the Java kernels with step arrays of their own.
          */
@@ -429,6 +430,11 @@ final class DeviceState {
         drain();   // checking may rebuild: no execution of ours may be under way on another thread
         int wantRows = 0;
         Set<VariantKey> want = new LinkedHashSet<>(r.keysWanted);
+        if (r.mainKey == null && !packed) {
+            // The main variant (ptx-tornado: the fused PTX twin; the others run Java kernels) is the plan that first
+            // attends over this cache: an engine's local and global layers each get their own plan's twin.
+            r.mainKey = key;
+        }
         for (CacheAttentionPlan p : plans) {
             if (!p.cacheSpec().equals(r.spec)) {
                 continue;

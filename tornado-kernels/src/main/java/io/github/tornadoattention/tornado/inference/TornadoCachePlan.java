@@ -26,7 +26,7 @@ final class TornadoCachePlan extends CacheAttentionPlan {
     /**
      * Throws an {@link InvalidArgumentException} unless the device of {@code backendId} serves every call of a plan of
      * {@code spec}, now rather than at the first call: the kernels' limits (element type, head dim, features) for
-     * each task a cache's graph may run it with. On ptx-tornado only the first dense plan of a cache runs the PTX twin
+     * each task a cache's graph may run it with. On ptx-tornado only the dense plan that first attends over a cache runs the PTX twin
      * (a graph's one prebuilt task); the other plans and every packed call run the Java cache kernels
      * ({@link CacheGraph}), so a plan must suit both.
      */
