@@ -234,8 +234,10 @@ def layout_configs(entries, kind, header_bytes):
 
 
 def ablation_base(e, entries):
-    """The shipped CUDA-driver entry an ablation variant is measured against: the same tile."""
+    """The shipped CUDA-driver entry an ablation variant is measured against: the same tile, without the score
+    features (the ablations are built plain)."""
     found = [b for b in entries if b.module in SHIPPED_MODULES and b.kind == PREFILL and not b.tornado and b.dtype == e.dtype
+             and not b.features
              and (b.head_dim, b.br, b.bc, b.warps) == (e.head_dim, e.br, e.bc, e.warps)]
     if len(found) != 1:
         raise RuntimeError(f"{e.entry}: {len(found)} shipped entries with its tile: {[b.entry for b in found]}")

@@ -178,6 +178,14 @@ class ShippedManifestTest(unittest.TestCase):
                          for causal in ((False, True) if D == 128 else (False,)) for feat in (False, True)]
                 self.assertEqual(built, names, f"header {hdr} {layout}")
 
+    def test_every_ablation_is_measured_against_one_plain_shipped_entry(self):
+        ablations = [e for e in SHIPPED if e.module.startswith("flash_fwd_ablation")]
+        self.assertTrue(ablations)
+        for e in ablations:
+            base = manifest.ablation_base(e, SHIPPED)
+            self.assertEqual(frozenset(), base.features, e.entry)
+            self.assertEqual((e.head_dim, e.br, e.bc), (base.head_dim, base.br, base.bc), e.entry)
+
     def test_the_dense_tuning_baselines(self):
         self.assertEqual(["flash_fwd_d128_m128n32w4s1_qs_eager", "flash_fwd_d128_m64n48w4s2"],
                          [select_variant(SHIPPED, PREFILL, "fp16", 128, c).entry for c in (False, True)])
