@@ -29,14 +29,7 @@ SEED=${SEED:-$(date +%s)}
 PHASES=${PHASES:-correctness decode demo}
 BACKENDS=${BACKENDS:-ptx-tornado tornado-mma tornado-simt}
 SHAPE="--batch 8 --heads 32 --kv-heads 8 --dim 128"
-want() { [[ " $PHASES " == *" $1 "* ]]; }
-if [ -z "${TORNADOVM_HOME:-}" ]; then
-  [ -d /opt/gpu-bundle ] || tar -xJf "${BUNDLE:-.gpu/gpu-bundle.tar.xz}" -C /opt || { echo "cannot unpack the bundle" >&2; exit 2; }
-  source /opt/gpu-bundle/env.sh
-fi
-ta() { timeout "${CALL_TIMEOUT:-300}" bin/tornado-attention "$@"; }
-cuda() { TORNADOVM_HOME= timeout "${CALL_TIMEOUT:-300}" bin/tornado-attention "$@"; }   # ptx-cuda: no TornadoVM
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+source bench/gpu-runtime.sh
 fail=0
 
 if want correctness; then
