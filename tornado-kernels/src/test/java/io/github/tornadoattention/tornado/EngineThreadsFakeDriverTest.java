@@ -17,9 +17,6 @@ import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.verify.CacheSuite;
 import io.github.tornadoattention.verify.KvCacheModel;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
@@ -63,17 +60,7 @@ class EngineThreadsFakeDriverTest {
 
     @BeforeAll
     static void runTheProbe() throws IOException, InterruptedException {
-        Path argfile = FakeCuda.argfile();
-        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
-        Path lib = FakeCuda.library();
-        assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
-        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False", Probe.class.getName(),
-                "ptx-tornado", "tornado-simt");
-        Path cwd = Files.createTempDirectory("fake-engine-threads");   // the argfile puts "." on the module path
-        Path out = cwd.resolve("probe.log");
-        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString()));
-        log = Files.readString(out, StandardCharsets.UTF_8);
-        assertEquals(0, exit, log);
+        log = FakeCuda.runProbe(Probe.class, "fake-engine-threads", Map.of(), "ptx-tornado", "tornado-simt");
     }
 
     /** The probe's steps of {@code id}; skips where the probe found the backend unavailable. */
@@ -122,31 +109,23 @@ class EngineThreadsFakeDriverTest {
         }
 
         public static void main(String[] args) {
-            for (String id : args) {
-                try {
-                    run(id);
-                    mark(id, "end");
-                } catch (RuntimeException | Error e) {
-                    mark(id, "failed " + e);
-                    e.printStackTrace();
-                }
-            }
+            FakeCuda.probeEach(args, Probe::run);
         }
 
         private static void run(String id) {
             io.github.tornadoattention.Availability availability = io.github.tornadoattention.Backends.get(id).availability();
             if (!availability.available()) {   // e.g. ptx-tornado on TornadoVM's CUDA SDK, which has no PTX backend
-                mark(id, "unavailable " + availability.detail());
+                FakeCuda.mark(id, "unavailable " + availability.detail());
                 return;
             }
             AttentionDevice device = Attention.device(id);
-            mark(id, "close-then-step");
+            FakeCuda.mark(id, "close-then-step");
             closeThenStep(device);
             List<AttentionDevice> devices = List.of(device, Attention.device(id, PlanOptions.builder().lanes(2).build()),
                     Attention.device(id, PlanOptions.builder().cudaGraph(true).lanes(2).build()));
-            mark(id, "threads");
+            FakeCuda.mark(id, "threads");
             report(CacheSuite.runConcurrently(devices, D, THREADS, 2, 20261126L));
-            mark(id, "classic");
+            FakeCuda.mark(id, "classic");
             AtomicReference<Throwable> classicFailure = new AtomicReference<>();
             Thread classic = Thread.ofPlatform().name("classic-plans").start(() -> {
                 try {
@@ -236,11 +215,6 @@ class EngineThreadsFakeDriverTest {
             long compilations = device.compilations();
             work.run();
             System.err.println("[counters] compilations " + (device.compilations() - compilations));
-        }
-
-        private static void mark(String id, String step) {
-            System.err.println("[probe] " + id + " " + step);
-            System.err.flush();
         }
     }
 }

@@ -113,6 +113,50 @@ final class FakeCuda {
     }
 
     /**
+     * Runs {@code probe}'s main in a TornadoVM JVM over the fake driver (no silent fallback to Java) for the backends
+     * {@code ids}, in a fresh folder named from {@code folder} ({@code env} added to the fake driver's library path);
+     * returns its log and asserts it exited 0. Skips where TornadoVM or the fake driver is missing.
+     */
+    static String runProbe(Class<?> probe, String folder, Map<String, String> env, String... ids)
+            throws IOException, InterruptedException {
+        Path argfile = argfile();
+        org.junit.jupiter.api.Assumptions.assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
+        Path lib = library();
+        org.junit.jupiter.api.Assumptions.assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
+        List<String> command = tornadoJvm(argfile, "-Dtornado.recover.bailout=False", probe.getName());
+        command.addAll(List.of(ids));
+        Path out = Files.createTempDirectory(folder).resolve("probe.log");   // the argfile puts "." on the module path
+        Map<String, String> all = new java.util.HashMap<>(env);
+        all.put("LD_LIBRARY_PATH", lib.toString());
+        int exit = run(command, out, all);
+        String log = Files.readString(out, java.nio.charset.StandardCharsets.UTF_8);
+        org.junit.jupiter.api.Assertions.assertEquals(0, exit, log);
+        return log;
+    }
+
+    /**
+     * A probe's main: runs {@code run} for each backend id in turn, marking its "end", or "failed" with the exception
+     * (which {@link #steps} then reports).
+     */
+    static void probeEach(String[] ids, java.util.function.Consumer<String> run) {
+        for (String id : ids) {
+            try {
+                run.accept(id);
+                mark(id, "end");
+            } catch (RuntimeException | Error e) {
+                mark(id, "failed " + e);
+                e.printStackTrace();
+            }
+        }
+    }
+
+    /** In a probe: the marker line {@code [probe] <id> <step>} that {@link #steps} splits its log by. */
+    static void mark(String id, String step) {
+        System.err.println("[probe] " + id + " " + step);
+        System.err.flush();
+    }
+
+    /**
      * The log lines of each step of {@code id} in a probe's log, by step name: a step starts at a marker line
      * {@code [probe] <id> <step> ...} and runs to the next marker. Asserts the probe reached its "end" marker and no
      * "failed" one.

@@ -13,8 +13,6 @@ import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.BenchmarkHooks;
 import io.github.tornadoattention.verify.RandomInputs;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -55,20 +53,12 @@ class FakeDriverTest {
 
     @BeforeAll
     static void runTheProbe() throws IOException, InterruptedException {
-        Path argfile = FakeCuda.argfile();
-        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
         Path lib = FakeCuda.library();
         assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
         Path hostpin = ResidencyReproTest.hostpin(lib);
         assumeTrue(hostpin != null, "hostpin.c could not be built");
-        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False", Probe.class.getName());
-        command.addAll(BACKENDS);
-        Path cwd = Files.createTempDirectory("fake-driver");   // the argfile puts "." on the module path
-        Path out = cwd.resolve("probe.log");
-        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "LD_PRELOAD", hostpin.toString(),
-                "FAKECUDA_VERBOSE", "1"));
-        log = Files.readString(out, StandardCharsets.UTF_8);
-        assertEquals(0, exit, log);
+        log = FakeCuda.runProbe(Probe.class, "fake-driver", Map.of("LD_PRELOAD", hostpin.toString(), "FAKECUDA_VERBOSE", "1"),
+                BACKENDS.toArray(String[]::new));
     }
 
     private static Map<String, List<String>> steps(String id) {
@@ -206,60 +196,55 @@ class FakeDriverTest {
                     case "ptx-tornado" -> new PtxTornadoBackend();
                     default -> new TornadoSimtBackend();
                 };
-                mark(id, "availability " + backend.availability());
+                FakeCuda.mark(id, "availability " + backend.availability());
                 try (RandomInputs in = RandomInputs.generate(SHAPE, 1);
                      HalfTensor o = HalfTensor.allocate(SHAPE.outputElements());
                      HalfTensor k2 = HalfTensor.allocate(SHAPE.kvElements())) {
                     k2.copyFromBits(in.k().toBitsArray());
-                    mark(id, "plan");
+                    FakeCuda.mark(id, "plan");
                     AttentionPlan plan = backend.plan(SHAPE);
                     BenchmarkHooks hooks = plan.benchmarkHooks();
-                    mark(id, "first");
+                    FakeCuda.mark(id, "first");
                     plan.forward(in.q(), in.k(), in.v(), o, null);
-                    mark(id, "same");
+                    FakeCuda.mark(id, "same");
                     plan.forward(in.q(), in.k(), in.v(), o, new float[SHAPE.logSumExpElements()]);
-                    mark(id, "new-q");
+                    FakeCuda.mark(id, "new-q");
                     in.q().markModified();
                     plan.forward(in.q(), in.k(), in.v(), o, null);
-                    mark(id, "new-k");
+                    FakeCuda.mark(id, "new-k");
                     in.k().markModified();
                     plan.forward(in.q(), in.k(), in.v(), o, null);
-                    mark(id, "new-v");
+                    FakeCuda.mark(id, "new-v");
                     in.v().markModified();
                     plan.forward(in.q(), in.k(), in.v(), o, null);
-                    mark(id, "other-k");
+                    FakeCuda.mark(id, "other-k");
                     plan.forward(in.q(), k2, in.v(), o, null);
-                    mark(id, "all");
+                    FakeCuda.mark(id, "all");
                     in.q().markModified();
                     in.k().markModified();
                     in.v().markModified();
                     plan.forward(in.q(), in.k(), in.v(), o, null);
-                    mark(id, "reruns");
+                    FakeCuda.mark(id, "reruns");
                     for (int i = 0; i < 3; i++) {
                         hooks.rerunOnDevice();
                     }
-                    mark(id, "after-reruns");
+                    FakeCuda.mark(id, "after-reruns");
                     plan.forward(in.q(), in.k(), in.v(), o, null);
-                    mark(id, "millis-default " + hooks.lastDeviceMillis().isPresent());
-                    mark(id, "close");
+                    FakeCuda.mark(id, "millis-default " + hooks.lastDeviceMillis().isPresent());
+                    FakeCuda.mark(id, "close");
                     plan.close();
-                    mark(id, "profiled-plan");
+                    FakeCuda.mark(id, "profiled-plan");
                     try (AttentionPlan profiled = backend.plan(SHAPE, PlanOptions.builder().profile(true).build())) {
                         profiled.forward(in.q(), in.k(), in.v(), o, null);
-                        mark(id, "millis-profiled " + profiled.benchmarkHooks().lastDeviceMillis().isPresent());
-                        mark(id, "close-profiled");
+                        FakeCuda.mark(id, "millis-profiled " + profiled.benchmarkHooks().lastDeviceMillis().isPresent());
+                        FakeCuda.mark(id, "close-profiled");
                     }
                 } catch (RuntimeException e) {
-                    mark(id, "failed " + e);
+                    FakeCuda.mark(id, "failed " + e);
                     e.printStackTrace();
                 }
-                mark(id, "end");
+                FakeCuda.mark(id, "end");
             }
-        }
-
-        private static void mark(String id, String step) {
-            System.err.println("[probe] " + id + " " + step);
-            System.err.flush();
         }
     }
 }

@@ -2,7 +2,6 @@ package io.github.tornadoattention.tornado;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.github.tornadoattention.Attention;
 import io.github.tornadoattention.AttentionDevice;
@@ -16,9 +15,6 @@ import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.verify.KvCacheModel;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -63,17 +59,8 @@ class InferenceFakeDriverTest {
 
     @BeforeAll
     static void runTheProbe() throws IOException, InterruptedException {
-        Path argfile = FakeCuda.argfile();
-        assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
-        Path lib = FakeCuda.library();
-        assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
-        List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False", Probe.class.getName(),
-                "ptx-tornado", "tornado-simt", "tornado-mma");
-        Path cwd = Files.createTempDirectory("fake-inference");   // the argfile puts "." on the module path
-        Path out = cwd.resolve("probe.log");
-        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_VERBOSE", "1"));
-        log = Files.readString(out, StandardCharsets.UTF_8);
-        assertEquals(0, exit, log);
+        log = FakeCuda.runProbe(Probe.class, "fake-inference", Map.of("FAKECUDA_VERBOSE", "1"), "ptx-tornado",
+                "tornado-simt", "tornado-mma");
     }
 
     @ParameterizedTest
@@ -269,19 +256,11 @@ class InferenceFakeDriverTest {
         }
 
         public static void main(String[] args) {
-            for (String id : args) {
-                try {
-                    run(id);
-                    mark(id, "end");
-                } catch (RuntimeException | Error e) {
-                    mark(id, "failed " + e);
-                    e.printStackTrace();
-                }
-            }
+            FakeCuda.probeEach(args, Probe::run);
         }
 
         private static void run(String id) {
-            mark(id, "device");
+            FakeCuda.mark(id, "device");
             AttentionDevice device = Attention.device(id);
             CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(SLOTS).heads(HQ).kvHeads(HKV).headDim(D)
                     .maxQueryLength(1).maxLength(CAPACITY).causal(true).build();
@@ -323,19 +302,19 @@ class InferenceFakeDriverTest {
                  DeviceTensor op3 = KvCacheModel.upload(device, KvCacheModel.randomFp16(random, parts * 200 * D));
                  DeviceTensor lp3 = device.allocate(DType.FP32, (long) parts * 200);
                  DeviceTensor o3 = device.allocate(DType.FP16, 200L * D)) {
-                mark(at, "first");
+                FakeCuda.mark(at, "first");
                 counted(device, () -> device.mergeStates(op, lp, parts, D, o, null));
-                mark(at, "warm-up");
+                FakeCuda.mark(at, "warm-up");
                 counted(device, () -> device.mergeStates(op, lp, parts, D, o, null));
-                mark(at, "step");
+                FakeCuda.mark(at, "step");
                 counted(device, () -> device.mergeStates(op, lp, parts, D, o, null));
-                mark(at, "lse-step");
+                FakeCuda.mark(at, "lse-step");
                 counted(device, () -> device.mergeStates(op, lp, parts, D, o, lse));
-                mark(at, "same-class");
+                FakeCuda.mark(at, "same-class");
                 counted(device, () -> device.mergeStates(op2, lp2, 2, D, o2, null));
-                mark(at, "larger-class");
+                FakeCuda.mark(at, "larger-class");
                 counted(device, () -> device.mergeStates(op3, lp3, parts, D, o3, null));
-                mark(at, "end");
+                FakeCuda.mark(at, "end");
             }
         }
 
@@ -361,16 +340,16 @@ class InferenceFakeDriverTest {
                     caches.add(cache);
                     cache.appendPacked(pk, pv, prompt);
                 }
-                mark(id, prefix + "first-step");
+                FakeCuda.mark(id, prefix + "first-step");
                 step(id, device, caches, plan, q, k, v, o, null, one);
-                mark(id, prefix + "warm-up");
+                FakeCuda.mark(id, prefix + "warm-up");
                 step(id, device, caches, plan, q, k, v, o, null, one);
-                mark(id, prefix + "step");
+                FakeCuda.mark(id, prefix + "step");
                 step(id, device, caches, plan, q, k, v, o, null, one);
-                mark(id, prefix + "lse-step");
+                FakeCuda.mark(id, prefix + "lse-step");
                 step(id, device, caches, plan, q, k, v, o, lse, one);
                 if (prefix.equals("lanes-")) {
-                    mark(id, prefix + "read");
+                    FakeCuda.mark(id, prefix + "read");
                     KvCacheModel.poison(o);
                     counted(device, () -> {
                         calls(caches, plan, q, k, v, o, null, one);
@@ -381,7 +360,7 @@ class InferenceFakeDriverTest {
                         System.err.println("[lanes] read o: " + (poisoned ? "still poisoned" : "not poisoned"));
                     });
                 }
-                mark(id, prefix + "close");
+                FakeCuda.mark(id, prefix + "close");
             } finally {
                 caches.forEach(KvCache::close);
             }
@@ -414,9 +393,9 @@ class InferenceFakeDriverTest {
                     prefill.forwardPacked(pq, cache, po, null);
                 }
                 step(id, device, caches, decode, q, k, v, o, null, one);
-                mark(id, "two-plans-step");
+                FakeCuda.mark(id, "two-plans-step");
                 step(id, device, caches, decode, q, k, v, o, null, one);
-                mark(id, "two-plans-close");
+                FakeCuda.mark(id, "two-plans-close");
             } finally {
                 caches.forEach(KvCache::close);
             }
@@ -452,13 +431,13 @@ class InferenceFakeDriverTest {
                     }
                     device.synchronize();
                 };
-                mark(id, "feature-plans-first");
+                FakeCuda.mark(id, "feature-plans-first");
                 counted(device, both);
-                mark(id, "feature-plans-warm-up");
+                FakeCuda.mark(id, "feature-plans-warm-up");
                 counted(device, both);
-                mark(id, "feature-plans-step");
+                FakeCuda.mark(id, "feature-plans-step");
                 counted(device, both);
-                mark(id, "feature-plans-close");
+                FakeCuda.mark(id, "feature-plans-close");
             } finally {
                 caches.forEach(KvCache::close);
             }
@@ -490,11 +469,6 @@ class InferenceFakeDriverTest {
             work.run();
             System.err.println("[counters] compilations " + (device.compilations() - compilations) + " plans "
                     + (Attention.plansCreated() - plans) + " allocations " + (device.allocations() - allocations));
-        }
-
-        private static void mark(String id, String step) {
-            System.err.println("[probe] " + id + " " + step);
-            System.err.flush();
         }
     }
 }
