@@ -107,10 +107,13 @@ if want features; then
   cuda run --batch 1 --heads 4 --kv-heads 1 --dim 128 --seq 1024 --kv-seq 8192 --causal --window 1023 --backend ptx-cuda \
     --iters 1 --check --seed "$SEED" > "$OUT/prefill-window-check.log" 2>&1 || fail=1
   echo "windowed prefill check: $(grep -m1 '^check' "$OUT/prefill-window-check.log")"
-  for extra in "" "--softcap 50 --sinks"; do
-    log="$OUT/prefill-softcap-$(echo "x$extra" | tr -d ' -').log"
-    cuda run --batch 4 --heads 16 --seq 2048 --dim 128 --causal $extra --backend ptx-cuda --warmup 10 --iters 30 --check \
-      --seed "$SEED" --json > "$log" 2>&1 && record "prefill (4,16,2048,128) causal $extra" "$log" || fail=1
+  # Sinks alone run the "_feat" entry without a tanh: the entry's own cost apart from the softcap's.
+  for D in 128 256; do
+    for extra in "" "--sinks" "--softcap 50" "--softcap 50 --sinks"; do
+      log="$OUT/prefill-d$D-softcap-$(echo "x$extra" | tr -d ' -').log"
+      cuda run --batch 4 --heads 16 --seq 2048 --dim $D --causal $extra --backend ptx-cuda --warmup 10 --iters 30 --check \
+        --seed "$SEED" --json > "$log" 2>&1 && record "prefill (4,16,2048,$D) causal $extra" "$log" || fail=1
+    done
   done
   python3 bench/decode_baseline.py --batch 8 --heads 32 --kv-heads 8 --dim 128 --context 32768 --layers "$LAYERS" \
     --steps "$STEPS" --window 4095 --backends FLASH | sed 's/^{/{"tag": "torch decode 32K window 4095", /' >> "$OUT/results.jsonl"

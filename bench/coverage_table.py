@@ -55,7 +55,10 @@ def main(path):
     pair("window against the whole 32K (decode token)", "decode 32K window 4095", "decode 32K")
     pair("window follows the window (prefill chunk)", "prefill 4096x32768 causal window 4095", "prefill 4096x4096")
     pair("softcap 50 + sinks (decode token)", "decode 32K softcap 50 sinks", "decode 32K")
-    pair("softcap 50 + sinks (prefill)", "prefill (4,16,2048,128) causal --softcap 50 --sinks", "prefill (4,16,2048,128) causal ")
+    for D in (128, 256):
+        base = f"prefill (4,16,2048,{D}) causal "
+        for extra in ("--sinks", "--softcap 50", "--softcap 50 --sinks"):
+            pair(f"{extra[2:].replace(' --', ' + ')} (prefill, D={D})", base + extra, base)
     torch_w = by_tag.get("torch decode 32K window 4095")
     ours_w = by_tag.get("decode 32K window 4095")
     if torch_w and ours_w and torch_w.get("median_ms"):

@@ -32,7 +32,7 @@
 # declares dynamic shared memory (TornadoVM launches with 0 dynamic bytes), an entry without a
 # manifest row (or a row without an entry), stale or missing generated files, PTX, manifest or
 # stamps.  Benchmark-only modules (bench_only in modules.tsv: the ablation variants, which keep the
-# launch bounds of the kernel they are compared with, and the D=128 tuning candidates, some of
+# launch bounds of the kernel they are compared with, and the tuning candidates, some of
 # which sit at 255 registers; either may spill a few bytes) are reported but not failed on spills;
 # STRICT_BENCH=1 ptxas-checks them again and fails on those too.  Outputs are byte-for-byte
 # reproducible for a given nvcc (the .gz for a given gzip too; --check compares the decompressed

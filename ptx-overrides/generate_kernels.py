@@ -346,6 +346,38 @@ rows(
         suffix="_qs_dyn_h2"),
     Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=48, dyn_smem=True, lean=16), suffix="_qs_dyn_v2"),
 )
+# D=96 and D=192 candidates beside their shipped dynamic tiles (FWD_D96_DYN, FWD_D192_DYN), whose
+# non-causal prefill is below 0.95x SDPA FLASH; all with 96 KB of dynamic shared memory at most, spill-free
+# on sm_89/sm_90 unless said.
+_D96 = dict(suffix="_dyn", causal=None)
+rows(
+    Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 8, 2, 1, dyn_smem=True), why="8 warps x 1 row group", **_D96),
+    Row("flash_fwd_tuning", "prefill", Tile(96, 128, 128, 8, 2, 1, dyn_smem=True), why="8 warps, 128 keys", **_D96),
+    Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 8, 1, 1, dyn_smem=True), why="8 warps, split K/V", **_D96),
+    Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 4, 2, 2, q_in_regs=False, dyn_smem=True),
+        why="4 warps x 2 row groups, Q in shared memory", suffix="_qs_dyn"),
+    Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 4, 1, 2, q_in_regs=False, dyn_smem=True),
+        why="4 warps x 2 row groups, Q in shared memory, split K/V", suffix="_qs_dyn"),
+    Row("flash_fwd_tuning", "prefill", Tile(96, 64, 128, 4, 2, 2, dyn_smem=True, opt=LAZY), suffix="_dyn_lazy",
+        why="the shipped tile with the lazy rescale"),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 64, 64, 4, 2, 2, dyn_smem=True), why="4 warps, 64 keys, 2 CTAs/SM", **_D96),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 64, 64, 4, 1, 2, dyn_smem=True), why="4 warps, split K/V", **_D96),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 128, 64, 8, 1, 1, dyn_smem=True, opt=LAZY), suffix="_dyn_lazy",
+        why="8 warps, split K/V"),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 128, 64, 8, 2, 1, dyn_smem=True), suffix="_dyn_eager",
+        why="the shipped tile with the eager rescale (spills 8 bytes on sm_90)"),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 128, 32, 8, 2, 1, dyn_smem=True), why="8 warps, 32 keys", **_D96),
+)
+# D=256 in 48 KB of static shared memory (what a TornadoVM twin may use) beside ptx-tornado's tile (FWD_D256,
+# timed here through the CUDA-driver ABI) and the shipped dynamic one.  Q in registers fits 48 KB only with
+# 16-key stages (Q's 32 KB staged over stages 1..); Bc=32 would need 64 KB.
+rows(
+    Row("flash_fwd_tuning", "prefill", FWD_D256, suffix="_static", why="ptx-tornado's shipped tile"),
+    Row("flash_fwd_tuning", "prefill", Tile(256, 64, 16, 4, 2, 1),
+        why="Q in registers (staged over ring stage 1: 48 KB), 2 stages of 16 keys; 252 registers"),
+    Row("flash_fwd_tuning", "prefill", Tile(256, 64, 16, 4, 2, 1, opt=LAZY), suffix="_lazy",
+        why="the same with the lazy rescale"),
+)
 
 
 # ---- generation ------------------------------------------------------------------------------

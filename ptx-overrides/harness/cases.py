@@ -1,5 +1,5 @@
-"""The problems the harness runs (no GPU needed to list them): the correctness suite, the D=128
-suite of the tuning candidates, the timing shapes, and the decode split count.
+"""The problems the harness runs (no GPU needed to list them): the correctness suite, the suite of
+the tuning candidates (per head dim), the timing shapes, and the decode split count.
 
 A case is a Case: the shape, causal, layout, want_lse, a tag, its element type and its score features
 (features.Features: window, softcap, sinks; NO_FEATURES for none).  The generators below write the shape part
@@ -17,7 +17,7 @@ TIMING_SHAPES = ([(16, 8, 512, D) for D in HEAD_DIMS] + [(4, 16, 2048, D) for D 
                  + [(1, 32, 4096, 128)])
 DECODE_TIMING_KV = (4096, 8192, 16384, 32768)
 ABLATION_SHAPE = (4, 16, 2048)  # (B, H, S) at the variant's head dim, causal and not
-TUNING_SHAPES = [(4, 16, 2048, 128), (1, 32, 4096, 128)]  # (B, H, S, D), causal and not
+TUNING_SHAPES = [(4, 16, 2048), (16, 8, 512)]  # (B, H, S) at each candidate's head dim, causal and not
 
 
 @dataclass(frozen=True)
@@ -208,26 +208,27 @@ def _fp16_suite(quick, rng):
     return cases
 
 
-def tuning_cases(rng):
-    """D=128 problems for the candidates: ragged ends, Sq != Skv, GQA/MQA, BSHD, no lse, tiny
-    and long-key problems, causal and not, plus a few random ones (suite() format)."""
+def tuning_cases(rng, head_dims):
+    """Problems for the candidates at each of their head dims: ragged ends, Sq != Skv, GQA/MQA, BSHD,
+    no lse, tiny and long-key problems, causal and not, plus a few random ones (suite() format)."""
     cases = []
-    for c in (False, True):
-        cases += [(2, 8, 8, 1024, 1024, 128, c, "bhsd", True, "seed-d128"),
-                  (2, 4, 4, 77, 1000, 128, c, "bhsd", True, "sq<skv odd"),
-                  (2, 4, 4, 1000, 77, 128, c, "bhsd", True, "sq>skv odd"),
-                  (1, 3, 3, 7, 7, 128, c, "bhsd", True, "7x7"),
-                  (1, 2, 2, 2049, 2049, 128, c, "bhsd", True, "2049"),
-                  (2, 8, 2, 300, 517, 128, c, "bhsd", True, "gqa"),
-                  (2, 8, 1, 333, 333, 128, c, "bhsd", True, "mqa"),
-                  (2, 6, 3, 259, 1031, 128, c, "bshd", True, "bshd gqa"),
-                  (1, 4, 4, 64, 200, 128, c, "bshd", False, "bshd nolse"),
-                  (1, 2, 2, 130, 3, 128, c, "bhsd", True, "sq>>skv"),
-                  (2, 4, 4, 5, 9000, 128, c, "bhsd", True, "short q long kv")]
-    for _ in range(6):
-        Hkv, G = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
-        Sq = rng.randint(1, 2100)
-        Skv = rng.randint(1, 2100) if rng.random() < 0.7 else Sq
-        cases.append((rng.randint(1, 3), Hkv * G, Hkv, Sq, Skv, 128, rng.random() < 0.5, rng.choice(["bhsd", "bshd"]),
-                      rng.random() < 0.7, "random"))
+    for D in head_dims:
+        for c in (False, True):
+            cases += [(2, 8, 8, 1024, 1024, D, c, "bhsd", True, f"seed-d{D}"),
+                      (2, 4, 4, 77, 1000, D, c, "bhsd", True, "sq<skv odd"),
+                      (2, 4, 4, 1000, 77, D, c, "bhsd", True, "sq>skv odd"),
+                      (1, 3, 3, 7, 7, D, c, "bhsd", True, "7x7"),
+                      (1, 2, 2, 2049, 2049, D, c, "bhsd", True, "2049"),
+                      (2, 8, 2, 300, 517, D, c, "bhsd", True, "gqa"),
+                      (2, 8, 1, 333, 333, D, c, "bhsd", True, "mqa"),
+                      (2, 6, 3, 259, 1031, D, c, "bshd", True, "bshd gqa"),
+                      (1, 4, 4, 64, 200, D, c, "bshd", False, "bshd nolse"),
+                      (1, 2, 2, 130, 3, D, c, "bhsd", True, "sq>>skv"),
+                      (2, 4, 4, 5, 9000, D, c, "bhsd", True, "short q long kv")]
+        for _ in range(6):
+            Hkv, G = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
+            Sq = rng.randint(1, 2100)
+            Skv = rng.randint(1, 2100) if rng.random() < 0.7 else Sq
+            cases.append((rng.randint(1, 3), Hkv * G, Hkv, Sq, Skv, D, rng.random() < 0.5,
+                          rng.choice(["bhsd", "bshd"]), rng.random() < 0.7, "random"))
     return _cases(cases, "fp16")

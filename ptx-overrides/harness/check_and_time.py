@@ -11,9 +11,9 @@ Reads the launch table ptx/manifest.tsv (manifest.py), loads the PTX through the
      ablation entries against their full kernel (timing.py).
 Logs and JSON go to $OUT (default ./out); a short table is printed last (report.py).
 
---tuning instead checks the D=128 candidates of the benchmark-only ptx/flash_fwd_tuning.ptx and the
-shipped D=128 entries (the baselines) on a small D=128 suite, and times them beside SDPA on the two
-D=128 timing shapes, causal and not (tuning.md/.json).
+--tuning instead checks the candidates of the benchmark-only ptx/flash_fwd_tuning.ptx and the
+shipped entries of their head dims (the baselines) on a small suite per head dim, and times them beside SDPA
+on cases.TUNING_SHAPES at each head dim, causal and not (tuning.md/.json).
 
 The suite includes window / softcap / sinks problems (cases.features_suite: both element types, several
 head dims); an entry runs them only where its manifest row lists the features. --features checks only those
@@ -44,11 +44,20 @@ def default_entries(entries):
     return [e for e in entries if e.module in modules and e.kind in kinds]
 
 
-def tuning_entries(entries):
-    """The shipped D=128 CUDA-driver entries (non-causal, causal), then the tuning candidates."""
-    baselines = [manifest.select_variant(entries, manifest.PREFILL, "fp16", 128, causal) for causal in (False, True)]
-    return baselines + [e for e in entries if e.module == manifest.TUNING_MODULE and e.kind == manifest.PREFILL
-                        and not e.tornado]
+def tuning_entries(entries, head_dims=None):
+    """The tuning candidates (of head_dims, else all), each head dim's shipped CUDA-driver entries (non-causal,
+    causal) before them."""
+    cands = [e for e in entries if e.module == manifest.TUNING_MODULE and e.kind == manifest.PREFILL
+             and not e.tornado and (not head_dims or e.head_dim in head_dims)]
+    dims = sorted({e.head_dim for e in cands})
+    baselines = [manifest.select_variant(entries, manifest.PREFILL, "fp16", D, causal)
+                 for D in dims for causal in (False, True)]
+    return list(dict.fromkeys(baselines)) + cands
+
+
+def head_dims(args):
+    """--head-dims as a set of ints (None: all)."""
+    return {int(d) for d in args.head_dims.split(",")} if args.head_dims else None
 
 
 def narrow(entries, args):
@@ -56,8 +65,7 @@ def narrow(entries, args):
     if args.dtype:
         entries = [e for e in entries if e.dtype == args.dtype]
     if args.head_dims:
-        dims = {int(d) for d in args.head_dims.split(",")}
-        entries = [e for e in entries if e.head_dim in dims]
+        entries = [e for e in entries if e.head_dim in head_dims(args)]
     return entries
 
 
@@ -89,7 +97,7 @@ def problems(args):
     """The problems a run checks: --tuning's, --features', or the suite."""
     rng = random.Random(args.seed)
     if args.tuning:
-        return tuning_cases(rng)
+        return tuning_cases(rng, sorted({e.head_dim for e in tuning_entries(manifest.load(), head_dims(args))}))
     return features_only(args.quick, rng) if args.features else suite(args.quick, rng)
 
 
@@ -154,14 +162,14 @@ def main():
     ap.add_argument("--no-time", action="store_true", help="check only")
     ap.add_argument("--no-check", action="store_true", help="time only")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
-    ap.add_argument("--tuning", action="store_true", help="check and time the D=128 tuning candidates only")
+    ap.add_argument("--tuning", action="store_true", help="check and time the tuning candidates only (--head-dims narrows them)")
     ap.add_argument("--features", action="store_true", help="check only the window / softcap / sinks problems")
     ap.add_argument("--list", action="store_true", help="print the entries and the problem count; no GPU needed")
     ap.add_argument("--dtype", choices=manifest.DTYPES, default=None, help="only the entries of this element type")
     ap.add_argument("--head-dims", default=None, help="only these head dims, comma-separated")
     args = ap.parse_args()
     entries = manifest.load()
-    wanted = tuning_entries(entries) if args.tuning else narrow(default_entries(entries), args)
+    wanted = tuning_entries(entries, head_dims(args)) if args.tuning else narrow(default_entries(entries), args)
     if args.list:
         list_run(args, wanted)
         return

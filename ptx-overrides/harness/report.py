@@ -42,6 +42,13 @@ def print_correctness(corr, where):
         print(f"  FAIL {n}: {v['n'] - v['passed']} of {v['n']}; {v['fails'][:2]}")
 
 
+def tuning_tables(cands, corr, rows):
+    """One tuning_table per head dim of the candidates."""
+    dims = sorted({e.head_dim for e in cands})
+    return "\n".join(f"## D={D}\n\n" + tuning_table([e for e in cands if e.head_dim == D], corr,
+                                                        [r for r in rows if r.get("D", D) == D]) for D in dims)
+
+
 def tuning_table(cands, corr, rows):
     """Markdown: one row per kernel, one column per (shape, causal): SDPA FLASH time / kernel
     time (> 1 is faster than SDPA FLASH), then its median ms."""
@@ -117,11 +124,11 @@ def markdown(meta, entries, corr, ncases, rows, dec, abl):
 
 def tuning_markdown(meta, kernels, corr, rows):
     baselines = ", ".join(k.name for k in kernels if k.module != "flash_fwd_tuning.ptx")
-    md = [f"# D=128 tuning candidates (flash_fwd_tuning.ptx) beside SDPA and the shipped {baselines}", "",
+    md = [f"# Tuning candidates (flash_fwd_tuning.ptx) beside SDPA and the shipped {baselines}", "",
           f"GPU: {meta['gpu']} ({meta['sms']} SMs), driver CUDA {meta['driver']}, torch {meta['torch']}, "
           f"date {meta['date']}", f"Command: `{meta['cmd']}`", "",
           "Cells: SDPA FLASH time / kernel time (> 1 = faster than SDPA FLASH), then the median of the "
-          "round medians in ms. check = correctness runs passed.", "", tuning_table(kernels, corr, rows)]
+          "round medians in ms. check = correctness runs passed.", "", tuning_tables(kernels, corr, rows)]
     if corr:
         fails = [(n, f) for n, v in corr.items() for f in v["fails"]]
         if fails:
@@ -133,7 +140,7 @@ def print_tuning_summary(kernels, corr, rows):
     print("\n==== tuning summary ====")
     if corr is not None:
         print_correctness(corr, "")
-    print(tuning_table(kernels, corr, rows))
+    print(tuning_tables(kernels, corr, rows))
 
 
 def print_summary(corr, ncases, timing_rows, abl):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU facts, SASS of the shipped PTX (background), then check_and_time.py.
 # Run from the repository root:  bash ptx-overrides/harness/run_gpu.sh [harness args]
-# (--tuning: the D=128 candidates of ptx/flash_fwd_tuning.ptx only, see check_and_time.py)
+# (--tuning: the candidates of ptx/flash_fwd_tuning.ptx only, --head-dims to narrow them, see check_and_time.py)
 set -uo pipefail
 OUT="${OUT:-./out}"; mkdir -p "$OUT"; export OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv | tee "$OUT/gpu.txt"

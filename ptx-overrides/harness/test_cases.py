@@ -21,7 +21,7 @@ except ImportError:  # the reference test needs torch (CPU is enough)
 class CasesTest(unittest.TestCase):
     def test_every_case_has_a_type_and_features(self):
         for quick in (False, True):
-            for c in suite(quick, random.Random(7)) + tuning_cases(random.Random(7)):
+            for c in suite(quick, random.Random(7)) + tuning_cases(random.Random(7), manifest.HEAD_DIMS):
                 self.assertIsInstance(c, Case)
                 self.assertIn(c.dtype, manifest.DTYPES)
                 self.assertIsInstance(c.feat, Features)
@@ -40,7 +40,13 @@ class CasesTest(unittest.TestCase):
             self.assertTrue(any(c.dtype == dtype and c.feat.names() and c.Sq <= 16 for c in cases))  # decode
 
     def test_tuning_and_plain_cases_have_none(self):
-        self.assertTrue(all(c.feat == NO_FEATURES for c in tuning_cases(random.Random(1))))
+        self.assertTrue(all(c.feat == NO_FEATURES for c in tuning_cases(random.Random(1), (96, 192))))
+
+    def test_tuning_cases_cover_each_head_dim_asked_for_both_flags(self):
+        cases = tuning_cases(random.Random(1), (96, 192))
+        for D in (96, 192):
+            self.assertEqual({False, True}, {c.causal for c in cases if c.D == D and c.tag != "random"})
+        self.assertEqual({96, 192}, {c.D for c in cases})
 
     def test_short_list_alternates_causal(self):
         full, short = feature_cases(64, "bf16", False), feature_cases(64, "bf16", False, short=True)

@@ -190,6 +190,17 @@ class ShippedManifestTest(unittest.TestCase):
         self.assertEqual(["flash_fwd_d128_m128n32w4s1_qs_eager", "flash_fwd_d128_m64n48w4s2"],
                          [select_variant(SHIPPED, PREFILL, "fp16", 128, c).entry for c in (False, True)])
 
+    def test_tuning_runs_each_candidates_head_dim_beside_its_shipped_entries(self):
+        import check_and_time
+        every = manifest.load()
+        wanted = check_and_time.tuning_entries(every, {96})
+        cands = [e for e in wanted if e.module == manifest.TUNING_MODULE]
+        self.assertTrue(cands)
+        self.assertEqual({96}, {e.head_dim for e in wanted})
+        shipped = [e for e in wanted if e.module != manifest.TUNING_MODULE]
+        self.assertEqual(list(dict.fromkeys(select_variant(every, PREFILL, "fp16", 96, c) for c in (False, True))),
+                         shipped)
+
     def test_every_selectable_entry_is_what_its_own_variant_selects(self):
         for e in SHIPPED:
             if not e.selectable:

@@ -157,13 +157,13 @@ def ablation_timing(runner, kernels, quick):
 
 
 def tuning_timing(runner, cands, rounds, reps):
-    """Each candidate beside SDPA FLASH/CUDNN on TUNING_SHAPES.  Kernels are timed round-robin
+    """Each candidate beside SDPA FLASH/CUDNN on TUNING_SHAPES at its head dim.  Kernels are timed round-robin
     (`rounds` rounds of `reps` launches) so that clock drift hits all alike; ms = median of the
     round medians, lo/hi = their range."""
     gen = torch.Generator(device="cuda")
     gen.manual_seed(4321)
     rows = []
-    for (B, H, S, D) in TUNING_SHAPES:
+    for (B, H, S, D) in [(B, H, S, D) for D in sorted({e.head_dim for e in cands}) for (B, H, S) in TUNING_SHAPES]:
         for causal in (False, True):
             pb = Problem(B, H, H, S, S, D, causal, "bhsd", lse=True, gen=gen)
             fl = pb.flops()
@@ -175,14 +175,14 @@ def tuning_timing(runner, cands, rounds, reps):
                 fn = sdpa_fn(pb, be)
                 if fn:
                     fns["sdpa_" + be] = fn
-            for e in cands:
+            for e in (e for e in cands if e.head_dim == D):
                 grid = runner.prefill_grid(e, pb)
                 fns[e.name] = (lambda e=e, grid=grid: runner.launch(e, grid, args))
             meds = {k: [] for k in fns}
             for _ in range(rounds):
                 for k, fn in fns.items():
                     meds[k].append(time_fn(fn, reps)[0])
-            res = dict(shape=f"({B},{H},{S},{D})", causal=causal, flops=fl, kernels={})
+            res = dict(shape=f"({B},{H},{S},{D})", D=D, causal=causal, flops=fl, kernels={})
             for k, ms in meds.items():
                 m = sorted(ms)[len(ms) // 2]
                 res["kernels"][k] = dict(ms=m, lo=min(ms), hi=max(ms), tflops=fl / m / 1e9)

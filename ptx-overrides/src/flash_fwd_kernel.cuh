@@ -71,6 +71,10 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     if constexpr (Opt::kFeatures) return reload_param<P_SOFTCAP, kHdr>(params);
     else return 0;
   };
+  // The softcap's 1/c times the score scale: tanh's argument per unit of q.k (with softcap_bits() != 0).
+  auto softcap_in = [&]() -> float {
+    return __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(softcap_bits());
+  };
   auto sink_of = [&](int h) -> float {
     if constexpr (Opt::kFeatures) return sink_logit<kHdr>(params, h);
     else return -__int_as_float(0x7f800000);
@@ -158,11 +162,8 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   auto lo_of = [](int off, int left) { return left >= 0 ? off - min(left, 1 << 30) : -(1 << 30); };
   int2 bounds;  // (diag, lo_off)
   {
-    const int* pw = at_data<kHdr>(params);
     const int off = kC ? kv_len - n_new : p.Skv - p.Sq;
-    bounds = Opt::kFeatures
-                 ? make_int2(off + delta_of(p.causal, __ldg(pw + P_WINDOW_RIGHT)), lo_of(off, __ldg(pw + P_WINDOW_LEFT)))
-                 : make_int2(off + delta_of(p.causal, -1), lo_of(off, -1));
+    bounds = make_int2(off + delta_of(p.causal, window_word(WinRight{})), lo_of(off, window_word(WinLeft{})));
   }
   const int diag0 = bounds.x, lo_off = bounds.y;
   // Keys this CTA visits: [kbeg, kend).  Decode: split `split` of the span [span0, Skv) from the
@@ -565,7 +566,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
           else mask = tile_key0 < row0 + warp_row0 + RG * 16 - 1 + bounds_now().y;
         }
         if (!mask && cap_bits != 0) {
-          const float in = __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(cap_bits);
+          const float in = softcap_in();
 #pragma unroll
           for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
@@ -575,7 +576,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
         }
       }
       if (mask) {
-        const float in = __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(cap_bits);
+        const float in = softcap_in();
         // Branch-free row bounds: a tile inside every row's window keeps all its keys.
         const int2 bd = bounds_now();
 #pragma unroll

@@ -1,8 +1,10 @@
-// Benchmark-only D=128 candidates (ptx/flash_fwd_tuning.ptx; not packed into the jar): run by
-// `harness/check_and_time.py --tuning`, which checks each one and times it beside SDPA and the
-// shipped flash_fwd_d128_m64n48w4s2 (ptx/flash_fwd.ptx, the baseline).
+// Benchmark-only tile candidates (ptx/flash_fwd_tuning.ptx; not packed into the jar): run by
+// `harness/check_and_time.py --tuning [--head-dims 96,192]`, which checks each one and times it
+// beside SDPA and the shipped entries of its head dim (the baselines).  The rows and their reasons:
+// ../generate_kernels.py (D=96, 192 and 256 rows: tiles for the non-causal prefill and for
+// ptx-tornado's 48 KB at D=256).
 //
-// The question: the shipped Br=64 configuration gives each warp one 16-row group, so every K/V
+// D=128, the question: the shipped Br=64 configuration gives each warp one 16-row group, so every K/V
 // fragment read with ldmatrix feeds a single mma and the kernel is bound by shared-memory
 // bandwidth.  With Br=128 and 4 warps each warp owns 2 row groups (32 rows), every K/V
 // fragment feeds two mmas, but O then takes 128 registers and Q has to stay in shared memory

@@ -75,11 +75,19 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// The softcap's tanh: 1 - 2/(e^(2x) + 1) with ex2.approx and a fast divide, absolute error below
-// 1e-6 over the whole range (tanh.approx.f32's 2^-11 relative error would move a capped score by
-// up to c*2^-11, more than the checks allow); +-1 for large |x|.
+// The softcap's tanh: 1 - 2/(1 + e^(2x)), absolute error below 2e-7 over the whole range (tanh.approx.f32's
+// 2^-11 relative error would move a capped score by up to c*2^-11, more than the checks allow).  Only e^(2x)
+// goes to the special-function unit: the softmax's exp already runs there, and a second SFU op per score
+// (rcp for the divide) made softcapped prefill SFU-bound.  The reciprocal is a bit-trick guess (5%) and
+// three Newton steps on the FMA pipe; 1 + e^(2x) is clamped to 1e8 (tanh = 1 in fp32 there) to keep the
+// guess in range, with min.NaN so that a NaN score stays NaN.
 __device__ __forceinline__ float tanh_fast(float x) {
-  return 1.f - __fdividef(2.f, 1.f + exp2_approx(x * 2.8853900817779268f));
+  float w = 1.f + exp2_approx(x * 2.8853900817779268f);
+  asm("min.NaN.f32 %0, %0, 0f4CBEBC20;\n" : "+f"(w));  // 1e8
+  float r = __int_as_float(0x7EF311C3 - __float_as_int(w));
+#pragma unroll
+  for (int i = 0; i < 3; ++i) r = fmaf(r, fmaf(-w, r, 1.f), r);
+  return fmaf(-2.f, r, 1.f);
 }
 
 __device__ __forceinline__ float quad_max(float x) {
