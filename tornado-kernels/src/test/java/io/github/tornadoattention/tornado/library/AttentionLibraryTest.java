@@ -359,6 +359,30 @@ class AttentionLibraryTest {
     }
 
     @Test
+    void everyGpuCheckCaseIsServedAndCoversWhatTheCheckClaims() {
+        for (LibraryGpuCheck.CacheCase c : LibraryGpuCheck.CACHE_CASES) {
+            CacheAttentionSpec spec = c.spec(new java.util.SplittableRandom(1));
+            CacheLibraryTasks att = CacheLibraryTasks.create(spec, c.cacheSpec());
+            String function = c.op() == LibraryCall.Op.PREFILL ? (c.lse() ? CacheLibraryTasks.PREFILL_LSE : CacheLibraryTasks.PREFILL)
+                    : (c.lse() ? CacheLibraryTasks.DECODE_LSE : CacheLibraryTasks.DECODE);
+            assertEquals(c.op(), att.call(function).op(), c.name());
+            assertEquals(c.initialLengths().length, c.batch(), c.name());
+            assertTrue(spec.maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES || c.op() == LibraryCall.Op.PREFILL, c.name());
+        }
+        List<LibraryGpuCheck.CacheCase> cases = LibraryGpuCheck.CACHE_CASES;
+        assertTrue(cases.stream().anyMatch(c -> c.pageSize() > 0 && c.op() == LibraryCall.Op.DECODE), "paged decode");
+        assertTrue(cases.stream().anyMatch(c -> c.op() == LibraryCall.Op.PREFILL && c.initialLengths()[1] > 0), "chunked prefill");
+        assertTrue(cases.stream().anyMatch(c -> c.kvHeads() == 1), "MQA");
+        assertTrue(cases.stream().anyMatch(c -> c.kvHeads() > 1 && c.kvHeads() < c.heads()), "GQA");
+        assertTrue(cases.stream().anyMatch(c -> c.dtype() == DType.BF16 && c.op() == LibraryCall.Op.DECODE), "bf16 decode");
+        assertTrue(cases.stream().anyMatch(c -> c.dtype() == DType.BF16 && c.op() == LibraryCall.Op.PREFILL), "bf16 prefill");
+        assertTrue(cases.stream().anyMatch(c -> c.features().sinks() && c.features().softcap() > 0), "features");
+        assertTrue(cases.stream().anyMatch(c -> c.cudaGraph() && c.op() == LibraryCall.Op.DECODE), "graph decode");
+        assertTrue(cases.stream().anyMatch(c -> c.cudaGraph() && c.op() == LibraryCall.Op.PREFILL), "graph prefill");
+        assertEquals(cases.size(), cases.stream().map(LibraryGpuCheck.CacheCase::name).distinct().count(), "unique names");
+    }
+
+    @Test
     void contextRunsPagedDecodeAndPrefillWithTheExactDriverCalls() {
         CacheAttentionSpec spec = spec(DType.FP16, D).maxQueryLength(16).build();
         KvCacheSpec cache = paged(DType.FP16, D);
