@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The decode library task (tornado/library; docs/tornadovm.md, "As a TornadoVM library task") on a GPU through TornadoVM's CUDA backend:
-# runs io.github.tornadoattention.tornado.library.LibraryGpuCheck (tornado-kernels test sources) and
-# exits 0 only when every check passed. Builds nothing. Run from the repository root on a machine with
-# an NVIDIA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13), with these prepared elsewhere:
+# The attention library task (tornado/library; docs/tornadovm.md, "As a TornadoVM library task") on a GPU through
+# TornadoVM's CUDA backend: runs io.github.tornadoattention.tornado.library.LibraryGpuCheck (tornado-kernels test
+# sources: the shape-by-scalars decode, then CacheLibraryTasks' paged decode, chunked prefill, GQA/MQA, lse, bf16,
+# window/softcap/sinks and CUDA-graph cases, each against the CPU reference) and exits 0 only when every check passed.
+# Builds nothing. Run from the repository root on a machine with an NVIDIA driver (libcuda.so.1) and NVRTC
+# (libnvrtc.so.13), with these prepared elsewhere:
 #   .gpu/libcheck/tvm-cuda.tar.xz   jdk/ (JDK 25 with JVMCI and Graal) + tornadovm-cuda/ (a TornadoVM
 #                                   5.2.0-jdk25 SDK with the CUDA backend: jars, libtornado-cuda.so,
 #                                   tornado-argfile.template)
-#   .gpu/libcheck/libcheck.jar      the compiled LibraryGpuCheck classes
+#   .gpu/libcheck/libcheck.jar      the compiled check: after a build with the CUDA SDK,
+#                                   jar cf .gpu/libcheck/libcheck.jar -C tornado-kernels/target/test-classes io/github/tornadoattention/tornado/library
 #   src/target/tornado-attention.jar, src/cli/target/lib/*.jar (its dependencies), tornado-kernels/target/tornado-kernels.jar
 # Arguments go to LibraryGpuCheck ([--steps N] [--seed S] [--timing N] [--case NAME]...).
 # Logs under $OUT (default out/libcheck): libcheck.log (everything), env.txt.

@@ -476,7 +476,7 @@ public final class LibraryGpuCheck {
         }
 
         TaskGraph graph = new TaskGraph("lib_" + c.name().replace('-', '_'))
-                .transferToDevice(DataTransferMode.FIRST_EXECUTION, nans, lseNans)
+                .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.lse() ? new Object[] {nans, lseNans} : new Object[] {nans})
                 .transferToDevice(DataTransferMode.EVERY_EXECUTION, q, k, v, step, blocks);
         if (dtype == DType.BF16) {
             graph.task("poison_o", LibraryGpuCheck::poisonBits, (ShortArray) nans, (ShortArray) o);
