@@ -382,6 +382,40 @@ class AttentionLibraryTest {
         assertEquals(cases.size(), cases.stream().map(LibraryGpuCheck.CacheCase::name).distinct().count(), "unique names");
     }
 
+    /**
+     * The GPU check's cases, two steps each, with each execution an emulation of the launches' ABI
+     * ({@link LaunchEmulation}): the check lays its arrays out as the kernels read them, its references and comparisons
+     * hold; and a paged case whose emulated launches read the pool without the block table fails.
+     */
+    @Test
+    void gpuCheckCasesPassAgainstAnEmulationOfTheLaunches() {
+        for (LibraryGpuCheck.CacheCase c : LibraryGpuCheck.CACHE_CASES) {
+            LibraryGpuCheck.CacheRun run = new LibraryGpuCheck.CacheRun(c, 1);
+            LibraryTaskDescriptor d = run.descriptor();
+            for (int s = 0; s < 2; s++) {
+                assertTrue(run.step(s, () -> emulate(run, d, d.getParameters())), c.name() + " step " + s);
+            }
+        }
+        LibraryGpuCheck.CacheCase paged = LibraryGpuCheck.CACHE_CASES.get(0);
+        assertTrue(paged.pageSize() > 0);
+        LibraryGpuCheck.CacheRun run = new LibraryGpuCheck.CacheRun(paged, 1);
+        LibraryTaskDescriptor d = run.descriptor();
+        Object[] identityPages = d.getParameters().clone();
+        IntArray identity = new IntArray(run.blocks.getSize());
+        for (int i = 0; i < identity.getSize(); i++) {
+            identity.set(i, i);
+        }
+        identityPages[((LibraryCall) d.getTuning()).positions().blockTable()] = identity;
+        assertTrue(!run.step(0, () -> emulate(run, d, identityPages)), "pages read in pool order must not pass");
+    }
+
+    /** One emulated execution: O and lse poisoned (as the GPU check's tasks do), then the launches' writes. */
+    private static void emulate(LibraryGpuCheck.CacheRun run, LibraryTaskDescriptor d, Object[] args) {
+        LibraryGpuCheck.fillNaN(run.o);
+        run.lse.init(Float.NaN);
+        LaunchEmulation.run((LibraryCall) d.getTuning(), args);
+    }
+
     @Test
     void contextRunsPagedDecodeAndPrefillWithTheExactDriverCalls() {
         CacheAttentionSpec spec = spec(DType.FP16, D).maxQueryLength(16).build();

@@ -13,6 +13,7 @@ import java.util.SplittableRandom;
 import uk.ac.manchester.tornado.api.TaskGraph;
 import uk.ac.manchester.tornado.api.TornadoExecutionPlan;
 import uk.ac.manchester.tornado.api.annotations.Parallel;
+import uk.ac.manchester.tornado.api.common.LibraryTaskDescriptor;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
@@ -39,7 +40,10 @@ import uk.ac.manchester.tornado.runtime.library.spi.TornadoNativeStreamSupport;
  * <li>{@link #CACHE_CASES}: the functions of {@link CacheLibraryTasks}: paged decode over an engine-owned page pool with
  *     a shuffled block table, chunked (varlen) prefill with the bottom-right causal mask (each chunk's queries at the
  *     end of its sequence's keys), GQA and MQA, lse, bf16, window/softcap/sinks, and CUDA-graph capture; new rows
- *     written by the host into its cache (or pool), sent every execution.</li>
+ *     written by the host into its cache (or pool), sent every execution;</li>
+ * <li>{@value LibraryTiming#NAME}: Llama 3 8B's decode attention through the library task beside ptx-cuda
+ *     ({@link LibraryTiming}: the same kernels event-timed on the same buffers, and TornadoVM's wall time per
+ *     execution), timings printed, outputs checked.</li>
  * </ul>
  * Every step: fresh N(0,1) inputs (rounded to the element type), O and lse poisoned with NaN on the device by a task
  * before the library task (TornadoVM copies no write-only argument in), cache rows past each length and pool pages
@@ -145,7 +149,8 @@ public final class LibraryGpuCheck {
                 case "--case" -> only.add(args[++i]);
                 default -> {
                     System.err.println("usage: LibraryGpuCheck [--steps N] [--seed S] [--timing N] [--case NAME]...; cases: "
-                            + CASES.stream().map(Case::name).toList() + " " + CACHE_CASES.stream().map(CacheCase::name).toList());
+                            + CASES.stream().map(Case::name).toList() + " " + CACHE_CASES.stream().map(CacheCase::name).toList()
+                            + " " + LibraryTiming.NAME);
                     System.exit(2);
                 }
             }
@@ -162,6 +167,9 @@ public final class LibraryGpuCheck {
                 if (only.isEmpty() || only.contains(c.name())) {
                     check.run(c, steps, seed);
                 }
+            }
+            if (only.isEmpty() || only.contains(LibraryTiming.NAME)) {
+                check.timing(10 * timing, seed);
             }
         }
         System.out.println(check.failures == 0 ? "RESULT PASS" : "RESULT FAIL (" + check.failures + " failed)");
@@ -400,6 +408,22 @@ public final class LibraryGpuCheck {
         }
     }
 
+    /** Llama-shaped decode timing, library task beside ptx-cuda ({@link LibraryTiming}); fails only on a wrong output. */
+    private void timing(int calls, long seed) {
+        String name = "case " + LibraryTiming.NAME;
+        try {
+            if (LibraryTiming.run(Math.max(20, calls), seed)) {
+                pass(name, "outputs within tolerance (timings above: informational)");
+            } else {
+                fail(name, "an output was out of tolerance");
+            }
+        } catch (Throwable e) {
+            e.printStackTrace();
+            System.out.flush();
+            fail(name, "threw " + e);
+        }
+    }
+
     /** The poison tasks of the cache cases: bf16 bits (ShortArray) and lse. */
     public static void poisonBits(ShortArray nans, ShortArray o) {
         for (@Parallel int i = 0; i < o.getSize(); i++) {
@@ -413,7 +437,7 @@ public final class LibraryGpuCheck {
         }
     }
 
-    /** A case of {@link CacheLibraryTasks} (see {@link CacheCase}). */
+    /** A case of {@link CacheLibraryTasks} (see {@link CacheCase}) on the GPU: its graph in a TornadoVM plan. */
     private void run(CacheCase c, int steps, long seed) {
         String name = "case " + c.name();
         System.out.println(String.format(Locale.ROOT,
@@ -421,140 +445,17 @@ public final class LibraryGpuCheck {
                         + "features=%s cudaGraph=%b lengths0=%s", c.name(), c.op(), c.dtype().label(), c.batch(), c.heads(),
                 c.kvHeads(), c.headDim(), c.capacity(), c.pageSize(), c.maxQueries(), c.lse(), c.features(), c.cudaGraph(),
                 Arrays.toString(c.initialLengths())));
-        boolean prefill = c.op() == LibraryCall.Op.PREFILL;
-        int b0 = c.batch(), h = c.heads(), hkv = c.kvHeads(), d = c.headDim(), cap = c.capacity(), maxQ = c.maxQueries();
-        DType dtype = c.dtype();
-        SplittableRandom random = new SplittableRandom(seed * 1_000_003L + c.name().hashCode());
-        CacheAttentionSpec spec = c.spec(random);
-        KvCacheSpec cacheSpec = c.cacheSpec();
-        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cacheSpec);
-
-        int qSize = b0 * h * maxQ * d;  // dense [batch, heads, maxQ, D] and packed [batch*maxQ, heads, D] alike
-        int lseSize = b0 * h * maxQ;
-        TornadoNativeArray q = tensor(dtype, qSize), o = tensor(dtype, qSize), nans = tensor(dtype, qSize);
-        TornadoNativeArray k = tensor(dtype, Math.toIntExact(cacheSpec.elements()));
-        TornadoNativeArray v = tensor(dtype, Math.toIntExact(cacheSpec.elements()));
-        FloatArray lse = new FloatArray(lseSize), lseNans = new FloatArray(lseSize);
-        lseNans.init(Float.NaN);
-        fillNaN(nans);
-        fillNaN(k);
-        fillNaN(v);
-        IntArray step = io.github.tornadoattention.tornado.engine.CacheAttentionTasks.newStepArray(b0);
-        int pagesPerSequence = cacheSpec.pagesPerSequence();
-        IntArray blocks = new IntArray(cacheSpec.paged() ? b0 * pagesPerSequence : 1);
-        if (cacheSpec.paged()) {
-            // The engine's pool handed out in shuffled order: pages of a sequence are neither adjacent nor ascending.
-            int[] pages = new int[cacheSpec.pages()];
-            for (int i = 0; i < pages.length; i++) {
-                pages[i] = i;
-            }
-            for (int i = pages.length - 1; i > 0; i--) {
-                int j = random.nextInt(i + 1);
-                int t = pages[i];
-                pages[i] = pages[j];
-                pages[j] = t;
-            }
-            for (int i = 0; i < blocks.getSize(); i++) {
-                blocks.set(i, pages[i]);
-            }
-        }
-        RowIndex row = (slot, kvHead, position) -> cacheSpec.paged()
-                ? ((long) (blocks.get(slot * pagesPerSequence + position / c.pageSize()) * hkv + kvHead) * c.pageSize()
-                        + position % c.pageSize()) * d
-                : ((long) (slot * hkv + kvHead) * cap + position) * d;
-        int[] lengths = c.initialLengths().clone();
-        for (int b = 0; b < b0; b++) {
-            for (int kh = 0; kh < hkv; kh++) {
-                for (int p = 0; p < lengths[b]; p++) {
-                    long at = row.of(b, kh, p);
-                    for (int x = 0; x < d; x++) {
-                        put(k, (int) (at + x), gaussian(random));
-                        put(v, (int) (at + x), gaussian(random));
-                    }
-                }
-            }
-        }
-
-        TaskGraph graph = new TaskGraph("lib_" + c.name().replace('-', '_'))
-                .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.lse() ? new Object[] {nans, lseNans} : new Object[] {nans})
-                .transferToDevice(DataTransferMode.EVERY_EXECUTION, q, k, v, step, blocks);
-        if (dtype == DType.BF16) {
-            graph.task("poison_o", LibraryGpuCheck::poisonBits, (ShortArray) nans, (ShortArray) o);
-        } else {
-            graph.task("poison_o", LibraryGpuCheck::poison, (HalfFloatArray) nans, (HalfFloatArray) o);
-        }
-        if (c.lse()) {
-            graph.task("poison_lse", LibraryGpuCheck::poisonFloats, lseNans, lse);
-            if (prefill) {
-                graph.libraryTask("attn", att::prefillWithLse, q, k, v, step, blocks, o, lse);
-            } else {
-                graph.libraryTask("attn", att::decodeWithLse, q, k, v, step, blocks, o, lse);
-            }
-            graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o, lse);
-        } else {
-            if (prefill) {
-                graph.libraryTask("attn", att::prefill, q, k, v, step, blocks, o);
-            } else {
-                graph.libraryTask("attn", att::decode, q, k, v, step, blocks, o);
-            }
-            graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o);
-        }
-        double maxAbs = dtype == DType.BF16 ? BF16_MAX_ABS : MAX_ABS, maxRel = dtype == DType.BF16 ? BF16_MAX_REL_L2 : MAX_REL_L2;
-        double worstAbs = 0, worstRel = 0, worstLse = 0;
-        double[] stepMs = new double[steps];
         boolean ok = true;
-        try (TornadoExecutionPlan plan = new TornadoExecutionPlan(graph.snapshot())) {
-            if (c.cudaGraph()) {
-                plan.withCUDAGraph();
-            }
-            for (int s = 0; s < steps; s++) {
-                // New tokens per slot: 1..maxQ, slot (s + b) % 4 == 3 idle, never past capacity; a prefill's chunk
-                // ends at the sequence's new length, after the keys of the chunks before it (bottom-right).
-                int[] n = new int[b0];
-                for (int b = 0; b < b0; b++) {
-                    int want = (s + b) % 4 == 3 ? 0 : 1 + random.nextInt(maxQ);
-                    n[b] = Math.min(want, cap - lengths[b]);
-                    lengths[b] += n[b];
+        CacheRun run;
+        try {
+            run = new CacheRun(c, seed);
+            try (TornadoExecutionPlan plan = new TornadoExecutionPlan(run.graph().snapshot())) {
+                if (c.cudaGraph()) {
+                    plan.withCUDAGraph();
                 }
-                io.github.tornadoattention.tornado.engine.CacheAttentionTasks.setStep(step, lengths, n);
-                fillNaN(q);
-                int offset = 0;
-                for (int b = 0; b < b0; b++) {
-                    for (int j = 0; j < n[b]; j++) {
-                        for (int hh = 0; hh < h; hh++) {
-                            int at = prefill ? ((offset + j) * h + hh) * d : ((b * h + hh) * maxQ + j) * d;
-                            for (int x = 0; x < d; x++) {
-                                put(q, at + x, gaussian(random));
-                            }
-                        }
-                        for (int kh = 0; kh < hkv; kh++) {
-                            long at = row.of(b, kh, lengths[b] - n[b] + j);
-                            for (int x = 0; x < d; x++) {
-                                put(k, (int) (at + x), gaussian(random));
-                                put(v, (int) (at + x), gaussian(random));
-                            }
-                        }
-                    }
-                    offset += n[b];
+                for (int s = 0; s < steps; s++) {
+                    ok &= run.step(s, plan::execute);
                 }
-                long t0 = System.nanoTime();
-                plan.execute();
-                stepMs[s] = (System.nanoTime() - t0) / 1e6;
-                CpuReference.Result ref = CpuReference.cached(spec, floats(q), prefill, rows(k, row), rows(v, row),
-                        lengths.clone(), n);
-                // A packed call writes the rows of its total only.
-                int rowsWritten = prefill ? offset : b0 * maxQ;
-                double[] e = compare(o, ref.output(), (long) rowsWritten * h * d);
-                double lseErr = c.lse() ? compareLse(lse, ref.logSumExp(), prefill ? b0 * maxQ : 0, offset) : 0;
-                worstAbs = Math.max(worstAbs, e[1]);
-                worstRel = Math.max(worstRel, e[2]);
-                worstLse = Math.max(worstLse, lseErr);
-                boolean stepOk = e[0] == 0 && e[1] <= maxAbs && e[2] <= maxRel && lseErr <= MAX_LSE_ABS;
-                ok &= stepOk;
-                System.out.println(String.format(Locale.ROOT,
-                        "  step %d lengths=%s new=%s %.3f ms nan=%d max_abs=%.2e rel_l2=%.2e%s %s", s, Arrays.toString(lengths),
-                        Arrays.toString(n), stepMs[s], (long) e[0], e[1], e[2],
-                        c.lse() ? String.format(Locale.ROOT, " lse_err=%.2e", lseErr) : "", stepOk ? "ok" : "WRONG"));
             }
         } catch (Throwable e) {
             e.printStackTrace();
@@ -562,16 +463,203 @@ public final class LibraryGpuCheck {
             fail(name, "threw " + e);
             return;
         }
-        double[] sorted = stepMs.clone();
-        Arrays.sort(sorted);
-        String detail = String.format(Locale.ROOT,
-                "steps=%d max_abs=%.2e rel_l2=%.2e%s bounds=%.0e/%.1e first_step=%.3f ms median_step=%.3f ms", steps,
-                worstAbs, worstRel, c.lse() ? String.format(Locale.ROOT, " lse_err=%.2e", worstLse) : "", maxAbs, maxRel,
-                stepMs.length > 0 ? stepMs[0] : 0, sorted.length > 0 ? sorted[sorted.length / 2] : 0);
+        String detail = run.summary();
         if (ok) {
             pass(name, detail);
         } else {
             fail(name, detail);
+        }
+    }
+
+    /**
+     * One cache case's arrays and steps, apart from how an execution runs (the GPU check runs its TornadoVM graph;
+     * the tests run an emulation of the launches): the spec and cache, the host arrays (the cache or pool filled to
+     * the initial lengths, NaN elsewhere; a shuffled block table), and per step the new tokens, fresh inputs, one
+     * execution and the comparison with {@link CpuReference#cached}.
+     */
+    static final class CacheRun {
+        final CacheCase c;
+        final CacheAttentionSpec spec;
+        final KvCacheSpec cacheSpec;
+        final CacheLibraryTasks att;
+        final boolean prefill;
+        final TornadoNativeArray q, o, k, v, nans;
+        final FloatArray lse, lseNans;
+        final IntArray step, blocks;
+        final RowIndex row;
+        final int[] lengths;
+        private final SplittableRandom random;
+        private final List<Double> stepMs = new ArrayList<>();
+        private double worstAbs, worstRel, worstLse;
+
+        CacheRun(CacheCase c, long seed) {
+            this.c = c;
+            this.random = new SplittableRandom(seed * 1_000_003L + c.name().hashCode());
+            this.spec = c.spec(random);
+            this.cacheSpec = c.cacheSpec();
+            this.att = CacheLibraryTasks.create(spec, cacheSpec);
+            this.prefill = c.op() == LibraryCall.Op.PREFILL;
+            int b0 = c.batch(), hkv = c.kvHeads(), d = c.headDim(), cap = c.capacity();
+            DType dtype = c.dtype();
+            int qSize = b0 * c.heads() * c.maxQueries() * d;  // dense [batch, heads, maxQ, D] and packed [batch*maxQ, heads, D] alike
+            q = tensor(dtype, qSize);
+            o = tensor(dtype, qSize);
+            nans = tensor(dtype, qSize);
+            k = tensor(dtype, Math.toIntExact(cacheSpec.elements()));
+            v = tensor(dtype, Math.toIntExact(cacheSpec.elements()));
+            lse = new FloatArray(qSize / d);
+            lseNans = new FloatArray(qSize / d);
+            lseNans.init(Float.NaN);
+            fillNaN(nans);
+            fillNaN(k);
+            fillNaN(v);
+            step = io.github.tornadoattention.tornado.engine.CacheAttentionTasks.newStepArray(b0);
+            int pagesPerSequence = cacheSpec.pagesPerSequence();
+            blocks = new IntArray(cacheSpec.paged() ? b0 * pagesPerSequence : 1);
+            if (cacheSpec.paged()) {
+                // The engine's pool handed out in shuffled order: pages of a sequence are neither adjacent nor ascending.
+                int[] pages = new int[cacheSpec.pages()];
+                for (int i = 0; i < pages.length; i++) {
+                    pages[i] = i;
+                }
+                for (int i = pages.length - 1; i > 0; i--) {
+                    int j = random.nextInt(i + 1);
+                    int t = pages[i];
+                    pages[i] = pages[j];
+                    pages[j] = t;
+                }
+                for (int i = 0; i < blocks.getSize(); i++) {
+                    blocks.set(i, pages[i]);
+                }
+            }
+            int pageSize = c.pageSize();
+            row = (slot, kvHead, position) -> cacheSpec.paged()
+                    ? ((long) (blocks.get(slot * pagesPerSequence + position / pageSize) * hkv + kvHead) * pageSize
+                            + position % pageSize) * d
+                    : ((long) (slot * hkv + kvHead) * cap + position) * d;
+            lengths = c.initialLengths().clone();
+            for (int b = 0; b < b0; b++) {
+                for (int kh = 0; kh < hkv; kh++) {
+                    for (int p = 0; p < lengths[b]; p++) {
+                        long at = row.of(b, kh, p);
+                        for (int x = 0; x < d; x++) {
+                            put(k, (int) (at + x), gaussian(random));
+                            put(v, (int) (at + x), gaussian(random));
+                        }
+                    }
+                }
+            }
+        }
+
+        /** The library task of the case (decode or prefill, with or without lse) over the arrays. */
+        LibraryTaskDescriptor descriptor() {
+            if (c.lse()) {
+                return prefill ? att.prefillWithLse(q, k, v, step, blocks, o, lse) : att.decodeWithLse(q, k, v, step, blocks, o, lse);
+            }
+            return prefill ? att.prefill(q, k, v, step, blocks, o) : att.decode(q, k, v, step, blocks, o);
+        }
+
+        /**
+         * The GPU graph: inputs and the cache sent every execution (the host appends), O and lse poisoned on the device
+         * by tasks (TornadoVM copies no write-only argument in), the library task, O and lse back.
+         */
+        TaskGraph graph() {
+            TaskGraph graph = new TaskGraph("lib_" + c.name().replace('-', '_'))
+                    .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.lse() ? new Object[] {nans, lseNans} : new Object[] {nans})
+                    .transferToDevice(DataTransferMode.EVERY_EXECUTION, q, k, v, step, blocks);
+            if (c.dtype() == DType.BF16) {
+                graph.task("poison_o", LibraryGpuCheck::poisonBits, (ShortArray) nans, (ShortArray) o);
+            } else {
+                graph.task("poison_o", LibraryGpuCheck::poison, (HalfFloatArray) nans, (HalfFloatArray) o);
+            }
+            if (c.lse()) {
+                graph.task("poison_lse", LibraryGpuCheck::poisonFloats, lseNans, lse);
+                if (prefill) {
+                    graph.libraryTask("attn", att::prefillWithLse, q, k, v, step, blocks, o, lse);
+                } else {
+                    graph.libraryTask("attn", att::decodeWithLse, q, k, v, step, blocks, o, lse);
+                }
+                return graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o, lse);
+            }
+            if (prefill) {
+                graph.libraryTask("attn", att::prefill, q, k, v, step, blocks, o);
+            } else {
+                graph.libraryTask("attn", att::decode, q, k, v, step, blocks, o);
+            }
+            return graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o);
+        }
+
+        /**
+         * Step {@code s}: new tokens per slot (1..maxQueries, slot (s + b) % 4 == 3 idle, never past capacity; a
+         * prefill's chunk ends at the sequence's new length, after the keys of the chunks before it: bottom-right),
+         * fresh queries and new K/V rows written by the host, one {@code execute}, O (and lse) against the reference.
+         * Prints the step's line; returns whether it was within tolerance.
+         */
+        boolean step(int s, Runnable execute) {
+            int b0 = c.batch(), h = c.heads(), hkv = c.kvHeads(), d = c.headDim(), maxQ = c.maxQueries();
+            int[] n = new int[b0];
+            for (int b = 0; b < b0; b++) {
+                int want = (s + b) % 4 == 3 ? 0 : 1 + random.nextInt(maxQ);
+                n[b] = Math.min(want, c.capacity() - lengths[b]);
+                lengths[b] += n[b];
+            }
+            io.github.tornadoattention.tornado.engine.CacheAttentionTasks.setStep(step, lengths, n);
+            fillNaN(q);
+            int offset = 0;
+            for (int b = 0; b < b0; b++) {
+                for (int j = 0; j < n[b]; j++) {
+                    for (int hh = 0; hh < h; hh++) {
+                        int at = prefill ? ((offset + j) * h + hh) * d : ((b * h + hh) * maxQ + j) * d;
+                        for (int x = 0; x < d; x++) {
+                            put(q, at + x, gaussian(random));
+                        }
+                    }
+                    for (int kh = 0; kh < hkv; kh++) {
+                        long at = row.of(b, kh, lengths[b] - n[b] + j);
+                        for (int x = 0; x < d; x++) {
+                            put(k, (int) (at + x), gaussian(random));
+                            put(v, (int) (at + x), gaussian(random));
+                        }
+                    }
+                }
+                offset += n[b];
+            }
+            long t0 = System.nanoTime();
+            execute.run();
+            double ms = (System.nanoTime() - t0) / 1e6;
+            stepMs.add(ms);
+            CpuReference.Result ref = CpuReference.cached(spec, floats(q), prefill, rows(k, row), rows(v, row),
+                    lengths.clone(), n);
+            // A packed call writes the rows of its total only.
+            int rowsWritten = prefill ? offset : b0 * maxQ;
+            double[] e = compare(o, ref.output(), (long) rowsWritten * h * d);
+            double lseErr = c.lse() ? compareLse(lse, ref.logSumExp(), prefill ? b0 * maxQ : 0, offset) : 0;
+            worstAbs = Math.max(worstAbs, e[1]);
+            worstRel = Math.max(worstRel, e[2]);
+            worstLse = Math.max(worstLse, lseErr);
+            boolean ok = e[0] == 0 && e[1] <= maxAbs() && e[2] <= maxRel() && lseErr <= MAX_LSE_ABS;
+            System.out.println(String.format(Locale.ROOT,
+                    "  step %d lengths=%s new=%s %.3f ms nan=%d max_abs=%.2e rel_l2=%.2e%s %s", s, Arrays.toString(lengths),
+                    Arrays.toString(n), ms, (long) e[0], e[1], e[2],
+                    c.lse() ? String.format(Locale.ROOT, " lse_err=%.2e", lseErr) : "", ok ? "ok" : "WRONG"));
+            return ok;
+        }
+
+        double maxAbs() {
+            return c.dtype() == DType.BF16 ? BF16_MAX_ABS : MAX_ABS;
+        }
+
+        double maxRel() {
+            return c.dtype() == DType.BF16 ? BF16_MAX_REL_L2 : MAX_REL_L2;
+        }
+
+        /** The worst errors and the step times so far, for the PASS/FAIL line. */
+        String summary() {
+            double[] sorted = stepMs.stream().mapToDouble(Double::doubleValue).sorted().toArray();
+            return String.format(Locale.ROOT,
+                    "steps=%d max_abs=%.2e rel_l2=%.2e%s bounds=%.0e/%.1e first_step=%.3f ms median_step=%.3f ms",
+                    sorted.length, worstAbs, worstRel, c.lse() ? String.format(Locale.ROOT, " lse_err=%.2e", worstLse) : "",
+                    maxAbs(), maxRel(), stepMs.isEmpty() ? 0 : stepMs.get(0), sorted.length > 0 ? sorted[sorted.length / 2] : 0);
         }
     }
 
