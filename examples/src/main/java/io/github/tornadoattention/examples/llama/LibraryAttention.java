@@ -44,7 +44,7 @@ final class LibraryAttention implements AttentionVariant {
 
     @Override
     public String name() {
-        return "library(ptx-cuda kernels)";
+        return "library-task";
     }
 
     @Override
