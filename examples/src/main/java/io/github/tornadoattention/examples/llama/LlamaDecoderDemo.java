@@ -46,6 +46,8 @@ import uk.ac.manchester.tornado.api.common.TornadoDevice;
 public final class LlamaDecoderDemo implements Callable<Integer> {
     static final int EXIT_FAILED = 1;
     static final int EXIT_BAD_INPUT = 2;
+    /** The attention variants (--attention). */
+    static final List<String> VARIANTS = List.of("ours", "scalar", "library");
     /** Steps at the start of the prompt left out of the prompt's mean time (first transfers, warm-up). */
     static final int PROMPT_WARMUP_STEPS = 16;
 
@@ -53,7 +55,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
     CommandSpec spec;
 
     @Option(names = "--attention", split = ",", paramLabel = "VARIANT", defaultValue = "ours,scalar",
-            description = "variants to run, in order: ours, scalar (default: ${DEFAULT-VALUE})")
+            description = "variants to run, in order: ours, scalar, library (the library task; TornadoVM's CUDA backend) "
+                    + "(default: ${DEFAULT-VALUE})")
     List<String> attention;
 
     @Option(names = "--backend", paramLabel = "ID", defaultValue = "ptx-tornado",
@@ -137,12 +140,13 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
     /** The options' meaning as a config; a bad combination is a {@link ParameterException} naming the option. */
     LlamaConfig config() {
         for (String variant : attention) {
-            if (!variant.equals("ours") && !variant.equals("scalar")) {
-                throw bad("--attention", variant, "each must be ours or scalar");
+            if (!VARIANTS.contains(variant)) {
+                throw bad("--attention", variant, "each must be one of " + String.join(", ", VARIANTS));
             }
         }
         if (attention.isEmpty() || new TreeSet<>(attention).size() != attention.size()) {
-            throw bad("--attention", String.join(",", attention), "one or both of ours, scalar, each once");
+            throw bad("--attention", String.join(",", attention), "one or more of " + String.join(", ", VARIANTS)
+                    + ", each once");
         }
         if (!CacheAttentionTasks.BACKENDS.contains(backend)) {
             throw bad("--backend", backend, "must be one of " + CacheAttentionTasks.BACKENDS);
@@ -198,8 +202,11 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
 
         List<VariantRun> runs = new ArrayList<>();
         for (String name : attention) {
-            AttentionVariant variant = name.equals("ours") ? new OursAttention(config, backend, device)
-                    : new ScalarAttention(config);
+            AttentionVariant variant = switch (name) {
+                case "ours" -> new OursAttention(config, backend, device);
+                case "library" -> new LibraryAttention(config, device);
+                default -> new ScalarAttention(config);
+            };
             int[] forced = runs.isEmpty() ? null : runs.get(0).tokens;
             runs.add(run(config, weights, variant, promptTokens, forced, out));
         }

@@ -36,8 +36,9 @@ final class OursAttention implements AttentionVariant {
     private final IntArray step = CacheAttentionTasks.newStepArray(1);
     private final List<Layer> layers = new ArrayList<>();
 
-    private record Layer(HalfFloatArray q, HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray kCache,
-                         HalfFloatArray vCache, IntArray blockTable, HalfFloatArray out) {
+    /** One layer's arrays: q, new K/V [Hkv, D] fp16, the fp16 caches [1, Hkv, maxLength, D], O [Hq, D]; also the library variant's. */
+    record Layer(HalfFloatArray q, HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray kCache,
+                 HalfFloatArray vCache, IntArray blockTable, HalfFloatArray out) {
     }
 
     OursAttention(LlamaConfig config, String backendId, TornadoDevice device) {
@@ -107,6 +108,11 @@ final class OursAttention implements AttentionVariant {
 
     @Override
     public void fillPrefix(int positions, PrefixRows rows) {
+        fillPrefix(config, layers, positions, rows);
+    }
+
+    /** Positions [0, positions) of every layer's fp16 caches hold {@code rows}' K and V (host arrays). */
+    static void fillPrefix(LlamaConfig config, List<Layer> layers, int positions, PrefixRows rows) {
         int capacity = config.maxLength();
         int hkv = config.kvHeads();
         int d = config.headDim();
@@ -143,7 +149,11 @@ final class OursAttention implements AttentionVariant {
 
     @Override
     public Sample sample(int layer) {
-        Layer arrays = layers.get(layer);
+        return sample(config, layers.get(layer));
+    }
+
+    /** A layer's q, O and cache rows as the check reads them. */
+    static Sample sample(LlamaConfig config, Layer arrays) {
         int capacity = config.maxLength();
         int d = config.headDim();
         return new Sample(toFloats(arrays.q), toFloats(arrays.out),

@@ -120,7 +120,7 @@ class HostSideTest {
     @Test
     void badOptionsAreRefusedBeforeAnythingRunsNamingTheOption() {
         String[][] cases = {
-            {"--attention=ours,fast", "--attention = fast: each must be ours or scalar"},
+            {"--attention=ours,fast", "--attention = fast: each must be one of ours, scalar, library"},
             {"--attention=scalar,scalar", "--attention = scalar,scalar"},
             {"--backend=cuda", "--backend = cuda: must be one of [ptx-tornado, tornado-mma, tornado-simt]"},
             {"--head-dim=96", "--heads = 32: heads * headDim must equal dim = 4096"},

@@ -9,8 +9,9 @@ import uk.ac.manchester.tornado.runtime.library.spi.TornadoNativeStreamSupport;
 
 /**
  * tornado-attention as a TornadoVM 5.2.0 library ({@code TornadoLibraryProvider}, found by
- * ServiceLoader): {@link AttentionLibraryTasks#decode} tasks run the ptx-cuda cache kernels on
- * TornadoVM's own device buffers and CUDA stream. Only TornadoVM's CUDA backend exposes its stream
+ * ServiceLoader): the tasks of {@link CacheLibraryTasks} (decode and varlen prefill over a contiguous or paged
+ * cache) and {@link AttentionLibraryTasks#decode} run the ptx-cuda cache kernels on TornadoVM's own device buffers
+ * and CUDA stream. Each descriptor carries its checked {@link LibraryCall} as its tuning. Only TornadoVM's CUDA backend exposes its stream
  * ({@code TornadoNativeStreamSupport}); on the PTX, OpenCL and SPIR-V backends the task is refused
  * ("not supported on device"), as cuBLAS's are.
  */
@@ -39,7 +40,7 @@ public final class AttentionLibrary implements TornadoLibraryProvider {
 
     @Override
     public void prepare(LibraryTaskDescriptor descriptor, LibraryContext context) {
-        ((Context) context).state().prepare(descriptor.getFunctionName(), descriptor.getParameters());
+        ((Context) context).state().prepare(descriptor.getFunctionName(), descriptor.getParameters(), descriptor.getTuning());
     }
 
     @Override
@@ -51,7 +52,7 @@ public final class AttentionLibrary implements TornadoLibraryProvider {
             args[i] = invocation.getArg(i);
             pointers[i] = invocation.isReference(i) ? invocation.getDevicePointer(i) : 0;
         }
-        ((Context) invocation.getContext()).state().dispatch(functionName, args, pointers);
+        ((Context) invocation.getContext()).state().dispatch(functionName, args, pointers, invocation.getTuning());
     }
 
     @Override

@@ -9,15 +9,16 @@ import java.util.Map;
 /**
  * The provider's state for one (TornadoVM device, execution plan): TornadoVM's CUcontext and CUstream
  * (from its CUDA backend's {@code TornadoNativeStreamSupport}), the cache kernels' entries it runs loaded into
- * that context, and per decode shape the uploaded params block and the split workspace. Plain types
- * only, so it compiles and is tested without TornadoVM's runtime; {@code AttentionLibrary} adapts it to
- * the {@code TornadoLibraryProvider} SPI.
+ * that context, and per call ({@link LibraryCall#key()}: function, spec, cache) the uploaded params block and
+ * the decode's split workspace. Plain types only, so it compiles and is tested without TornadoVM's runtime;
+ * {@code AttentionLibrary} adapts it to the {@code TornadoLibraryProvider} SPI.
  *
  * <p>{@link #prepare} (called by TornadoVM before any CUDA graph capture) loads, allocates and uploads;
- * {@link #dispatch} only enqueues two kernels on TornadoVM's stream, so it may be captured.
+ * {@link #dispatch} only enqueues the call's launches (decode: split pass + combine; prefill: one) on TornadoVM's
+ * stream, with the same grids and arguments every step, so it may be captured.
  */
 public final class AttentionLibraryContext implements AutoCloseable {
-    /** mma.sync m16n8k16 fp16, ldmatrix and cp.async: sm_80 or newer, as the ptx-cuda host requires. */
+    /** mma.sync m16n8k16, ldmatrix and cp.async: sm_80 or newer, as the ptx-cuda host requires. */
     static final int MIN_COMPUTE_CAPABILITY = 80;
 
     private final LibraryCuda cuda;
@@ -27,12 +28,8 @@ public final class AttentionLibraryContext implements AutoCloseable {
     private final Map<String, Long> modules = new HashMap<>();
     private final Map<String, Long> functions = new HashMap<>();
     private boolean capabilityChecked;
-    private final Map<DecodeCall.Shape, Prepared> prepared = new HashMap<>();
+    private final Map<LibraryCall.Key, LibraryCall.Workspace> prepared = new HashMap<>();
     private boolean closed;
-
-    /** Device memory of one decode shape. */
-    record Prepared(DecodeCall call, long params, long partialO, long partialLse) {
-    }
 
     public AttentionLibraryContext(LibraryCuda cuda, long context, long stream) {
         if (context == 0) {
@@ -50,12 +47,38 @@ public final class AttentionLibraryContext implements AutoCloseable {
         return stream;
     }
 
-    /** Loads the module and makes the shape's buffers; idempotent (one lookup when already made). */
-    public synchronized void prepare(String function, Object[] args) {
-        requireDecode(function);
-        DecodeCall call = DecodeCall.of(args);
-        if (prepared.containsKey(call.shape())) {
-            return;
+    /**
+     * The call of a task: the one its descriptor carries ({@code tuning}, made by {@link CacheLibraryTasks} or
+     * {@link AttentionLibraryTasks#decode}), or for a {@value AttentionLibraryTasks#DECODE} descriptor made by hand
+     * the one its scalars describe; its arguments checked against it.
+     */
+    static LibraryCall call(String function, Object[] args, Object tuning) {
+        if (tuning instanceof LibraryCall call) {
+            if (!call.function().equals(function)) {
+                throw new InvalidArgumentException("function", function, "the descriptor's call is " + call.function());
+            }
+            call.checkArguments(args);
+            return call;
+        }
+        if (AttentionLibraryTasks.DECODE.equals(function)) {
+            return LibraryCall.legacyDecode(args);
+        }
+        throw new InvalidArgumentException("function", function, "the " + AttentionLibraryTasks.LIBRARY_NAME + " library has "
+                + AttentionLibraryTasks.DECODE + " (AttentionLibraryTasks) and " + String.join(", ", CacheLibraryTasks.DECODE,
+                CacheLibraryTasks.DECODE_LSE, CacheLibraryTasks.PREFILL, CacheLibraryTasks.PREFILL_LSE)
+                + " (CacheLibraryTasks, whose descriptors carry their call)");
+    }
+
+    /** Loads the call's entries and makes its buffers; idempotent (one lookup when already made). */
+    public synchronized void prepare(String function, Object[] args, Object tuning) {
+        requireOpen();
+        prepare(call(function, args, tuning));
+    }
+
+    private LibraryCall.Workspace prepare(LibraryCall call) {
+        LibraryCall.Workspace done = prepared.get(call.key());
+        if (done != null) {
+            return done;
         }
         inContext(() -> {
             if (!capabilityChecked) {
@@ -66,73 +89,64 @@ public final class AttentionLibraryContext implements AutoCloseable {
                 capabilityChecked = true;
             }
             // Loaded here, before any capture: dispatch only looks the functions up.
-            load(call.splitEntry());
-            load(call.combineEntry());
-            long params = 0, partialO = 0, partialLse = 0;
+            call.kernels().forEach(this::load);
+            int[] params = call.params();
+            long p = 0, partialO = 0, partialLse = 0;
             try {
-                params = cuda.malloc(4L * call.params().length);
-                cuda.copyToDevice(params, call.params());
-                partialO = cuda.malloc(4L * call.partialOFloats());
-                partialLse = cuda.malloc(4L * call.partialLseFloats());
+                p = cuda.malloc(4L * params.length);
+                cuda.copyToDevice(p, params);
+                if (call.partialOFloats() > 0) {
+                    partialO = cuda.malloc(4L * call.partialOFloats());
+                    partialLse = cuda.malloc(4L * call.partialLseFloats());
+                }
             } catch (RuntimeException e) {
-                for (long p : new long[] {params, partialO, partialLse}) {
-                    if (p != 0) {
-                        cuda.free(p);
+                for (long b : new long[] {p, partialO, partialLse}) {
+                    if (b != 0) {
+                        cuda.free(b);
                     }
                 }
                 throw e;
             }
-            prepared.put(call.shape(), new Prepared(call, params, partialO, partialLse));
+            prepared.put(call.key(), new LibraryCall.Workspace(p, partialO, partialLse));
         });
+        return prepared.get(call.key());
     }
 
     /**
-     * Enqueues the decode on TornadoVM's stream: split pass, then combine. {@code pointers} are the
-     * device addresses TornadoVM resolved for the arguments (0 for scalars).
+     * Enqueues the call's launches on TornadoVM's stream. {@code pointers} are the device addresses TornadoVM
+     * resolved for the arguments (0 for scalars).
      */
-    public synchronized void dispatch(String function, Object[] args, long[] pointers) {
-        requireDecode(function);
-        DecodeCall.checkPointers(pointers);
-        DecodeCall call = DecodeCall.of(args);
-        Prepared p = prepared.get(call.shape());
-        if (p == null) {
-            // TornadoVM calls prepare first; a direct caller may not have (not capture-safe then).
-            prepare(function, args);
-            p = prepared.get(call.shape());
-        }
-        Prepared state = p;
+    public synchronized void dispatch(String function, Object[] args, long[] pointers, Object tuning) {
+        requireOpen();
+        LibraryCall call = call(function, args, tuning);
+        call.checkPointers(pointers);
+        // TornadoVM calls prepare first; a direct caller may not have (then this is not capture-safe).
+        LibraryCall.Workspace workspace = prepare(call);
         inContext(() -> {
-            cuda.launch(function(call.splitEntry()), call.splits(), call.splitGridY(), call.splitGridZ(),
-                    call.splitThreads(), stream, call.splitArguments(pointers, state.partialO(), state.partialLse(), state.params()));
-            cuda.launch(function(call.combineEntry()), call.combineGridX(), 1, 1, call.combineThreads(), stream,
-                    call.combineArguments(pointers, state.partialO(), state.partialLse(), state.params()));
+            for (LibraryCall.Launch l : call.launches(pointers, workspace)) {
+                cuda.launch(functions.get(l.kernel().entry()), l.gridX(), l.gridY(), l.gridZ(), l.kernel().threads(), stream,
+                        l.arguments());
+            }
         });
     }
 
-    private void load(String entry) {
+    private void load(KernelManifest.Kernel kernel) {
+        String entry = kernel.entry();
         if (!functions.containsKey(entry)) {
-            long module = cuda.loadModule(PtxEntries.module(KernelManifest.ptx(DecodeCall.MODULE), entry));
+            long module = cuda.loadModule(PtxEntries.module(KernelManifest.ptx(kernel.module()), entry));
             modules.put(entry, module);
             functions.put(entry, cuda.function(module, entry));
         }
     }
 
-    private long function(String entry) {
-        return functions.get(entry);
-    }
-
-    /** Shapes prepared so far (tests). */
-    synchronized int preparedShapes() {
+    /** Calls prepared so far (tests). */
+    synchronized int preparedCalls() {
         return prepared.size();
     }
 
-    private void requireDecode(String function) {
+    private void requireOpen() {
         if (closed) {
             throw new IllegalStateException("the attention library context is closed");
-        }
-        if (!AttentionLibraryTasks.DECODE.equals(function)) {
-            throw new InvalidArgumentException("function", function,
-                    "the " + AttentionLibraryTasks.LIBRARY_NAME + " library has " + AttentionLibraryTasks.DECODE);
         }
     }
 
@@ -153,10 +167,12 @@ public final class AttentionLibraryContext implements AutoCloseable {
         }
         closed = true;
         inContext(() -> {
-            for (Prepared p : prepared.values()) {
-                cuda.free(p.params());
-                cuda.free(p.partialO());
-                cuda.free(p.partialLse());
+            for (LibraryCall.Workspace w : prepared.values()) {
+                for (long b : new long[] {w.params(), w.partialO(), w.partialLse()}) {
+                    if (b != 0) {
+                        cuda.free(b);
+                    }
+                }
             }
             prepared.clear();
             modules.values().forEach(cuda::unloadModule);

@@ -15,22 +15,19 @@ import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 
 /**
- * The decode library task end to end: a TaskGraph with one {@code libraryTask} on TornadoVM's default
- * device, against a plain-Java reference. Runs only where the provider is enabled (AttentionLibrary on
- * the class path with its services entry) and the default device is on TornadoVM's CUDA backend;
- * elsewhere (the PTX SDK, no GPU) it is skipped with the reason.
+ * The library tasks end to end on TornadoVM's default device: the shape-by-scalars decode in a TaskGraph of its
+ * own against a plain-Java reference, and two of the GPU check's cache cases (paged decode, paged chunked prefill)
+ * against the CPU reference. Runs only where the default device is on TornadoVM's CUDA backend; elsewhere (the PTX
+ * SDK, no GPU) it is skipped with the reason.
  */
 class AttentionLibraryDeviceTest {
 
-    @Test
-    void decodeTaskMatchesReference() throws Exception {
-        try {
-            Class.forName("io.github.tornadoattention.tornado.library.AttentionLibrary");
-        } catch (ClassNotFoundException e) {
-            Assumptions.abort("the AttentionLibrary provider is not enabled in this build (LIBRARY-TASKS.md)");
-        }
-        // TornadoVM turns a library task it cannot place into a bailout without the reason: check the
-        // device first. Only the CUDA backend's devices expose their stream to library providers.
+    /**
+     * Skips unless the default TornadoVM device is on the CUDA backend (TornadoVM turns a library task it cannot
+     * place into a bailout without the reason: check the device first; only the CUDA backend's devices expose their
+     * stream to library providers).
+     */
+    private static void requireCudaBackend() {
         TornadoVMBackendType backend;
         try {
             backend = TornadoRuntimeProvider.getTornadoRuntime().getDefaultDevice().getTornadoVMBackend();
@@ -40,6 +37,29 @@ class AttentionLibraryDeviceTest {
         }
         Assumptions.assumeTrue(backend == TornadoVMBackendType.CUDA,
                 "the default TornadoVM device is on the " + backend + " backend; library tasks need the CUDA backend");
+    }
+
+    /** A paged decode and a paged chunked prefill of the GPU check ({@link LibraryGpuCheck.CacheRun}), three steps each. */
+    @Test
+    void cacheFunctionsMatchReference() {
+        requireCudaBackend();
+        for (String name : new String[] {"paged-decode-d128-gqa4", "paged-chunked-prefill-d128-gqa4"}) {
+            LibraryGpuCheck.CacheCase c = LibraryGpuCheck.CACHE_CASES.stream().filter(k -> k.name().equals(name))
+                    .findFirst().orElseThrow();
+            LibraryGpuCheck.CacheRun run = new LibraryGpuCheck.CacheRun(c, 7);
+            try (TornadoExecutionPlan plan = new TornadoExecutionPlan(run.graph().snapshot())) {
+                for (int s = 0; s < 3; s++) {
+                    assertTrue(run.step(s, plan::execute), name + " step " + s + ": " + run.summary());
+                }
+            } catch (Exception e) {
+                throw new AssertionError(name, e);
+            }
+        }
+    }
+
+    @Test
+    void decodeTaskMatchesReference() throws Exception {
+        requireCudaBackend();
         int batch = 2, heads = 4, kvHeads = 2, queries = 1, capacity = 700, d = 128;
         float scale = (float) (1 / Math.sqrt(d));
         int[] lengths = {333, 700};

@@ -5,12 +5,20 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.KvCacheSpec;
 import java.lang.reflect.Proxy;
+import java.util.List;
 import java.util.ServiceLoader;
 import org.junit.jupiter.api.Test;
+import uk.ac.manchester.tornado.api.common.LibraryTaskDescriptor;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 import uk.ac.manchester.tornado.api.exceptions.TornadoRuntimeException;
 import uk.ac.manchester.tornado.runtime.common.TornadoXPUDevice;
 import uk.ac.manchester.tornado.runtime.library.LibraryRegistry;
+import uk.ac.manchester.tornado.runtime.library.spi.LibraryInvocation;
 import uk.ac.manchester.tornado.runtime.library.spi.TornadoLibraryProvider;
 import uk.ac.manchester.tornado.runtime.library.spi.TornadoNativeStreamSupport;
 
@@ -59,5 +67,32 @@ class AttentionLibraryRegistryTest {
         TornadoRuntimeException e = assertThrows(TornadoRuntimeException.class,
                 () -> LibraryRegistry.findProvider(AttentionLibraryTasks.LIBRARY_NAME, device(false)));
         assertTrue(e.getMessage().contains("is not supported on device: stand-in PTX-backend device"), e.getMessage());
+    }
+
+    @Test
+    void providerHandsTheDescriptorsCallToPrepareAndTheInvocationsToDispatch() {
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(1).heads(4).kvHeads(1).headDim(64).maxQueryLength(1)
+                .maxLength(64).build();
+        KvCacheSpec cache = KvCacheSpec.paged(1, 1, 64, 64, 16);
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cache);
+        HalfFloatArray q = new HalfFloatArray(4 * 64), o = new HalfFloatArray(4 * 64);
+        HalfFloatArray k = new HalfFloatArray((int) cache.elements()), v = new HalfFloatArray((int) cache.elements());
+        LibraryTaskDescriptor d = att.decodeWithLse(q, k, v, new IntArray(4), new IntArray(4), o, new FloatArray(4));
+        AttentionLibraryTest.FakeCuda cuda = new AttentionLibraryTest.FakeCuda(90);
+        AttentionLibrary provider = new AttentionLibrary();
+        AttentionLibrary.Context context = new AttentionLibrary.Context(new AttentionLibraryContext(cuda, 0xC000, 0x5000));
+        provider.prepare(d, context);
+        assertEquals(1, context.state().preparedCalls());
+        cuda.calls.clear();
+        long[] pointers = {0x100, 0x200, 0x300, 0x400, 0x500, 0x600, 0x700};
+        boolean[] reference = {true, true, true, true, true, true, true};
+        provider.dispatch(d.getFunctionName(), new LibraryInvocation(d.getParameters(), pointers, reference, device(true), 1,
+                context, d.getTuning()));
+        assertEquals(List.of("push c000",
+                "launch flash_cache_decode_split_paged_d64 grid 1x1x1 block 32 stream 5000 args [256, 512, 768, 1001, 1002, 1000, 1024, 1280, 256]",
+                "launch flash_cache_decode_combine_d64 grid 1x1x1 block 128 stream 5000 args [1001, 1002, 1536, 1792, 1000, 1]",
+                "pop"), cuda.calls);
+        provider.destroyContext(context);
+        assertTrue(cuda.calls.getLast().equals("pop") && cuda.calls.contains("free 1000"), cuda.calls.toString());
     }
 }

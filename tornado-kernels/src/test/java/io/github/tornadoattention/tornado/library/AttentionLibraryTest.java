@@ -2,25 +2,37 @@ package io.github.tornadoattention.tornado.library;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
+import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.KernelParams;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import org.junit.jupiter.api.Test;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.common.LibraryTaskDescriptor;
+import uk.ac.manchester.tornado.api.types.arrays.BFloat16Array;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
- * The attention library's task descriptor, argument mapping and validation, and what its context asks
- * of the CUDA driver (a recording fake): everything short of a GPU and TornadoVM's CUDA backend.
+ * The attention library's task descriptors, argument mapping and validation, and what its context asks of the CUDA
+ * driver (a recording stand-in): everything short of a GPU and TornadoVM's CUDA backend. The shape-by-scalars
+ * {@link AttentionLibraryTasks#decode} first, then the functions of {@link CacheLibraryTasks}: paged decode, varlen
+ * prefill, GQA, lse, bf16, the score features.
  */
 class AttentionLibraryTest {
     static final int B = 2, H = 8, HKV = 2, SQ = 1, CAP = 1000, D = 128;
@@ -38,6 +50,8 @@ class AttentionLibraryTest {
         return args(B, H, HKV, SQ, CAP, D);
     }
 
+    // ---- the shape-by-scalars decode (AttentionLibraryTasks.decode) ----
+
     @Test
     void decodeDescriptorNamesTheLibraryAndMarksOnlyTheOutputWritten() {
         Object[] a = args();
@@ -48,10 +62,11 @@ class AttentionLibraryTest {
         assertEquals(AttentionLibraryTasks.DECODE_ARGS, d.getParameters().length);
         assertEquals(AttentionLibraryTasks.DECODE_ARGS, d.getAccess().length);
         for (int i = 0; i < d.getAccess().length; i++) {
-            assertEquals(i == DecodeCall.ARG_O ? Access.WRITE_ONLY : Access.READ_ONLY, d.getAccess()[i], "argument " + i);
+            assertEquals(i == AttentionLibraryTasks.ARG_O ? Access.WRITE_ONLY : Access.READ_ONLY, d.getAccess()[i], "argument " + i);
         }
         assertEquals(List.of(B, H, HKV, SQ, CAP, D, true, SCALE),
-                List.of(d.getParameters()).subList(DecodeCall.ARG_BATCH, AttentionLibraryTasks.DECODE_ARGS));
+                List.of(d.getParameters()).subList(AttentionLibraryTasks.ARG_BATCH, AttentionLibraryTasks.DECODE_ARGS));
+        assertEquals(AttentionLibraryTasks.DECODE, ((LibraryCall) d.getTuning()).function());
     }
 
     @Test
@@ -65,72 +80,73 @@ class AttentionLibraryTest {
 
     @Test
     void callMapsOntoTheCacheKernelsAsTheCudaHostDoes() {
-        DecodeCall c = DecodeCall.of(args());
+        LibraryCall c = LibraryCall.legacyDecode(args());
         CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(B).heads(H).kvHeads(HKV).headDim(D).maxQueryLength(SQ)
                 .maxLength(CAP).causal(true).scale(SCALE).layout(Layout.BHSD).build();
         assertArrayEquals(KernelParams.forCache(spec, KvCacheSpec.contiguous(B, HKV, CAP, D), false), c.params());
-        assertEquals("flash_cache_decode_split_d128", c.splitEntry());
-        assertEquals("flash_cache_decode_combine_d128", c.combineEntry());
+        assertEquals(List.of("flash_cache_decode_split_d128", "flash_cache_decode_combine_d128"), entries(c));
         assertEquals(256, c.keysPerSplit());
         assertEquals(4, c.splits());
-        assertEquals(1, c.splitGridY()); // G * Sq = 4 query rows: one 16-row block
-        assertEquals(B * HKV, c.splitGridZ());
-        assertEquals(32, c.splitThreads());
-        assertEquals(2, c.combineGridX()); // 16 rows, 8 per block at D = 128
-        assertEquals(128, c.combineThreads());
         assertEquals(4L * B * H * SQ * D, c.partialOFloats());
         assertEquals(4L * B * H * SQ, c.partialLseFloats());
+        // G * Sq = 4 query rows: one 16-row block; 16 combine rows, 8 per block at D = 128.
+        assertEquals(List.of("flash_cache_decode_split_d128 4x1x4 t32", "flash_cache_decode_combine_d128 2x1x1 t128"),
+                geometry(c));
     }
 
     @Test
     void longCachesUseAtMost128SplitsOfWholeGranules() {
-        DecodeCall c = DecodeCall.of(args(1, 2, 1, 1, 100_000, 64));
+        LibraryCall c = LibraryCall.legacyDecode(args(1, 2, 1, 1, 100_000, 64));
         assertEquals(1024, c.keysPerSplit());
         assertEquals(98, c.splits());
-        assertTrue(c.splits() <= io.github.tornadoattention.ptx.DecodeSplitPolicy.MAX_SPLITS);
-        assertEquals("flash_cache_decode_split_d64", c.splitEntry());
+        assertTrue(c.splits() <= DecodeSplitPolicy.MAX_SPLITS);
+        assertEquals("flash_cache_decode_split_d64", entries(c).get(0));
     }
 
     @Test
     void kernelArgumentsFollowTheKernelAbi() {
-        DecodeCall c = DecodeCall.of(args());
+        LibraryCall c = LibraryCall.legacyDecode(args());
         long[] pointers = {0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0, 0, 0, 0, 0, 0, 0, 0};
-        assertArrayEquals(new long[] {0x1000, 0x2000, 0x3000, 0xa0, 0xb0, 0xc0, 0x5000, 0, 256},
-                c.splitArguments(pointers, 0xa0, 0xb0, 0xc0));
-        assertArrayEquals(new long[] {0xa0, 0xb0, 0x4000, 0, 0xc0, 4}, c.combineArguments(pointers, 0xa0, 0xb0, 0xc0));
+        List<LibraryCall.Launch> l = c.launches(pointers, new LibraryCall.Workspace(0xc0, 0xa0, 0xb0));
+        assertArrayEquals(new long[] {0x1000, 0x2000, 0x3000, 0xa0, 0xb0, 0xc0, 0x5000, 0, 256}, l.get(0).arguments());
+        assertArrayEquals(new long[] {0xa0, 0xb0, 0x4000, 0, 0xc0, 4}, l.get(1).arguments());
     }
 
     @Test
     void badArgumentsAreNamed() {
-        assertEquals("arguments", name(() -> DecodeCall.of(new Object[3])));
-        assertEquals("headDim", name(() -> DecodeCall.of(args(B, H, HKV, SQ, CAP, 80)))); // no kernel table has 80
-        assertEquals("queries", name(() -> DecodeCall.of(args(B, H, HKV, 17, CAP, D))));
-        assertEquals("kvHeads", name(() -> DecodeCall.of(args(B, H, 3, SQ, CAP, D))));
-        assertEquals("batch*heads", name(() -> DecodeCall.of(args(2, 32768, 1, 1, 1, 64))));
+        assertEquals("arguments", name(() -> LibraryCall.legacyDecode(new Object[3])));
+        assertEquals("headDim", name(() -> LibraryCall.legacyDecode(args(B, H, HKV, SQ, CAP, 80)))); // no kernel table has 80
+        assertEquals("queries", name(() -> LibraryCall.legacyDecode(args(B, H, HKV, 17, CAP, D))));
+        assertEquals("kvHeads", name(() -> LibraryCall.legacyDecode(args(B, H, 3, SQ, CAP, D))));
+        assertEquals("batch*heads", name(() -> LibraryCall.legacyDecode(args(2, 32768, 1, 1, 1, 64))));
         Object[] a = args();
-        a[DecodeCall.ARG_K] = new HalfFloatArray(16);
-        assertEquals("keys", name(() -> DecodeCall.of(a)));
+        a[AttentionLibraryTasks.ARG_K] = new HalfFloatArray(16);
+        assertEquals("keys", name(() -> LibraryCall.legacyDecode(a)));
         Object[] b = args();
-        b[DecodeCall.ARG_LENS] = new IntArray(2 * B - 1);
-        assertEquals("lens", name(() -> DecodeCall.of(b)));
+        b[AttentionLibraryTasks.ARG_LENS] = new IntArray(2 * B - 1);
+        assertEquals("lens", name(() -> LibraryCall.legacyDecode(b)));
         Object[] c = args();
-        c[DecodeCall.ARG_CAUSAL] = 1;
-        assertEquals("causal", name(() -> DecodeCall.of(c)));
+        c[AttentionLibraryTasks.ARG_CAUSAL] = 1;
+        assertEquals("causal", name(() -> LibraryCall.legacyDecode(c)));
         Object[] d = args();
-        d[DecodeCall.ARG_O] = new IntArray(1 << 20);
-        assertEquals("o", name(() -> DecodeCall.of(d)));
+        d[AttentionLibraryTasks.ARG_O] = new IntArray(1 << 20);
+        assertEquals("o", name(() -> LibraryCall.legacyDecode(d)));
     }
 
     @Test
     void devicePointersMustBePresentAndAligned() {
-        assertEquals("values", name(() -> DecodeCall.checkPointers(new long[] {16, 32, 0, 48, 64})));
-        assertEquals("lens", name(() -> DecodeCall.checkPointers(new long[] {16, 32, 48, 64, 72})));
-        assertEquals("devicePointers", name(() -> DecodeCall.checkPointers(new long[] {16})));
-        DecodeCall.checkPointers(new long[] {16, 32, 48, 64, 80, 0, 0});
+        LibraryCall c = LibraryCall.legacyDecode(args());
+        assertEquals("values", name(() -> c.checkPointers(pointers(16, 32, 0, 48, 64))));
+        assertEquals("lens", name(() -> c.checkPointers(pointers(16, 32, 48, 64, 72))));
+        assertEquals("devicePointers", name(() -> c.checkPointers(new long[] {16})));
+        c.checkPointers(pointers(16, 32, 48, 64, 80));
     }
 
-    private static String name(Runnable r) {
-        return assertThrows(InvalidArgumentException.class, r::run).argument();
+    /** The legacy decode's 13 pointers: five arrays, then scalars (0). */
+    private static long[] pointers(long... arrays) {
+        long[] p = new long[AttentionLibraryTasks.DECODE_ARGS];
+        System.arraycopy(arrays, 0, p, 0, arrays.length);
+        return p;
     }
 
     @Test
@@ -138,16 +154,16 @@ class AttentionLibraryTest {
         FakeCuda cuda = new FakeCuda(90);
         AttentionLibraryContext context = new AttentionLibraryContext(cuda, 0xc0ffee, 0x5eed);
         Object[] a = args();
-        context.prepare(AttentionLibraryTasks.DECODE, a);
-        context.prepare(AttentionLibraryTasks.DECODE, args()); // same shape: nothing more
-        assertEquals(1, context.preparedShapes());
+        context.prepare(AttentionLibraryTasks.DECODE, a, null); // a descriptor made by hand: no tuning
+        context.prepare(AttentionLibraryTasks.DECODE, args(), LibraryCall.legacyDecode(args())); // same shape: nothing more
+        assertEquals(1, context.preparedCalls());
         // Each entry JIT-compiled as a module of its own, before any capture.
         assertEquals(List.of("push c0ffee", "cc", "load flash_cache_decode_split_d128", "function flash_cache_decode_split_d128",
                 "load flash_cache_decode_combine_d128", "function flash_cache_decode_combine_d128", "malloc 128", "copy 32",
                 "malloc 32768", "malloc 256", "pop"), cuda.calls);
         cuda.calls.clear();
 
-        context.dispatch(AttentionLibraryTasks.DECODE, a, new long[] {16, 32, 48, 64, 80, 0, 0, 0, 0, 0, 0, 0, 0});
+        context.dispatch(AttentionLibraryTasks.DECODE, a, pointers(16, 32, 48, 64, 80), null);
         assertEquals(List.of("push c0ffee",
                 "launch flash_cache_decode_split_d128 grid 4x1x4 block 32 stream 5eed args [16, 32, 48, 1001, 1002, 1000, 80, 0, 256]",
                 "launch flash_cache_decode_combine_d128 grid 2x1x1 block 128 stream 5eed args [1001, 1002, 64, 0, 1000, 4]",
@@ -156,24 +172,333 @@ class AttentionLibraryTest {
 
         context.close();
         assertEquals(List.of("push c0ffee", "free 1000", "free 1001", "free 1002", "unload", "unload", "pop"), cuda.calls);
-        assertThrows(IllegalStateException.class, () -> context.prepare(AttentionLibraryTasks.DECODE, a));
+        assertThrows(IllegalStateException.class, () -> context.prepare(AttentionLibraryTasks.DECODE, a, null));
     }
 
     @Test
     void contextRefusesWhatItCannotRun() {
         assertEquals("context", name(() -> new AttentionLibraryContext(new FakeCuda(90), 0, 1)));
         assertEquals("stream", name(() -> new AttentionLibraryContext(new FakeCuda(90), 1, 0)));
-        AttentionLibraryContext context = new AttentionLibraryContext(new FakeCuda(90), 1, 1);
-        assertEquals("function", name(() -> context.prepare("cublasSgemm", args())));
+        FakeCuda cuda = new FakeCuda(90);
+        AttentionLibraryContext context = new AttentionLibraryContext(cuda, 1, 1);
+        assertEquals("function", name(() -> context.prepare("cublasSgemm", args(), null)));
+        assertEquals("function", name(() -> context.prepare("cublasSgemm", args(), LibraryCall.legacyDecode(args()))));
+        assertTrue(cuda.calls.isEmpty(), "refused before any driver call: " + cuda.calls);
         FakeCuda old = new FakeCuda(75);
         AttentionLibraryContext turing = new AttentionLibraryContext(old, 1, 1);
-        assertThrows(IllegalStateException.class, () -> turing.prepare(AttentionLibraryTasks.DECODE, args()));
+        assertThrows(IllegalStateException.class, () -> turing.prepare(AttentionLibraryTasks.DECODE, args(), null));
         assertEquals("pop", old.calls.getLast()); // the context is popped on failure too
+    }
+
+    // ---- the functions of a spec over a cache (CacheLibraryTasks) ----
+
+    static final int PAGE = 16, PAGES = 150;
+
+    /** A GQA (4 query heads per KV head) spec: decode of up to 2 tokens, prompts of up to 300, 500 in all. */
+    static CacheAttentionSpec.Builder spec(DType dtype, int headDim) {
+        return CacheAttentionSpec.builder().batch(B).heads(H).kvHeads(HKV).headDim(headDim).maxQueryLength(2)
+                .maxTotalQueries(500).maxLength(CAP).causal(true).dtype(dtype);
+    }
+
+    static KvCacheSpec paged(DType dtype, int headDim) {
+        return KvCacheSpec.paged(B, HKV, CAP, headDim, PAGE).withPages(PAGES).withDtype(dtype);
+    }
+
+    /** Arrays of exactly the sizes a call needs (16-bit tensors of {@code tensor}'s kind). */
+    record Arrays7(TornadoNativeArray q, TornadoNativeArray k, TornadoNativeArray v, IntArray step, IntArray blocks,
+                   TornadoNativeArray o, FloatArray lse) {
+    }
+
+    static Arrays7 arrays(CacheAttentionSpec spec, KvCacheSpec cache, boolean prefill) {
+        long q = prefill ? spec.packedQueryElements() : (long) spec.batch() * spec.heads() * Math.min(spec.maxQueryLength(), 16) * spec.headDim();
+        long lse = prefill ? spec.packedLseElements() : q / spec.headDim();
+        int blocks = cache.paged() ? cache.slots() * cache.pagesPerSequence() : 1;
+        return new Arrays7(tensor(spec.dtype(), q), tensor(spec.dtype(), cache.elements()), tensor(spec.dtype(), cache.elements()),
+                new IntArray(3 * spec.batch() + 1), new IntArray(blocks), tensor(spec.dtype(), q), new FloatArray((int) lse));
+    }
+
+    static TornadoNativeArray tensor(DType dtype, long elements) {
+        return dtype == DType.BF16 ? new BFloat16Array((int) elements) : new HalfFloatArray((int) elements);
+    }
+
+    @Test
+    void functionsCarryTheirCallAndWriteOnlyTheOutputs() {
+        CacheAttentionSpec spec = spec(DType.FP16, D).build();
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, paged(DType.FP16, D));
+        Arrays7 a = arrays(spec, att.cacheSpec(), false);
+        LibraryTaskDescriptor d = att.decodeWithLse(a.q(), a.k(), a.v(), a.step(), a.blocks(), a.o(), a.lse());
+        assertEquals("tornado-attention", d.getLibraryName());
+        assertEquals(CacheLibraryTasks.DECODE_LSE, d.getFunctionName());
+        assertSame(att.call(CacheLibraryTasks.DECODE_LSE), d.getTuning());
+        assertEquals(List.of(Access.READ_ONLY, Access.READ_ONLY, Access.READ_ONLY, Access.READ_ONLY, Access.READ_ONLY,
+                Access.WRITE_ONLY, Access.WRITE_ONLY), List.of(d.getAccess()));
+        assertEquals(List.of(a.q(), a.k(), a.v(), a.step(), a.blocks(), a.o(), a.lse()), List.of(d.getParameters()));
+        Arrays7 p = arrays(spec, att.cacheSpec(), true);
+        LibraryTaskDescriptor prefill = att.prefill(p.q(), p.k(), p.v(), p.step(), p.blocks(), p.o());
+        assertEquals(CacheLibraryTasks.PREFILL, prefill.getFunctionName());
+        assertEquals(6, prefill.getAccess().length);
+        assertEquals(Access.WRITE_ONLY, prefill.getAccess()[5]);
+    }
+
+    @Test
+    void pagedDecodeReadsThePoolThroughTheBlockTable() {
+        CacheAttentionSpec spec = spec(DType.FP16, D).build();
+        KvCacheSpec cache = paged(DType.FP16, D);
+        LibraryCall c = CacheLibraryTasks.create(spec, cache).call(CacheLibraryTasks.DECODE_LSE);
+        int[] params = c.params();
+        assertArrayEquals(KernelParams.forCache(spec, cache, false), params);
+        assertEquals(PAGE, params[KernelParams.P_PAGE_SIZE]);
+        assertEquals(63, params[KernelParams.P_PAGES_PER_SEQ]);
+        // The pool [pages, Hkv, pageSize, D]: page stride, head stride, row stride.
+        assertEquals(List.of(HKV * PAGE * D, PAGE * D, D), List.of(params[KernelParams.P_K_STRIDE],
+                params[KernelParams.P_K_STRIDE + 1], params[KernelParams.P_K_STRIDE + 2]));
+        assertEquals(2, params[KernelParams.P_SQ]);
+        // GQA: G * Sq = 8 packed rows per KV head, one 16-row block; the KV heads are grid z, not expanded.
+        assertEquals(List.of("flash_cache_decode_split_paged_d128 4x1x4 t32", "flash_cache_decode_combine_d128 4x1x1 t128"),
+                geometry(c));
+        long[] ptr = {0x100, 0x200, 0x300, 0x400, 0x500, 0x600, 0x700};
+        List<LibraryCall.Launch> l = c.launches(ptr, new LibraryCall.Workspace(0xc0, 0xa0, 0xb0));
+        assertArrayEquals(new long[] {0x100, 0x200, 0x300, 0xa0, 0xb0, 0xc0, 0x400, 0x500, 256}, l.get(0).arguments());
+        assertArrayEquals(new long[] {0xa0, 0xb0, 0x600, 0x700, 0xc0, 4}, l.get(1).arguments());
+        assertEquals(4L * B * H * 2 * D, c.partialOFloats());
+    }
+
+    @Test
+    void varlenPrefillTakesTheOffsetsFromTheStepArray() {
+        CacheAttentionSpec spec = spec(DType.FP16, D).maxQueryLength(300).build();
+        KvCacheSpec cache = KvCacheSpec.contiguous(B, HKV, CAP, D);
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cache);
+        LibraryCall c = att.call(CacheLibraryTasks.PREFILL);
+        assertArrayEquals(KernelParams.forCache(spec, cache, true), c.params());
+        // Causal D=128: the 64-row causal tile; 300 queries per slot at most: 5 tiles; one block row per (slot, head).
+        assertEquals(List.of("flash_cache_fwd_d128_causal 5x16x1 t128"), geometry(c));
+        long[] ptr = {0x100, 0x200, 0x300, 0x400, 0x500, 0x600};
+        List<LibraryCall.Launch> l = c.launches(ptr, new LibraryCall.Workspace(0xc0, 0, 0));
+        // q, k, v, o, lse (none), params, q_offsets = step + 2*B ints, lens = step, block_table (contiguous: none)
+        assertArrayEquals(new long[] {0x100, 0x200, 0x300, 0x600, 0, 0xc0, 0x400 + 4 * 2 * B, 0x400, 0}, l.get(0).arguments());
+        assertEquals(0, c.partialOFloats());
+        LibraryCall lse = att.call(CacheLibraryTasks.PREFILL_LSE);
+        long[] withLse = {0x100, 0x200, 0x300, 0x400, 0x500, 0x600, 0x700};
+        assertEquals(0x700, lse.launches(withLse, new LibraryCall.Workspace(0xc0, 0, 0)).get(0).arguments()[4]);
+        // Non-causal: the 128-row tile.
+        LibraryCall full = CacheLibraryTasks.create(spec.toBuilder().causal(false).build(), cache).call(CacheLibraryTasks.PREFILL);
+        assertEquals(List.of("flash_cache_fwd_d128 3x16x1 t128"), geometry(full));
+    }
+
+    @Test
+    void bf16SelectsTheBf16ModuleAndTakesBf16Arrays() {
+        CacheAttentionSpec spec = spec(DType.BF16, 64).build();
+        KvCacheSpec cache = paged(DType.BF16, 64);
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cache);
+        LibraryCall decode = att.call(CacheLibraryTasks.DECODE);
+        assertEquals(List.of("flash_cache_decode_split_paged_bf16_d64", "flash_cache_decode_combine_bf16_d64"), entries(decode));
+        assertEquals(List.of("flash_cache_bf16.ptx", "flash_cache_bf16.ptx"),
+                decode.kernels().stream().map(KernelManifest.Kernel::module).toList());
+        assertEquals(List.of("flash_cache_fwd_paged_bf16_d64"), entries(att.call(CacheLibraryTasks.PREFILL)));
+        Arrays7 a = arrays(spec, cache, false);
+        att.decode(a.q(), a.k(), a.v(), a.step(), a.blocks(), a.o());
+        // bf16 bits in ShortArrays are taken too; an fp16 array is not.
+        ShortArray bits = new ShortArray(a.q().getSize());
+        att.decode(bits, a.k(), a.v(), a.step(), a.blocks(), a.o());
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                () -> att.decode(new HalfFloatArray(a.q().getSize()), a.k(), a.v(), a.step(), a.blocks(), a.o()));
+        assertEquals("q", e.argument());
+        assertTrue(e.allowed().contains("BFloat16Array"), e.allowed());
+    }
+
+    @Test
+    void scoreFeaturesSelectTheFewestFeaturesEntryAndRideInTheParams() {
+        float[] sinks = new float[H];
+        java.util.Arrays.fill(sinks, 0.5f);
+        CacheAttentionSpec spec = spec(DType.FP16, D).window(64, 0).softcap(30f).sinks(sinks).build();
+        KvCacheSpec cache = paged(DType.FP16, D);
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cache);
+        LibraryCall decode = att.call(CacheLibraryTasks.DECODE);
+        assertEquals(List.of("flash_cache_decode_split_paged_d128_feat", "flash_cache_decode_combine_d128"), entries(decode));
+        int[] params = decode.params();
+        assertEquals(KernelParams.P_COUNT + H, params.length);
+        assertEquals(64, params[KernelParams.P_WINDOW_LEFT]);
+        assertEquals(Float.floatToRawIntBits(30f), params[KernelParams.P_SOFTCAP]);
+        assertEquals(Float.floatToRawIntBits(0.5f), params[KernelParams.P_COUNT + H - 1]);
+        assertEquals(List.of("flash_cache_fwd_paged_d128_causal_feat"), entries(att.call(CacheLibraryTasks.PREFILL)));
+        // Without features the plain entries run.
+        assertEquals("flash_cache_decode_split_paged_d128",
+                entries(CacheLibraryTasks.create(spec(DType.FP16, D).build(), cache).call(CacheLibraryTasks.DECODE)).get(0));
+    }
+
+    @Test
+    void headDimsOfTheTableAreServed() {
+        for (int d : new int[] {32, 64, 96, 128, 192, 256}) {
+            CacheLibraryTasks att = CacheLibraryTasks.create(spec(DType.BF16, d).build(), paged(DType.BF16, d));
+            assertEquals("flash_cache_decode_split_paged_bf16_d" + d, entries(att.call(CacheLibraryTasks.DECODE)).get(0));
+        }
+    }
+
+    @Test
+    void badSpecsAndArraysAreRefusedByName() {
+        assertEquals("headDim", name(() -> CacheLibraryTasks.create(spec(DType.FP16, 80).build(), paged(DType.FP16, 80))));
+        assertEquals("cache.kvHeads", name(() -> CacheLibraryTasks.create(spec(DType.FP16, D).build(),
+                KvCacheSpec.paged(B, 4, CAP, D, PAGE))));
+        assertEquals("cache.dtype", name(() -> CacheLibraryTasks.create(spec(DType.BF16, D).build(), paged(DType.FP16, D))));
+        assertEquals("batch*heads", name(() -> CacheLibraryTasks.create(CacheAttentionSpec.builder().batch(2).heads(32768)
+                .kvHeads(1).headDim(64).maxLength(16).build(), KvCacheSpec.contiguous(2, 1, 16, 64))));
+        CacheAttentionSpec spec = spec(DType.FP16, D).build();
+        KvCacheSpec cache = paged(DType.FP16, D);
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cache);
+        Arrays7 a = arrays(spec, cache, false);
+        assertEquals("blockTable", name(() -> att.decode(a.q(), a.k(), a.v(), a.step(), new IntArray(5), a.o())));
+        assertEquals("step", name(() -> att.decode(a.q(), a.k(), a.v(), new IntArray(2 * B), a.blocks(), a.o())));
+        assertEquals("values", name(() -> att.decode(a.q(), a.k(), new HalfFloatArray(16), a.step(), a.blocks(), a.o())));
+        assertEquals("values", name(() -> att.decode(a.q(), a.k(), a.k(), a.step(), a.blocks(), a.o())));
+        assertEquals("lse", name(() -> att.decodeWithLse(a.q(), a.k(), a.v(), a.step(), a.blocks(), a.o(), new FloatArray(3))));
+        // Prefill arrays are packed: the decode's q is the wrong size.
+        assertEquals("q", name(() -> att.prefill(a.q(), a.k(), a.v(), a.step(), a.blocks(), a.o())));
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                () -> att.decode(a.q(), a.k(), a.v(), a.step(), new IntArray(5), a.o()));
+        assertTrue(e.getMessage().contains("126"), e.getMessage()); // batch * pagesPerSequence
+    }
+
+    @Test
+    void everyGpuCheckCaseIsServedAndCoversWhatTheCheckClaims() {
+        for (LibraryGpuCheck.CacheCase c : LibraryGpuCheck.CACHE_CASES) {
+            CacheAttentionSpec spec = c.spec(new java.util.SplittableRandom(1));
+            CacheLibraryTasks att = CacheLibraryTasks.create(spec, c.cacheSpec());
+            String function = c.op() == LibraryCall.Op.PREFILL ? (c.lse() ? CacheLibraryTasks.PREFILL_LSE : CacheLibraryTasks.PREFILL)
+                    : (c.lse() ? CacheLibraryTasks.DECODE_LSE : CacheLibraryTasks.DECODE);
+            assertEquals(c.op(), att.call(function).op(), c.name());
+            assertEquals(c.initialLengths().length, c.batch(), c.name());
+            assertTrue(spec.maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES || c.op() == LibraryCall.Op.PREFILL, c.name());
+        }
+        List<LibraryGpuCheck.CacheCase> cases = LibraryGpuCheck.CACHE_CASES;
+        assertTrue(cases.stream().anyMatch(c -> c.pageSize() > 0 && c.op() == LibraryCall.Op.DECODE), "paged decode");
+        assertTrue(cases.stream().anyMatch(c -> c.op() == LibraryCall.Op.PREFILL && c.initialLengths()[1] > 0), "chunked prefill");
+        assertTrue(cases.stream().anyMatch(c -> c.kvHeads() == 1), "MQA");
+        assertTrue(cases.stream().anyMatch(c -> c.kvHeads() > 1 && c.kvHeads() < c.heads()), "GQA");
+        assertTrue(cases.stream().anyMatch(c -> c.dtype() == DType.BF16 && c.op() == LibraryCall.Op.DECODE), "bf16 decode");
+        assertTrue(cases.stream().anyMatch(c -> c.dtype() == DType.BF16 && c.op() == LibraryCall.Op.PREFILL), "bf16 prefill");
+        assertTrue(cases.stream().anyMatch(c -> c.features().sinks() && c.features().softcap() > 0), "features");
+        assertTrue(cases.stream().anyMatch(c -> c.cudaGraph() && c.op() == LibraryCall.Op.DECODE), "graph decode");
+        assertTrue(cases.stream().anyMatch(c -> c.cudaGraph() && c.op() == LibraryCall.Op.PREFILL), "graph prefill");
+        assertEquals(cases.size(), cases.stream().map(LibraryGpuCheck.CacheCase::name).distinct().count(), "unique names");
+    }
+
+    /**
+     * The GPU check's cases, two steps each, with each execution an emulation of the launches' ABI
+     * ({@link LaunchEmulation}): the check lays its arrays out as the kernels read them, its references and comparisons
+     * hold; and a paged case whose emulated launches read the pool without the block table fails.
+     */
+    @Test
+    void gpuCheckCasesPassAgainstAnEmulationOfTheLaunches() {
+        for (LibraryGpuCheck.CacheCase c : LibraryGpuCheck.CACHE_CASES) {
+            LibraryGpuCheck.CacheRun run = new LibraryGpuCheck.CacheRun(c, 1);
+            LibraryTaskDescriptor d = run.descriptor();
+            for (int s = 0; s < 2; s++) {
+                assertTrue(run.step(s, () -> emulate(run, d, d.getParameters())), c.name() + " step " + s);
+            }
+        }
+        LibraryGpuCheck.CacheCase paged = LibraryGpuCheck.CACHE_CASES.get(0);
+        assertTrue(paged.pageSize() > 0);
+        LibraryGpuCheck.CacheRun run = new LibraryGpuCheck.CacheRun(paged, 1);
+        LibraryTaskDescriptor d = run.descriptor();
+        Object[] identityPages = d.getParameters().clone();
+        IntArray identity = new IntArray(run.blocks.getSize());
+        for (int i = 0; i < identity.getSize(); i++) {
+            identity.set(i, i);
+        }
+        identityPages[((LibraryCall) d.getTuning()).positions().blockTable()] = identity;
+        assertTrue(!run.step(0, () -> emulate(run, d, identityPages)), "pages read in pool order must not pass");
+    }
+
+    /** One emulated execution: O and lse poisoned (as the GPU check's tasks do), then the launches' writes. */
+    private static void emulate(LibraryGpuCheck.CacheRun run, LibraryTaskDescriptor d, Object[] args) {
+        LibraryGpuCheck.fillNaN(run.o);
+        run.lse.init(Float.NaN);
+        LaunchEmulation.run((LibraryCall) d.getTuning(), args);
+    }
+
+    @Test
+    void contextRunsPagedDecodeAndPrefillWithTheExactDriverCalls() {
+        CacheAttentionSpec spec = spec(DType.FP16, D).maxQueryLength(16).build();
+        KvCacheSpec cache = paged(DType.FP16, D);
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cache);
+        FakeCuda cuda = new FakeCuda(90);
+        AttentionLibraryContext context = new AttentionLibraryContext(cuda, 0xc0ffee, 0x5eed);
+        Arrays7 d = arrays(spec, cache, false);
+        LibraryTaskDescriptor decode = att.decodeWithLse(d.q(), d.k(), d.v(), d.step(), d.blocks(), d.o(), d.lse());
+        Arrays7 p = arrays(spec, cache, true);
+        LibraryTaskDescriptor prefill = att.prefill(p.q(), p.k(), p.v(), p.step(), p.blocks(), p.o());
+        context.prepare(decode.getFunctionName(), decode.getParameters(), decode.getTuning());
+        context.prepare(prefill.getFunctionName(), prefill.getParameters(), prefill.getTuning());
+        context.prepare(decode.getFunctionName(), decode.getParameters(), decode.getTuning());
+        assertEquals(2, context.preparedCalls());
+        // 16 queries x G = 64 rows per KV head: 4 row blocks; workspace 4 splits x B*H*16 rows.
+        assertEquals(List.of("push c0ffee", "cc", "load flash_cache_decode_split_paged_d128",
+                "function flash_cache_decode_split_paged_d128", "load flash_cache_decode_combine_d128",
+                "function flash_cache_decode_combine_d128", "malloc 128", "copy 32", "malloc " + 4L * 4 * B * H * 16 * D,
+                "malloc " + 4L * 4 * B * H * 16, "pop",
+                "push c0ffee", "load flash_cache_fwd_paged_d128_causal", "function flash_cache_fwd_paged_d128_causal",
+                "malloc 128", "copy 32", "pop"), cuda.calls);
+        cuda.calls.clear();
+
+        context.dispatch(decode.getFunctionName(), decode.getParameters(), new long[] {16, 32, 48, 64, 80, 96, 112},
+                decode.getTuning());
+        context.dispatch(prefill.getFunctionName(), prefill.getParameters(), new long[] {16, 32, 48, 64, 128, 96},
+                prefill.getTuning());
+        assertEquals(List.of("push c0ffee",
+                "launch flash_cache_decode_split_paged_d128 grid 4x4x4 block 32 stream 5eed args [16, 32, 48, 1001, 1002, 1000, 64, 80, 256]",
+                "launch flash_cache_decode_combine_d128 grid 32x1x1 block 128 stream 5eed args [1001, 1002, 96, 112, 1000, 4]",
+                "pop", "push c0ffee",
+                "launch flash_cache_fwd_paged_d128_causal grid 1x16x1 block 128 stream 5eed args [16, 32, 48, 96, 0, 1003, 80, 64, 128]",
+                "pop"), cuda.calls);
+        cuda.calls.clear();
+
+        // A misaligned or absent pointer is refused by name before anything is enqueued.
+        assertEquals("lse", name(() -> context.dispatch(decode.getFunctionName(), decode.getParameters(),
+                new long[] {16, 32, 48, 64, 80, 96, 120}, decode.getTuning())));
+        assertEquals("blockTable", name(() -> context.dispatch(prefill.getFunctionName(), prefill.getParameters(),
+                new long[] {16, 32, 48, 64, 0, 96}, prefill.getTuning())));
+        // The descriptor's call and its function name must agree.
+        assertEquals("function", name(() -> context.dispatch(CacheLibraryTasks.DECODE, decode.getParameters(),
+                new long[] {16, 32, 48, 64, 80, 96, 112}, decode.getTuning())));
+        assertTrue(cuda.calls.isEmpty(), "nothing launched: " + cuda.calls);
+
+        context.close();
+        assertEquals(List.of("push c0ffee", "free 1000", "free 1001", "free 1002", "free 1003", "unload", "unload", "unload",
+                "pop"), sortedFrees(cuda.calls));
+    }
+
+    /** The close's calls with its frees in address order (the prepared calls are kept in a hash map). */
+    private static List<String> sortedFrees(List<String> calls) {
+        List<String> frees = calls.stream().filter(c -> c.startsWith("free")).sorted().toList();
+        List<String> out = new ArrayList<>();
+        int next = 0;
+        for (String c : calls) {
+            out.add(c.startsWith("free") ? frees.get(next++) : c);
+        }
+        return out;
+    }
+
+    private static List<String> entries(LibraryCall c) {
+        return c.kernels().stream().map(KernelManifest.Kernel::entry).toList();
+    }
+
+    /** Each launch as "entry XxYxZ tThreads" (pointer values are irrelevant to the geometry). */
+    private static List<String> geometry(LibraryCall c) {
+        long[] pointers = new long[c.argumentCount()];
+        java.util.Arrays.fill(pointers, 16);
+        return c.launches(pointers, new LibraryCall.Workspace(16, 16, 16)).stream()
+                .map(l -> l.kernel().entry() + " " + l.gridX() + "x" + l.gridY() + "x" + l.gridZ() + " t" + l.kernel().threads())
+                .toList();
+    }
+
+    private static String name(Runnable r) {
+        return assertThrows(InvalidArgumentException.class, r::run).argument();
     }
 
     /** Records the driver calls; device pointers are 1000, 1001, ... */
     static final class FakeCuda implements LibraryCuda {
         final List<String> calls = new ArrayList<>();
+        final Map<Long, String> entries = new HashMap<>();
         final int cc;
         long next = 1000;
 
@@ -207,7 +532,9 @@ class AttentionLibraryTest {
         @Override
         public long function(long module, String entry) {
             calls.add("function " + entry);
-            return entry.hashCode();
+            long handle = 0x10000L + entries.size();
+            entries.put(handle, entry);
+            return handle;
         }
 
         @Override
@@ -233,10 +560,8 @@ class AttentionLibraryTest {
 
         @Override
         public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, long[] arguments) {
-            String entry = function == "flash_cache_decode_split_d128".hashCode() ? "flash_cache_decode_split_d128"
-                    : "flash_cache_decode_combine_d128";
-            calls.add("launch " + entry + " grid " + gridX + "x" + gridY + "x" + gridZ + " block " + blockX + " stream "
-                    + Long.toHexString(stream) + " args " + java.util.Arrays.toString(arguments));
+            calls.add("launch " + entries.get(function) + " grid " + gridX + "x" + gridY + "x" + gridZ + " block " + blockX
+                    + " stream " + Long.toHexString(stream) + " args " + java.util.Arrays.toString(arguments));
         }
     }
 }

@@ -1,0 +1,428 @@
+package io.github.tornadoattention.tornado.library;
+
+import io.github.tornadoattention.CacheAttentionSpec;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
+import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.Layout;
+import io.github.tornadoattention.ptx.DecodeSplitPolicy;
+import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.ptx.KernelParams;
+import io.github.tornadoattention.ptx.KernelVariant;
+import io.github.tornadoattention.ptx.KernelVariant.Kind;
+import io.github.tornadoattention.ptx.LaunchTable;
+import java.util.ArrayList;
+import java.util.List;
+import uk.ac.manchester.tornado.api.types.arrays.BFloat16Array;
+import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
+import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
+import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
+
+/**
+ * One library function of a spec over a cache, mapped onto the ptx-cuda cache kernels (ptx-overrides/src/
+ * flash_cache.cu: decode = split pass + combine, prefill = the varlen prefill over the cache), with no CUDA: the
+ * entries (selected from the kernel manifest by the variant, as every host does: element type, head dim, causal,
+ * cache layout, the fewest-features entry that serves the spec's window/softcap/sinks), the params block
+ * ({@link KernelParams#forCache}, as ptx-cuda's {@code CudaCachePlan} makes it), the split workspace, the launch
+ * geometry and each launch's arguments, and the checks of the task's arrays.
+ *
+ * <p>Every launch is fixed by the spec, never by the run-time lengths (which the kernels read from the step array on
+ * the device), so a CUDA graph may capture them: decode splits the capacity
+ * ({@link DecodeSplitPolicy#fixedForCapacity}; splits past a sequence's keys write empty partials that the combine
+ * weighs 0), prefill covers {@code min(maxQueryLength, maxTotalQueries)} queries per sequence (tiles past a
+ * sequence's new tokens exit).
+ *
+ * <p>The task factories ({@link CacheLibraryTasks}, {@link AttentionLibraryTasks#decode}) attach the call to their
+ * descriptor (its {@code tuning}); the provider reads it back and checks the arguments against it.
+ */
+public final class LibraryCall {
+    /** What a function computes. */
+    public enum Op { DECODE, PREFILL }
+
+    /** Argument positions in the task's parameters; -1: the function has no such argument. */
+    public record Positions(int q, int keys, int values, int step, int blockTable, int o, int lse) {
+        int[] arrays() {
+            return new int[] {q, keys, values, step, blockTable, o, lse};
+        }
+    }
+
+    /** What identifies a prepared call: equal keys map to equal launches, params and workspace. */
+    public record Key(String function, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+    }
+
+    /** One kernel launch: its entry, grid and arguments (one 8-byte slot each, as cuLaunchKernel takes them). */
+    public record Launch(KernelManifest.Kernel kernel, int gridX, int gridY, int gridZ, long[] arguments) {
+    }
+
+    /** The device memory a prepared call owns: the params block and the decode's split workspace (0: none). */
+    public record Workspace(long params, long partialO, long partialLse) {
+    }
+
+    /** CUDA grid y and z limit. */
+    static final int MAX_GRID_YZ = 65535;
+    /** The kernels read 16-byte chunks: every array's data must start 16-byte aligned. */
+    static final int ALIGNMENT = 16;
+    /** What refusals call this host. */
+    static final String HOST = "the " + AttentionLibraryTasks.LIBRARY_NAME + " library task";
+    private static final String[] ROLE_NAMES = {"q", "keys", "values", "step", "blockTable", "o", "lse"};
+
+    private final String function;
+    private final Op op;
+    private final CacheAttentionSpec spec;
+    private final KvCacheSpec cacheSpec;
+    private final Positions at;
+    private final int argumentCount;
+    private final String[] names;
+    private final boolean exactSizes;
+    private final long stepInts;
+    private final int[] params;
+    private final KernelManifest.Kernel main;
+    private final KernelManifest.Kernel combine;
+    private final int keysPerSplit;
+    private final int splits;
+    private final int gridX;
+    private final int gridY;
+    private final int gridZ;
+    private final int combineGridX;
+    private final long partialOFloats;
+    private final long partialLseFloats;
+
+    private LibraryCall(String function, Op op, CacheAttentionSpec spec, KvCacheSpec cacheSpec, Positions at,
+                        int argumentCount, String[] names, boolean exactSizes, long stepInts) {
+        this.function = function;
+        this.op = op;
+        this.spec = spec;
+        this.cacheSpec = cacheSpec;
+        this.at = at;
+        this.argumentCount = argumentCount;
+        this.names = names;
+        this.exactSizes = exactSizes;
+        this.stepInts = stepInts;
+        check(spec, cacheSpec);
+        KernelManifest manifest = KernelManifest.shipped();
+        if (op == Op.DECODE) {
+            main = select(manifest, Kind.CACHE_DECODE_SPLIT, spec, cacheSpec);
+            combine = select(manifest, Kind.CACHE_DECODE_COMBINE, spec, cacheSpec);
+            params = KernelParams.forCache(spec, cacheSpec, false);
+            DecodeSplitPolicy.Splits fixed = DecodeSplitPolicy.fixedForCapacity(cacheSpec.capacity());
+            keysPerSplit = fixed.keysPerSplit();
+            splits = fixed.count();
+            int queries = denseQueries(spec);
+            long rows = (long) spec.batch() * spec.heads() * queries;
+            gridX = splits;
+            gridY = Math.ceilDiv(spec.groupSize() * queries, main.rowsPerBlock());
+            gridZ = spec.batch() * spec.kvHeads();
+            combineGridX = Math.toIntExact(Math.ceilDiv(rows, combine.rowsPerBlock()));
+            partialOFloats = splits * rows * spec.headDim();
+            partialLseFloats = splits * rows;
+        } else {
+            main = select(manifest, Kind.CACHE_PREFILL, spec, cacheSpec);
+            combine = null;
+            params = KernelParams.forCache(spec, cacheSpec, true);
+            keysPerSplit = 0;
+            splits = 0;
+            gridX = Math.max(1, Math.ceilDiv(longestPrompt(spec), main.rowsPerBlock()));
+            gridY = spec.batch() * spec.heads();
+            gridZ = 1;
+            combineGridX = 0;
+            partialOFloats = 0;
+            partialLseFloats = 0;
+        }
+    }
+
+    /**
+     * A function of {@link CacheLibraryTasks}: arrays {@code (q, keys, values, step, blockTable, o[, lse])}, sizes
+     * exact. Decode: q, o [batch, heads, min(maxQueryLength, 16), headDim] in the spec's layout, lse [batch, heads,
+     * that]; prefill: q, o [maxTotalQueries, heads, headDim], lse [heads, maxTotalQueries].
+     */
+    static LibraryCall of(String function, Op op, boolean lse, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        InvalidArgumentException.requireNonNull("spec", spec);
+        InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
+        Positions at = new Positions(0, 1, 2, 3, 4, 5, lse ? 6 : -1);
+        return new LibraryCall(function, op, spec, cacheSpec, at, lse ? 7 : 6, ROLE_NAMES, true, 3L * spec.batch() + 1);
+    }
+
+    /** The spec and cache every function of the library serves: consistent, and within the kernels' grid limits. */
+    static void check(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+        spec.checkCache(cacheSpec);
+        if ((long) spec.batch() * spec.heads() > MAX_GRID_YZ) {
+            throw new InvalidArgumentException("batch*heads", (long) spec.batch() * spec.heads(),
+                    "the kernels launch one block row per (sequence, head): at most " + MAX_GRID_YZ);
+        }
+    }
+
+    /**
+     * The 13-argument {@link AttentionLibraryTasks#decode} (fp16, contiguous cache, BHSD, no lse): its scalars made
+     * into the spec and cache every function takes, its arrays at their positions (sizes at least what the shape
+     * needs).
+     */
+    static LibraryCall legacyDecode(Object[] args) {
+        if (args == null || args.length != AttentionLibraryTasks.DECODE_ARGS) {
+            throw new InvalidArgumentException("arguments", args == null ? null : args.length,
+                    AttentionLibraryTasks.DECODE + " takes " + AttentionLibraryTasks.DECODE_ARGS + " arguments");
+        }
+        int batch = integer(args, AttentionLibraryTasks.ARG_BATCH, "batch");
+        int heads = integer(args, AttentionLibraryTasks.ARG_HEADS, "heads");
+        int kvHeads = integer(args, AttentionLibraryTasks.ARG_KV_HEADS, "kvHeads");
+        int queries = integer(args, AttentionLibraryTasks.ARG_QUERIES, "queries");
+        int capacity = integer(args, AttentionLibraryTasks.ARG_CAPACITY, "capacity");
+        int headDim = integer(args, AttentionLibraryTasks.ARG_HEAD_DIM, "headDim");
+        boolean causal = type(args, AttentionLibraryTasks.ARG_CAUSAL, "causal", Boolean.class);
+        float scale = type(args, AttentionLibraryTasks.ARG_SCALE, "scale", Float.class);
+        if (queries < 1 || queries > CacheAttentionSpec.MAX_DENSE_QUERIES) {
+            throw new InvalidArgumentException("queries", queries,
+                    "must be in [1, " + CacheAttentionSpec.MAX_DENSE_QUERIES + "] (longer prompts: the packed prefill)");
+        }
+        // Positivity, the head ratio, the scale and 32-bit tensor sizes, as every other host checks them.
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads)
+                .headDim(headDim).maxQueryLength(queries).maxLength(capacity).causal(causal).scale(scale)
+                .layout(Layout.BHSD).dtype(DType.FP16).build();
+        KvCacheSpec cache = KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim);
+        Positions at = new Positions(AttentionLibraryTasks.ARG_Q, AttentionLibraryTasks.ARG_K,
+                AttentionLibraryTasks.ARG_V, AttentionLibraryTasks.ARG_LENS, -1, AttentionLibraryTasks.ARG_O, -1);
+        String[] names = {"q", "keys", "values", "lens", "blockTable", "o", "lse"};
+        LibraryCall call = new LibraryCall(AttentionLibraryTasks.DECODE, Op.DECODE, spec, cache, at,
+                AttentionLibraryTasks.DECODE_ARGS, names, false, 2L * batch);
+        call.checkArguments(args);
+        return call;
+    }
+
+    /**
+     * Checks the task's arguments against the call: their count, and each array's type (16-bit tensors: a
+     * {@link HalfFloatArray} for fp16, a {@link BFloat16Array} for bf16, or bf16/fp16 bits in a {@link ShortArray};
+     * step and block table {@link IntArray}s; lse a {@link FloatArray}) and size.
+     *
+     * @throws InvalidArgumentException naming the first bad argument
+     */
+    public void checkArguments(Object[] args) {
+        if (args == null || args.length != argumentCount) {
+            throw new InvalidArgumentException("arguments", args == null ? null : args.length,
+                    function + " takes " + argumentCount + " arguments");
+        }
+        long q = op == Op.DECODE ? denseElements() : spec.packedQueryElements();
+        requireTensor(args, at.q(), q, op == Op.DECODE ? "batch*heads*min(maxQueryLength,16)*headDim"
+                : "maxTotalQueries*heads*headDim");
+        requireTensor(args, at.keys(), cacheSpec.elements(), "cacheSpec.elements()");
+        requireTensor(args, at.values(), cacheSpec.elements(), "cacheSpec.elements()");
+        if (args[at.keys()] == args[at.values()]) {
+            throw new InvalidArgumentException(names[2], "the " + names[1] + " array", "must be another array than " + names[1]);
+        }
+        requireTensor(args, at.o(), q, op == Op.DECODE ? "batch*heads*min(maxQueryLength,16)*headDim"
+                : "maxTotalQueries*heads*headDim");
+        require(args, at.step(), IntArray.class, "an IntArray", stepInts,
+                exactSizes ? "3*batch+1 ints (CacheAttentionTasks.newStepArray)" : "2*batch ints (fillLens)");
+        if (at.blockTable() >= 0) {
+            require(args, at.blockTable(), IntArray.class, "an IntArray", blockTableInts(),
+                    cacheSpec.paged() ? "batch*pagesPerSequence ints" : "one unread int for a contiguous cache");
+        }
+        if (at.lse() >= 0) {
+            require(args, at.lse(), FloatArray.class, "a FloatArray", lseFloats(),
+                    op == Op.DECODE ? "batch*heads*min(maxQueryLength,16)" : "heads*maxTotalQueries");
+        }
+    }
+
+    /**
+     * Checks the device pointers TornadoVM resolved for the arrays (the first element, past the array header):
+     * present and 16-byte aligned.
+     */
+    public void checkPointers(long[] pointers) {
+        if (pointers == null || pointers.length != argumentCount) {
+            throw new InvalidArgumentException("devicePointers", pointers == null ? null : pointers.length,
+                    "one per argument (" + argumentCount + ")");
+        }
+        int[] arrays = at.arrays();
+        for (int role = 0; role < arrays.length; role++) {
+            int i = arrays[role];
+            if (i < 0) {
+                continue;
+            }
+            if (pointers[i] == 0) {
+                throw new InvalidArgumentException(names[role], 0, "must be on the device (TornadoVM gave no device pointer)");
+            }
+            if (pointers[i] % ALIGNMENT != 0) {
+                throw new InvalidArgumentException(names[role], "0x" + Long.toHexString(pointers[i]),
+                        "the kernels need 16-byte aligned data (TornadoVM's array header must be a multiple of 16 bytes)");
+            }
+        }
+    }
+
+    /**
+     * The launches, in order, for the arrays at {@code pointers} (as {@link #checkPointers} accepts them) and the
+     * call's {@code workspace}. Decode: the split pass (q, k, v, o_partial, lse_partial, params, lens, block_table,
+     * keys_per_split), then the combine (o_partial, lse_partial, o, lse, params, num_splits). Prefill: (q, k, v, o,
+     * lse, params, q_offsets = the step's offsets, lens = the step, block_table). A contiguous cache's block table and
+     * an absent lse are passed as null.
+     */
+    public List<Launch> launches(long[] pointers, Workspace workspace) {
+        long blocks = cacheSpec.paged() ? pointers[at.blockTable()] : 0;
+        long lse = at.lse() >= 0 ? pointers[at.lse()] : 0;
+        long step = pointers[at.step()];
+        List<Launch> launches = new ArrayList<>(2);
+        if (op == Op.DECODE) {
+            launches.add(new Launch(main, gridX, gridY, gridZ, new long[] {pointers[at.q()], pointers[at.keys()],
+                    pointers[at.values()], workspace.partialO(), workspace.partialLse(), workspace.params(), step, blocks,
+                    keysPerSplit}));
+            launches.add(new Launch(combine, combineGridX, 1, 1, new long[] {workspace.partialO(), workspace.partialLse(),
+                    pointers[at.o()], lse, workspace.params(), splits}));
+        } else {
+            long offsets = step + 4L * 2 * spec.batch();
+            launches.add(new Launch(main, gridX, gridY, gridZ, new long[] {pointers[at.q()], pointers[at.keys()],
+                    pointers[at.values()], pointers[at.o()], lse, workspace.params(), offsets, step, blocks}));
+        }
+        return launches;
+    }
+
+    /** The entries the launches use, in launch order (loaded once each by the provider). */
+    public List<KernelManifest.Kernel> kernels() {
+        return combine == null ? List.of(main) : List.of(main, combine);
+    }
+
+    public Key key() {
+        return new Key(function, spec, cacheSpec);
+    }
+
+    public String function() {
+        return function;
+    }
+
+    public Op op() {
+        return op;
+    }
+
+    public CacheAttentionSpec spec() {
+        return spec;
+    }
+
+    public KvCacheSpec cacheSpec() {
+        return cacheSpec;
+    }
+
+    public Positions positions() {
+        return at;
+    }
+
+    public int argumentCount() {
+        return argumentCount;
+    }
+
+    /** The params block, uploaded once per prepared call. */
+    public int[] params() {
+        return params.clone();
+    }
+
+    /** Decode: keys per split (a multiple of {@link DecodeSplitPolicy#GRANULE}) and the split count; prefill: 0. */
+    public int keysPerSplit() {
+        return keysPerSplit;
+    }
+
+    public int splits() {
+        return splits;
+    }
+
+    /** The decode's split workspace in floats (0 for prefill). */
+    public long partialOFloats() {
+        return partialOFloats;
+    }
+
+    public long partialLseFloats() {
+        return partialLseFloats;
+    }
+
+    /** Dense queries per sequence of a decode: the spec's maxQueryLength, at most 16 (as the engine tasks). */
+    static int denseQueries(CacheAttentionSpec spec) {
+        return Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES);
+    }
+
+    /** The longest prompt a prefill grid covers. */
+    static int longestPrompt(CacheAttentionSpec spec) {
+        return Math.min(spec.maxQueryLength(), spec.maxTotalQueries());
+    }
+
+    private long denseElements() {
+        return (long) spec.batch() * spec.heads() * denseQueries(spec) * spec.headDim();
+    }
+
+    private long lseFloats() {
+        return op == Op.DECODE ? (long) spec.batch() * spec.heads() * denseQueries(spec) : spec.packedLseElements();
+    }
+
+    private long blockTableInts() {
+        return cacheSpec.paged() ? (long) cacheSpec.slots() * cacheSpec.pagesPerSequence() : 1;
+    }
+
+    /**
+     * The entry of {@code kind} for the spec and cache; its features are looked up like any variant field, and of the
+     * entries that serve them the one with the fewest runs. One no entry serves is refused by name.
+     */
+    private static KernelManifest.Kernel select(KernelManifest manifest, Kind kind, CacheAttentionSpec spec,
+                                                KvCacheSpec cacheSpec) {
+        KernelVariant variant = KernelVariant.of(kind, spec.dtype(), spec.headDim()).causal(spec.causal())
+                .paged(cacheSpec.paged());
+        KernelManifest.Kernel kernel = LaunchTable.require(HOST, manifest, variant, spec.features(), spec::featureValue);
+        if (kernel.dynamicSharedBytes() > 0) {
+            // LibraryCuda.launch passes no dynamic shared memory (every cache entry uses static shared memory only).
+            throw new IllegalStateException("the kernel manifest's " + kernel.entry() + " needs "
+                    + kernel.dynamicSharedBytes() + " bytes of dynamic shared memory; " + HOST + " launches with none");
+        }
+        return kernel;
+    }
+
+    /** A 16-bit tensor argument: its element type's array (or 16-bit bits in a ShortArray) of the right size. */
+    private void requireTensor(Object[] args, int index, long elements, String what) {
+        Class<? extends TornadoNativeArray> typed = spec.dtype() == DType.BF16 ? BFloat16Array.class : HalfFloatArray.class;
+        Object value = args[index];
+        String allowed = "a " + typed.getSimpleName() + " or a ShortArray (" + spec.dtype().label() + " bits)";
+        if (!(typed.isInstance(value) || value instanceof ShortArray)) {
+            throw new InvalidArgumentException(names[roleOf(index)], value == null ? null : value.getClass().getSimpleName(),
+                    "argument " + index + " must be " + allowed);
+        }
+        requireSize(index, (TornadoNativeArray) value, elements, what);
+    }
+
+    private void require(Object[] args, int index, Class<? extends TornadoNativeArray> type, String allowed, long elements,
+                         String what) {
+        Object value = args[index];
+        if (!type.isInstance(value)) {
+            throw new InvalidArgumentException(names[roleOf(index)], value == null ? null : value.getClass().getSimpleName(),
+                    "argument " + index + " must be " + allowed);
+        }
+        requireSize(index, (TornadoNativeArray) value, elements, what);
+    }
+
+    private void requireSize(int index, TornadoNativeArray array, long elements, String what) {
+        long size = array.getSize();
+        if (exactSizes ? size != elements : size < elements) {
+            throw new InvalidArgumentException(names[roleOf(index)], array.getClass().getSimpleName() + "[" + size + "]",
+                    (exactSizes ? "must have " : "needs at least ") + elements + " elements (" + what + ")");
+        }
+    }
+
+    private int roleOf(int index) {
+        int[] arrays = at.arrays();
+        for (int role = 0; role < arrays.length; role++) {
+            if (arrays[role] == index) {
+                return role;
+            }
+        }
+        throw new IllegalArgumentException("argument " + index + " is no array of " + function);
+    }
+
+    private static int integer(Object[] args, int index, String name) {
+        return type(args, index, name, Integer.class);
+    }
+
+    private static <T> T type(Object[] args, int index, String name, Class<T> type) {
+        Object value = args[index];
+        if (!type.isInstance(value)) {
+            throw new InvalidArgumentException(name, value, "argument " + index + " must be a " + type.getSimpleName());
+        }
+        return type.cast(value);
+    }
+
+    @Override
+    public String toString() {
+        return HOST + " " + function + ": " + spec + " over " + cacheSpec;
+    }
+}
