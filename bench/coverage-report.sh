@@ -114,6 +114,9 @@ if want features; then
       cuda run --batch 4 --heads 16 --seq 2048 --dim $D --causal $extra --backend ptx-cuda --warmup 10 --iters 30 --check \
         --seed "$SEED" --json > "$log" 2>&1 && record "prefill (4,16,2048,$D) causal $extra" "$log" || fail=1
     done
+    # PyTorch's own softcap: FlexAttention with and without the score_mod (SDPA has none).
+    python3 bench/softcap_baseline.py --dim $D --softcap 50 2> "$OUT/softcap-torch-d$D.err" \
+      | sed "s/^{/{\"tag\": \"torch softcap d$D\", /" >> "$OUT/results.jsonl"
   done
   python3 bench/decode_baseline.py --batch 8 --heads 32 --kv-heads 8 --dim 128 --context 32768 --layers "$LAYERS" \
     --steps "$STEPS" --window 4095 --backends FLASH | sed 's/^{/{"tag": "torch decode 32K window 4095", /' >> "$OUT/results.jsonl"

@@ -59,6 +59,12 @@ def main(path):
         base = f"prefill (4,16,2048,{D}) causal "
         for extra in ("--sinks", "--softcap 50", "--softcap 50 --sinks"):
             pair(f"{extra[2:].replace(' --', ' + ')} (prefill, D={D})", base + extra, base)
+        flex = [r for r in rows if r.get("tag") == f"torch softcap d{D}" and r.get("backend") == "flex-attention"]
+        capped = [r for r in flex if r.get("softcap")]
+        plain = [r for r in flex if r.get("softcap") == 0]
+        if capped and plain:
+            print("| softcap 50, PyTorch FlexAttention (prefill, D=%d) | %.4g ms | without: %.4g ms | %.3f |"
+                  % (D, capped[0]["ms"], plain[0]["ms"], capped[0]["ms"] / plain[0]["ms"]))
     torch_w = by_tag.get("torch decode 32K window 4095")
     ours_w = by_tag.get("decode 32K window 4095")
     if torch_w and ours_w and torch_w.get("median_ms"):

@@ -183,10 +183,11 @@ FWD_D96 = Tile(96, 64, 64, 4, 2, 2)        # FA2's sm8x hdim96 causal tile; 128x
                                            # shared memory, 2 stages or split) spills at 255 registers
 FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring stage 1: 48 KB, ~250 registers;
                                            # 128 rows x 64 keys with 8 warps spills 12-40 bytes with Q split
-FWD_D96_DYN = Tile(96, 64, 128, 4, 2, 2, dyn_smem=True)   # 96 KB dynamic, 240 registers
-FWD_D192_DYN = Tile(192, 128, 64, 8, 2, 1, dyn_smem=True, opt=LAZY)  # FA2's sm80 hdim192 tile: 96 KB dynamic, 255
-                                           # registers; the lazy rescale: the eager one spills 8 bytes on sm_90
-FWD_D256 = Tile(256, 64, 16, 4, 1, 2, q_in_regs=False)  # split K/V + Q in shared memory: 48 KB static
+FWD_D96_DYN = Tile(96, 128, 64, 4, 2, 2, q_in_regs=False, dyn_smem=True)  # 2 row groups per warp, Q in shared
+                                           # memory, 72 KB dynamic, 255 registers
+FWD_D192_DYN = Tile(192, 64, 64, 4, 2, 2, dyn_smem=True)  # 2 stages of 64 keys, 96 KB dynamic, 255 registers, 2 CTAs/SM
+FWD_D256 = Tile(256, 64, 16, 4, 2, 1)      # Q in registers (staged over ring stage 1), 2 stages of 16 keys: 48 KB
+                                           # static, 252 registers
 FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True)  # FA2's sm86/89 64x64, 96 KB
 DEC_D32 = Tile(32, 16, 64, 1, 2, 6)
 DEC_D96 = Tile(96, 16, 32, 1, 2, 6)
@@ -203,8 +204,9 @@ FWD = {
           "(4,16,2048,32) on an H200"),),
     64: ((FWD_D64, "any", BOTH, "4 warps x 2 row groups, Q in registers, 2 K/V stages, 32 KB; eager rescale measured faster"),),
     96: ((FWD_D96_DYN, "any", CUDA,
-          "4 warps x 1 row group, 2 stages of 128 keys, 96 KB dynamic: 0.94x (non-causal) / 1.06x (causal) SDPA FLASH "
-          "at (4,16,2048,96) on an H200, where FWD_D96 gave 0.85x / 0.98x and 128x128 with 8 warps 0.92x / 1.00x"),
+          "4 warps x 2 row groups (every K/V fragment feeds two mmas), Q in shared memory, 2 stages of 64 keys, 72 KB "
+          "dynamic: 1.03-1.47x SDPA FLASH at (4,16,2048,96) and (16,8,512,96), both flags, on an H200, where 64x128 "
+          "gave 0.93-1.31x and 8 warps x 1 row group 0.79-1.26x (harness --tuning)"),
          (FWD_D96, "any", TORNADO,
           "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 64 keys, Q in registers; 3 CTAs/SM (168 "
           "registers) spill in the TornadoVM twins")),
@@ -216,13 +218,16 @@ FWD = {
            "buffer loaded apart, eager rescale, 255 registers, 2 CTAs/SM: 0.95-0.96x SDPA FLASH where Br=64 gave "
            "0.84-0.91x")),
     192: ((FWD_D192_DYN, "any", CUDA,
-           "FA2's sm80 hdim192 tile: 8 warps x 1 row group, 2 stages of 64 keys, 96 KB dynamic: 1.07x SDPA FLASH at "
-           "(4,16,2048,192) on an H200 (both flags), where FWD_D192 gave 0.93x / 0.99x"),
+           "4 warps x 1 row group, 2 stages of 64 keys, 96 KB dynamic, 2 CTAs/SM: 1.07-1.17x SDPA FLASH at "
+           "(4,16,2048,192) and (16,8,512,192), both flags, on an H200, where FA2's sm80 tile (8 warps, 128 x 64) gave "
+           "0.95-0.98x with the lazy rescale and 1.00-1.04x with the eager one (which spills 8 bytes on sm_90)"),
           (FWD_D192, "any", TORNADO, "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 32 keys, Q in registers")),
     256: ((FWD_D256_DYN, "any", CUDA,
            "FA2's sm86/89 hdim256 tile: split K/V of 64 keys, Q in shared memory, 96 KB dynamic: 1.04x SDPA FLASH at "
            "(4,16,2048,256) on an H200 (both flags)"),
-          (FWD_D256, "any", TORNADO, "the 48 KB static tile for TornadoVM: split K/V of 16 keys, Q in shared memory")),
+          (FWD_D256, "any", TORNADO,
+           "the 48 KB static tile for TornadoVM: Q in registers, 2 stages of 16 keys: 0.77-0.81x SDPA FLASH where the "
+           "dynamic tile gives 0.97-1.03x (Q in shared memory with split K/V of 16 keys: 0.67-0.74x)")),
 }
 CACHE_FWD = {d: tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
 # The "_feat" entries' tile where the score features' code needs more registers than the plain tile's
@@ -230,12 +235,14 @@ CACHE_FWD = {d: tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d i
 FWD_D128_CAUSAL_2 = dataclasses.replace(FWD_D128_CAUSAL, min_ctas=2)
 # The "_feat" entries' tile, by (kind, the row's tile), where the plain tile does not suit the score features: the
 # 168-register D=128 causal tile spills 8-12 bytes with them (dense prefill: the non-causal tile, measured faster
-# with the features on causal shapes too; cache prefill: 2 CTAs/SM); the dynamic D=256 tile spills 12 bytes with
-# them unless it takes the lazy rescale (which cost its plain entry 4-6% on an H200).
+# with the features on causal shapes too; cache prefill: 2 CTAs/SM); the dynamic D=96, 192 and 256 tiles spill
+# 12-56 bytes with them unless they take the lazy rescale (which cost D=256's plain entry 4-6% on an H200).
 FEAT_TILES = {
     ("prefill", FWD_D128_CAUSAL): FWD_D128,
     ("cache-prefill", FWD_D128_CAUSAL): FWD_D128_CAUSAL_2,
     ("prefill", FWD_D256_DYN): dataclasses.replace(FWD_D256_DYN, opt=LAZY),
+    ("prefill", FWD_D96_DYN): dataclasses.replace(FWD_D96_DYN, opt=LAZY),
+    ("prefill", FWD_D192_DYN): dataclasses.replace(FWD_D192_DYN, opt=LAZY),
 }
 
 
@@ -354,29 +361,26 @@ rows(
     Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 8, 2, 1, dyn_smem=True), why="8 warps x 1 row group", **_D96),
     Row("flash_fwd_tuning", "prefill", Tile(96, 128, 128, 8, 2, 1, dyn_smem=True), why="8 warps, 128 keys", **_D96),
     Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 8, 1, 1, dyn_smem=True), why="8 warps, split K/V", **_D96),
-    Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 4, 2, 2, q_in_regs=False, dyn_smem=True),
-        why="4 warps x 2 row groups, Q in shared memory", suffix="_qs_dyn"),
     Row("flash_fwd_tuning", "prefill", Tile(96, 128, 64, 4, 1, 2, q_in_regs=False, dyn_smem=True),
         why="4 warps x 2 row groups, Q in shared memory, split K/V", suffix="_qs_dyn"),
-    Row("flash_fwd_tuning", "prefill", Tile(96, 64, 128, 4, 2, 2, dyn_smem=True, opt=LAZY), suffix="_dyn_lazy",
-        why="the shipped tile with the lazy rescale"),
-    Row("flash_fwd_tuning", "prefill", Tile(192, 64, 64, 4, 2, 2, dyn_smem=True), why="4 warps, 64 keys, 2 CTAs/SM", **_D96),
+    Row("flash_fwd_tuning", "prefill", Tile(96, 64, 128, 4, 2, 2, dyn_smem=True), suffix="_dyn",
+        why="4 warps x 1 row group, 2 stages of 128 keys (shipped before the 128 x 64 tile)"),
     Row("flash_fwd_tuning", "prefill", Tile(192, 64, 64, 4, 1, 2, dyn_smem=True), why="4 warps, split K/V", **_D96),
     Row("flash_fwd_tuning", "prefill", Tile(192, 128, 64, 8, 1, 1, dyn_smem=True, opt=LAZY), suffix="_dyn_lazy",
         why="8 warps, split K/V"),
     Row("flash_fwd_tuning", "prefill", Tile(192, 128, 64, 8, 2, 1, dyn_smem=True), suffix="_dyn_eager",
-        why="the shipped tile with the eager rescale (spills 8 bytes on sm_90)"),
+        why="FA2's sm80 tile, eager rescale (spills 8 bytes on sm_90)"),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 128, 64, 8, 2, 1, dyn_smem=True, opt=LAZY), suffix="_dyn_lazy",
+        why="FA2's sm80 tile, lazy rescale (shipped before the 64 x 64 tile)"),
     Row("flash_fwd_tuning", "prefill", Tile(192, 128, 32, 8, 2, 1, dyn_smem=True), why="8 warps, 32 keys", **_D96),
 )
-# D=256 in 48 KB of static shared memory (what a TornadoVM twin may use) beside ptx-tornado's tile (FWD_D256,
-# timed here through the CUDA-driver ABI) and the shipped dynamic one.  Q in registers fits 48 KB only with
-# 16-key stages (Q's 32 KB staged over stages 1..); Bc=32 would need 64 KB.
+# D=256: ptx-tornado's 48 KB static tile (FWD_D256) timed through the CUDA-driver ABI beside the shipped dynamic
+# one, and the Q-in-shared-memory tile it replaced.  Q in registers fits 48 KB only with 16-key stages (Q's 32 KB
+# staged over stages 1..); Bc=32 would need 64 KB.
 rows(
     Row("flash_fwd_tuning", "prefill", FWD_D256, suffix="_static", why="ptx-tornado's shipped tile"),
-    Row("flash_fwd_tuning", "prefill", Tile(256, 64, 16, 4, 2, 1),
-        why="Q in registers (staged over ring stage 1: 48 KB), 2 stages of 16 keys; 252 registers"),
-    Row("flash_fwd_tuning", "prefill", Tile(256, 64, 16, 4, 2, 1, opt=LAZY), suffix="_lazy",
-        why="the same with the lazy rescale"),
+    Row("flash_fwd_tuning", "prefill", Tile(256, 64, 16, 4, 1, 2, q_in_regs=False), suffix="_qs_static",
+        why="split K/V of 16 keys, Q in shared memory (ptx-tornado's tile before)"),
 )
 
 

@@ -44,8 +44,8 @@ def print_correctness(corr, where):
 
 def tuning_tables(cands, corr, rows):
     """One tuning_table per head dim of the candidates."""
-    dims = sorted({e.head_dim for e in cands})
-    return "\n".join(f"## D={D}\n\n" + tuning_table([e for e in cands if e.head_dim == D], corr,
+    dims = sorted({e.D for e in cands})
+    return "\n".join(f"## D={D}\n\n" + tuning_table([e for e in cands if e.D == D], corr,
                                                         [r for r in rows if r.get("D", D) == D]) for D in dims)
 
 

@@ -163,7 +163,7 @@ def tuning_timing(runner, cands, rounds, reps):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(4321)
     rows = []
-    for (B, H, S, D) in [(B, H, S, D) for D in sorted({e.head_dim for e in cands}) for (B, H, S) in TUNING_SHAPES]:
+    for (B, H, S, D) in [(B, H, S, D) for D in sorted({e.D for e in cands}) for (B, H, S) in TUNING_SHAPES]:
         for causal in (False, True):
             pb = Problem(B, H, H, S, S, D, causal, "bhsd", lse=True, gen=gen)
             fl = pb.flops()
@@ -175,7 +175,7 @@ def tuning_timing(runner, cands, rounds, reps):
                 fn = sdpa_fn(pb, be)
                 if fn:
                     fns["sdpa_" + be] = fn
-            for e in (e for e in cands if e.head_dim == D):
+            for e in (e for e in cands if e.D == D):
                 grid = runner.prefill_grid(e, pb)
                 fns[e.name] = (lambda e=e, grid=grid: runner.launch(e, grid, args))
             meds = {k: [] for k in fns}

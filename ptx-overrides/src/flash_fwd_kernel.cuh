@@ -71,9 +71,9 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     if constexpr (Opt::kFeatures) return reload_param<P_SOFTCAP, kHdr>(params);
     else return 0;
   };
-  // The softcap's 1/c times the score scale: tanh's argument per unit of q.k (with softcap_bits() != 0).
+  // The softcap's scale / c times 2 log2(e): tanh_of_exp2_arg's argument per unit of q.k (softcap_bits() != 0).
   auto softcap_in = [&]() -> float {
-    return __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(softcap_bits());
+    return __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(softcap_bits()) * 2.8853900817779268f;
   };
   auto sink_of = [&](int h) -> float {
     if constexpr (Opt::kFeatures) return sink_logit<kHdr>(params, h);
@@ -572,7 +572,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
 #pragma unroll
             for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-              for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = tanh_fast(s_acc[rg][nt][j] * in);
+              for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = tanh_of_exp2_arg(s_acc[rg][nt][j] * in);
         }
       }
       if (mask) {
@@ -591,7 +591,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
                 float& x = s_acc[rg][nt][2 * hh + c];
-                if (cap_bits != 0) x = tanh_fast(x * in);
+                if (cap_bits != 0) x = tanh_of_exp2_arg(x * in);
                 if (nt * 8 + c > lim || nt * 8 + c < first) x = kNegInf;
               }
           }
