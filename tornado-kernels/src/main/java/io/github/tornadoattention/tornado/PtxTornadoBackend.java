@@ -29,7 +29,7 @@ public final class PtxTornadoBackend implements AttentionBackend {
 
     @Override
     public Availability availability() {
-        return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
+        return TornadoBackendSupport.availability(() -> TornadoDevices.nvidiaDevice().availability());
     }
 
     @Override
@@ -45,7 +45,7 @@ public final class PtxTornadoBackend implements AttentionBackend {
     public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
         checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
-        return new PtxTornadoPlan(shape, TornadoDevices.ptxDevice().require(id()), options);
+        return new PtxTornadoPlan(shape, TornadoDevices.nvidiaDevice().require(id()), options);
     }
 
     /** The inference API on this backend: KV caches kept on the GPU by TornadoVM task graphs. */
@@ -57,6 +57,6 @@ public final class PtxTornadoBackend implements AttentionBackend {
     /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}), {@link PlanOptions#cudaGraph()}. */
     @Override
     public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
-        return TornadoBackendSupport.device(id(), TornadoDevices::ptxDevice, options);
+        return TornadoBackendSupport.device(id(), TornadoDevices::nvidiaDevice, options);
     }
 }

@@ -27,7 +27,7 @@ public final class TornadoMmaBackend implements AttentionBackend {
 
     @Override
     public Availability availability() {
-        return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
+        return TornadoBackendSupport.availability(() -> TornadoDevices.nvidiaDevice().availability());
     }
 
     /** Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; window, softcap and sinks. */
@@ -47,7 +47,7 @@ public final class TornadoMmaBackend implements AttentionBackend {
         checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
         try {
-            return new MmaPlan(shape, TornadoDevices.ptxDevice().require(id()), options);
+            return new MmaPlan(shape, TornadoDevices.nvidiaDevice().require(id()), options);
         } catch (RuntimeException e) {
             // TornadoVM refuses MMA intrinsics on devices below compute capability 8.0 when it compiles.
             if (e.getClass().getSimpleName().equals("TornadoDeviceMMANotSupported")) {
@@ -66,6 +66,6 @@ public final class TornadoMmaBackend implements AttentionBackend {
     /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}), {@link PlanOptions#cudaGraph()}. */
     @Override
     public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
-        return TornadoBackendSupport.device(id(), TornadoDevices::ptxDevice, options);
+        return TornadoBackendSupport.device(id(), TornadoDevices::nvidiaDevice, options);
     }
 }
