@@ -13,7 +13,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /**
  * {@code ptx-tornado}: the hand-tuned PTX kernels of ptx-overrides/ run as prebuilt tasks inside
  * TornadoVM task graphs, behind the same plan machinery as tornado-mma ({@link TornadoAttentionPlan}),
- * so switching is one id. Needs TornadoVM's PTX backend and an sm_80 or newer GPU.
+ * so switching is one id. Needs TornadoVM's PTX or CUDA backend (the prebuilt form per backend: {@link
+ * io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks}) and an sm_80 or newer GPU.
  */
 public final class PtxTornadoBackend implements AttentionBackend {
 
