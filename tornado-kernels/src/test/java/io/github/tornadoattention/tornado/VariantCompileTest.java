@@ -130,31 +130,58 @@ class VariantCompileTest {
 
     /**
      * The PTX of every kernel compiled above assembles with ptxas for sm_89 (L4) and sm_90 (H100/H200), as the driver
-     * would JIT it there: on the PTX backend TornadoVM's PTX, on the CUDA backend the PTX NVRTC made (the stand-in's
-     * nvcc). Skipped without ptxas.
+     * would JIT it there: on the PTX backend TornadoVM's PTX (sm_80-level, one module for both); on the CUDA backend
+     * NVRTC compiles for the GPU it runs on, so the PTX it made here (for the fake H100: sm_90) is assembled for sm_90
+     * and each kernel's CUDA C is compiled again for compute_89 (nvcc --ptx, as the stand-in NVRTC does) and assembled
+     * for sm_89. Skipped without ptxas (and nvcc, on the CUDA backend).
      */
     @Test
     void everyModuleAssemblesForSm89AndSm90() throws IOException, InterruptedException {
         assumeTrue(FakeCuda.run(List.of("ptxas", "--version"), null, Map.of()) == 0, "no ptxas on PATH");
+        boolean cuda = FakeCuda.backend(log).equals("CUDA");
         List<Path> ptx;
         try (var files = Files.list(modules)) {
             ptx = files.filter(p -> p.toString().endsWith(".ptx")).sorted().toList();
         }
         // Every Java kernel of the tables, the cache kernels and the small ones: more modules than table rows.
         assertTrue(ptx.size() >= SimtKernels.CONFIGS.size() * 2 + MmaKernels.CONFIGS.size(), ptx + "\n" + log);
+        List<String[]> jobs = new ArrayList<>();   // {ptx or CUDA C file, arch}
+        for (Path file : ptx) {
+            jobs.add(new String[] {file.toString(), "sm_90"});
+            if (!cuda) {
+                jobs.add(new String[] {file.toString(), "sm_89"});
+            }
+        }
+        if (cuda) {
+            assumeTrue(FakeCuda.run(List.of("nvcc", "--version"), null, Map.of()) == 0, "no nvcc on PATH");
+            try (var files = Files.walk(nvrtc)) {
+                List<Path> sources = files.filter(p -> p.toString().endsWith(".cu")).sorted().toList();
+                // TornadoVM compiles each distinct source once (its modules may repeat one): at least a source per kernel.
+                assertTrue(sources.size() >= SimtKernels.CONFIGS.size() * 2 + MmaKernels.CONFIGS.size(), sources.toString());
+                sources.forEach(cu -> jobs.add(new String[] {cu.toString(), "sm_89"}));
+            }
+        }
         List<String> failures = java.util.Collections.synchronizedList(new ArrayList<>());
-        ptx.parallelStream().forEach(file -> {
-            for (String arch : List.of("sm_89", "sm_90")) {
-                try {
-                    Path report = Files.createTempFile("ptxas-" + arch, ".log");
-                    int rc = FakeCuda.run(List.of("ptxas", "-arch=" + arch, "-o", "/dev/null", file.toString()), report, Map.of());
-                    if (rc != 0) {
-                        failures.add(file.getFileName() + " " + arch + ": " + Files.readString(report));
-                    }
-                    Files.deleteIfExists(report);
-                } catch (IOException | InterruptedException e) {
-                    failures.add(file.getFileName() + " " + arch + ": " + e);
+        jobs.parallelStream().forEach(job -> {
+            try {
+                Path report = Files.createTempFile("ptxas-" + job[1], ".log");
+                String file = job[0];
+                int rc = 0;
+                if (file.endsWith(".cu")) {
+                    Path compiled = Files.createTempFile("compute_89", ".ptx");
+                    rc = FakeCuda.run(List.of("nvcc", "-x", "cu", "--ptx", "-arch=compute_89", "-o", compiled.toString(), file),
+                            report, Map.of());
+                    file = compiled.toString();
                 }
+                if (rc == 0) {
+                    rc = FakeCuda.run(List.of("ptxas", "-arch=" + job[1], "-o", "/dev/null", file), report, Map.of());
+                }
+                if (rc != 0) {
+                    failures.add(job[0] + " " + job[1] + ": " + Files.readString(report));
+                }
+                Files.deleteIfExists(report);
+            } catch (IOException | InterruptedException e) {
+                failures.add(job[0] + " " + job[1] + ": " + e);
             }
         });
         assertEquals(List.of(), failures, FakeCuda.backend(log));
