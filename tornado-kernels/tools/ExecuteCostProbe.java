@@ -8,12 +8,14 @@ import uk.ac.manchester.tornado.api.TornadoExecutionPlan;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
+import uk.ac.manchester.tornado.api.runtime.TornadoRuntimeProvider;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
  * What one {@code TornadoExecutionPlan.execute()} costs on a GPU apart from its kernels: a graph of one tiny
- * prebuilt PTX kernel with IN arrays sent and OUT arrays received with every execution, timed over many
+ * prebuilt kernel (PTX on TornadoVM's PTX backend, CUDA C on its CUDA backend) with IN arrays sent and OUT arrays received with every execution, timed over many
  * executions after a JIT warm-up, with and without CUDA graphs. TornadoVM API only; no project classes.
  *
  * <pre>  javac -cp $TORNADOVM_HOME/share/java/tornado/tornado-api-5.2.0-jdk25.jar -d out/probe tornado-kernels/tools/ExecuteCostProbe.java
@@ -32,6 +34,7 @@ public final class ExecuteCostProbe {
         warmup = args.length > 1 ? Integer.parseInt(args[1]) : warmup;
         runs = args.length > 2 ? Integer.parseInt(args[2]) : runs;
         int floats = bytes / 4;
+        System.out.println("[tornadovm] backend " + backend());
         System.out.printf("[probe] %d bytes per array, %d warm-up and %d timed executions%n", bytes, warmup, runs);
         for (boolean cudaGraph : new boolean[] {false, true}) {
             for (int[] io : new int[][] {{0, 0}, {0, 1}, {1, 1}, {2, 1}, {4, 1}, {4, 2}, {6, 2}}) {
@@ -81,8 +84,12 @@ public final class ExecuteCostProbe {
         }
     }
 
+    private static TornadoVMBackendType backend() {
+        return TornadoRuntimeProvider.getTornadoRuntime().getDefaultDevice().getTornadoVMBackend();
+    }
+
     /**
-     * A PTX kernel over all {@code arrays} that stores 1.0 into the last one's first 32 floats; the arrays from
+     * A kernel over all {@code arrays} that stores 1.0 into the last one's first 32 floats; the arrays from
      * {@code firstOut} on are declared written (TornadoVM copies back only arrays a task writes).
      */
     private static void prebuilt(TaskGraph graph, GridScheduler scheduler, String graphName, FloatArray[] arrays,
@@ -99,9 +106,18 @@ public final class ExecuteCostProbe {
                 + "  mov.u32 %r1, %tid.x;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
                 + "  mov.f32 %f1, 0f3F800000;\n"
                 + "  st.global.f32 [%rd4+" + TornadoNativeArray.ARRAY_HEADER + "], %f1;\n  ret;\n}\n";
-        Path file = Files.createTempFile("execute-cost-", ".ptx");
+        // CUDA backend: CUDA C under the entry's own name, after the four words its launches pass first.
+        StringBuilder cudaParams = new StringBuilder("long *_kernel_context, unsigned char *_constant_region,"
+                + " unsigned char *_local_region, int *_atomics");
+        for (int i = 0; i < arrays.length; i++) {
+            cudaParams.append(", unsigned char *a").append(i);
+        }
+        String cuda = "extern \"C\" __global__ void touch(" + cudaParams + ") {\n    ((float *) (a" + (arrays.length - 1)
+                + " + " + TornadoNativeArray.ARRAY_HEADER + "))[threadIdx.x] = 1.0f;\n}\n";
+        boolean onCuda = backend() == TornadoVMBackendType.CUDA;
+        Path file = Files.createTempFile("execute-cost-", onCuda ? ".cu" : ".ptx");
         file.toFile().deleteOnExit();
-        Files.writeString(file, ptx);
+        Files.writeString(file, onCuda ? cuda : ptx);
         AccessorParameters accessors = new AccessorParameters(arrays.length);
         for (int i = 0; i < arrays.length; i++) {
             accessors.set(i, arrays[i], i >= firstOut ? Access.READ_WRITE : Access.READ_ONLY);

@@ -7,6 +7,8 @@ import uk.ac.manchester.tornado.api.TornadoExecutionPlan;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
+import uk.ac.manchester.tornado.api.runtime.TornadoRuntimeProvider;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
@@ -19,7 +21,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *       -cp out/repro PrebuiltOrderRepro MODE
  * </pre>
  *
- * Two prebuilt PTX kernels with the same signature: {@code write1} stores 1.0 into its array, {@code write2} stores
+ * Two prebuilt kernels with the same signature (PTX on TornadoVM's PTX backend, CUDA C on its CUDA backend, which
+ * compiles a prebuilt task's file with NVRTC): {@code write1} stores 1.0 into its array, {@code write2} stores
  * 2.0 into its own. MODE {@code together}: both tasks in one graph (a, then b); {@code apart}: each in a graph of its
  * own. Expected: a = 1, b = 2. With {@code together}, TornadoVM launches task b with task a's kernel
  * ({@code TornadoVMInterpreter.globalToLocalTaskIndex} finds the task with {@code indexOf}, and {@code
@@ -31,6 +34,7 @@ public final class PrebuiltOrderRepro {
 
     public static void main(String[] args) throws Exception {
         String mode = args.length > 0 ? args[0] : "together";
+        System.out.println("[tornadovm] backend " + backend());
         FloatArray a = new FloatArray(N);
         FloatArray b = new FloatArray(N);
         if (mode.equals("together")) {
@@ -61,10 +65,19 @@ public final class PrebuiltOrderRepro {
                 + (pass ? "PASS" : "FAIL"));
     }
 
-    /** Task {@code task} of graph {@code graphName}: a PTX kernel storing {@code value} into {@code out[0..N)}. */
+    private static TornadoVMBackendType backend() {
+        return TornadoRuntimeProvider.getTornadoRuntime().getDefaultDevice().getTornadoVMBackend();
+    }
+
+    /** Task {@code task} of graph {@code graphName}: a kernel storing {@code value} into {@code out[0..N)}. */
     private static void prebuilt(TaskGraph graph, GridScheduler scheduler, String graphName, String task, String entry,
                                  float value, FloatArray out) throws Exception {
-        // TornadoVM looks a prebuilt kernel up as <graph>_<task>_<entry>_<one token per array argument>.
+        String bits = "0x" + Integer.toHexString(Float.floatToRawIntBits(value)).toUpperCase();
+        // CUDA backend: the entry's own name, after the four words its launches pass first (kernel context, constant
+        // region, local region, atomics). PTX backend: looked up as <graph>_<task>_<entry>_<one token per array>.
+        String cuda = "extern \"C\" __global__ void " + entry + "(long *_kernel_context, unsigned char *_constant_region,"
+                + " unsigned char *_local_region, int *_atomics, unsigned char *out) {\n"
+                + "    ((float *) (out + " + TornadoNativeArray.ARRAY_HEADER + "))[threadIdx.x] = __int_as_float(" + bits + ");\n}\n";
         String name = graphName + "_" + task + "_" + entry + "_arrays_floatarray";
         String ptx = ".visible .entry " + name + "(.param .u64 ctx, .param .u64 out)\n{\n"
                 + "  .reg .b32 %r<2>;\n  .reg .b64 %rd<5>;\n  .reg .f32 %f<2>;\n"
@@ -72,9 +85,10 @@ public final class PrebuiltOrderRepro {
                 + "  mov.u32 %r1, %tid.x;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
                 + "  mov.f32 %f1, 0f" + Integer.toHexString(Float.floatToRawIntBits(value)).toUpperCase() + ";\n"
                 + "  st.global.f32 [%rd4+" + TornadoNativeArray.ARRAY_HEADER + "], %f1;\n  ret;\n}\n";
-        Path file = Files.createTempFile("prebuilt-order-", ".ptx");
+        boolean onCuda = backend() == TornadoVMBackendType.CUDA;
+        Path file = Files.createTempFile("prebuilt-order-", onCuda ? ".cu" : ".ptx");
         file.toFile().deleteOnExit();
-        Files.writeString(file, ptx);
+        Files.writeString(file, onCuda ? cuda : ptx);
         AccessorParameters accessors = new AccessorParameters(1);
         accessors.set(0, out, Access.WRITE_ONLY);
         graph.prebuiltTask(task, entry, file.toString(), accessors);

@@ -53,6 +53,7 @@ public final class ResidencyRepro {
         int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 6;
         int n = args.length > 2 ? Integer.parseInt(args[2]) : DEFAULT_ELEMENTS;
         fake = TornadoExecutionPlan.getDevice(0, 0).getPhysicalDevice().getDeviceName().contains("(fake)");
+        System.out.println("[tornadovm] backend " + TornadoExecutionPlan.getDevice(0, 0).getTornadoVMBackend());
         System.out.println("[repro] mode " + mode + ", " + rounds + " rounds, " + n + " floats, device "
                 + TornadoExecutionPlan.getDevice(0, 0).getPhysicalDevice().getDeviceName());
         switch (mode) {

@@ -8,6 +8,7 @@
  * Build and use: tools/ptx-dump.sh.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,32 +198,68 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) 
     return CUDA_SUCCESS;
 }
 
+/* A loaded module: its PTX, where known (text images; a cubin of tools/fakenvrtc's through fakenvrtc_ptx_of_image),
+ * so that a function can say how its parameters are laid out. */
+struct module { const char *ptx; };
+
+/* TornadoVM's CUDA backend loads the cubin NVRTC gave it; tools/fakenvrtc, if loaded, knows its PTX. */
+static const char *ptx_of(const void *image) {
+    if (memcmp(image, "\177ELF", 4) != 0) return strdup((const char *) image);
+    const char *(*lookup)(const void *) = (const char *(*)(const void *)) dlsym(RTLD_DEFAULT, "fakenvrtc_ptx_of_image");
+    return lookup ? lookup(image) : NULL;
+}
+
 static int modules;
 static CUresult dump(CUmodule *m, const void *image) {
+    struct module *mod = calloc(1, sizeof *mod);
+    mod->ptx = ptx_of(image);
     const char *dir = getenv("FAKECUDA_PTX_DIR");
-    if (dir) {
+    if (dir && mod->ptx) {
         char path[4096];
         snprintf(path, sizeof path, "%s/module-%03d.ptx", dir, modules);
         FILE *f = fopen(path, "w");
         if (f) {
-            fputs((const char *) image, f);
+            fputs(mod->ptx, f);
             fclose(f);
         }
     }
-    if (verbose()) fprintf(stderr, "[fakecuda] module load #%d\n", modules);
+    if (verbose()) fprintf(stderr, "[fakecuda] module load #%d%s\n", modules, memcmp(image, "\177ELF", 4) ? "" : " (cubin)");
     modules++;
     module_loads++;
-    *m = dummy();
+    *m = (CUmodule) mod;
     return CUDA_SUCCESS;
 }
 CUresult cuModuleLoadData(CUmodule *m, const void *image) { return dump(m, image); }
 CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v) { return dump(m, image); }
 CUresult cuModuleUnload(CUmodule m) { return CUDA_SUCCESS; }
-/* A function handle is a small block holding its name, so a launch can say which kernel it runs. */
+
+/* A function handle: its name, then the number of parameters (-1: unknown) and each one's bytes, read from the
+ * module's PTX ".entry name(.param .u64 ..., ...)", so that a launch through kernelParams can say what it passes. */
+#define MAX_PARAMS 64
+struct function { char name[256]; int params; unsigned char bytes[MAX_PARAMS]; };
+
+static void read_params(struct function *fn, const char *ptx) {
+    fn->params = -1;
+    if (!ptx) return;
+    char key[300];
+    snprintf(key, sizeof key, ".entry %s(", fn->name);
+    const char *p = strstr(ptx, key);
+    if (!p) return;
+    const char *end = strchr(p, ')');
+    fn->params = 0;
+    for (p = strstr(p, ".param"); p && p < end && fn->params < MAX_PARAMS; p = strstr(p + 6, ".param")) {
+        const char *type = p + 6;
+        while (*type == ' ' || *type == '\t') type++;
+        fn->bytes[fn->params++] = (strncmp(type, ".u64", 4) && strncmp(type, ".b64", 4) && strncmp(type, ".s64", 4)
+                                   && strncmp(type, ".f64", 4)) ? 4 : 8;
+    }
+}
+
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
-    char *handle = malloc(strlen(name) + 1);
-    strcpy(handle, name);
-    *f = (CUfunction) handle;
+    struct function *fn = calloc(1, sizeof *fn);
+    snprintf(fn->name, sizeof fn->name, "%s", name);
+    read_params(fn, m ? ((struct module *) m)->ptx : NULL);
+    *f = (CUfunction) fn;
     return CUDA_SUCCESS;
 }
 CUresult cuOccupancyMaxPotentialBlockSize(int *minGrid, int *block, CUfunction f, CUoccupancyB2DSize fn, size_t smem, int limit) {
@@ -232,26 +269,35 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *minGrid, int *block, CUfunction f
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int smem, CUstream s, void **params, void **extra) {
+    const struct function *fn = (const struct function *) f;
     kernel_launches++;
     last_launch_dynamic_shared = smem;
+    /* The arguments as 64-bit words: TornadoVM's PTX backend passes them as one buffer (extra = {BUFFER_POINTER, buf,
+     * BUFFER_SIZE, &size, END}), its CUDA backend as kernelParams, one pointer per parameter of the entry. */
+    uint64_t words[MAX_PARAMS];
+    int present[MAX_PARAMS];
+    int n = 0;
     if (extra && extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[2] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-        const uint64_t *words = (const uint64_t *) extra[1];
-        for (size_t w = 0; w < *(size_t *) extra[3] / 8; w++) check_live("launch argument", (uintptr_t) words[w]);
+        const uint64_t *buffer = (const uint64_t *) extra[1];
+        for (size_t w = 0; w < *(size_t *) extra[3] / 8 && n < MAX_PARAMS; w++, n++) { words[n] = buffer[w]; present[n] = 1; }
+    } else if (params && fn->params > 0) {
+        for (; n < fn->params; n++) {
+            present[n] = params[n] != NULL;
+            words[n] = 0;
+            if (present[n]) memcpy(&words[n], params[n], fn->bytes[n]);
+        }
     }
+    for (int w = 0; w < n; w++) if (present[w]) check_live("launch argument", (uintptr_t) words[w]);
     if (verbose()) {
         /* One write per line: lanes launch from several threads, and a line split between writes would interleave. */
         char line[8192];
         size_t len = (size_t) snprintf(line, sizeof line, "[fakecuda] launch %s grid (%u,%u,%u) block (%u,%u,%u) dynamic smem %u args:",
-                                       (const char *) f, gx, gy, gz, bx, by, bz, smem);
-        /* TornadoVM passes its arguments as one buffer: extra = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}. */
-        if (extra && extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[2] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-            const uint64_t *words = (const uint64_t *) extra[1];
-            size_t n = *(size_t *) extra[3] / 8;
-            for (size_t w = 0; w < n && len < sizeof line - 64; w++) {
-                int i = allocation_of((uintptr_t) words[w]);
-                if (i >= 0) len += (size_t) snprintf(line + len, sizeof line - len, " #%d+%zu", i, (size_t) (words[w] - alloc_base[i]));
-                else len += (size_t) snprintf(line + len, sizeof line - len, " %llu", (unsigned long long) words[w]);
-            }
+                                       fn->name, gx, gy, gz, bx, by, bz, smem);
+        for (int w = 0; w < n && len < sizeof line - 64; w++) {
+            int i = present[w] ? allocation_of((uintptr_t) words[w]) : -1;
+            if (!present[w]) len += (size_t) snprintf(line + len, sizeof line - len, " null");
+            else if (i >= 0) len += (size_t) snprintf(line + len, sizeof line - len, " #%d+%zu", i, (size_t) (words[w] - alloc_base[i]));
+            else len += (size_t) snprintf(line + len, sizeof line - len, " %llu", (unsigned long long) words[w]);
         }
         fprintf(stderr, "%s\n", line);
     }

@@ -5,6 +5,8 @@
  * (and, for -arch=sm_XX, also nvcc --cubin -arch=sm_XX prog.ptx -o prog.cubin), keeping the PTX,
  * the cubin and nvcc's output as the program log. nvcc is $FAKENVRTC_NVCC, else nvcc on PATH.
  * $FAKENVRTC_KEEP=DIR keeps each compilation's files in DIR/nvrtc-NNN instead of deleting them.
+ * fakenvrtc_ptx_of_image(image) gives the PTX a cubin it produced was built from, so that the fake driver
+ * (tools/fakecuda) can write it out and read the kernels' parameter lists, as it does for loaded PTX.
  * It lets TornadoVM's CUDA backend build and compile kernels next to tools/fakecuda (no GPU).
  * Build: gcc -shared -fPIC -O1 -I. -Wl,-soname,libnvrtc.so.13 -o libnvrtc.so.13 fakenvrtc.c
  *        (plus the link libnvrtc.so -> libnvrtc.so.13 for -lnvrtc).
@@ -12,6 +14,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,6 +306,37 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int num_options, const char *con
     return result;
 }
 
+/* Every cubin handed out, with the PTX it came from (never freed: a test process compiles a few hundred). */
+struct built { char *cubin; size_t size; char *ptx; struct built *next; };
+static struct built *built_list;
+static pthread_mutex_t built_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void remember(const char *cubin, size_t size, const char *ptx) {
+    struct built *b = malloc(sizeof *b);
+    if (!b) return;
+    b->cubin = malloc(size);
+    b->ptx = strdup(ptx);
+    if (!b->cubin || !b->ptx) { free(b->cubin); free(b->ptx); free(b); return; }
+    memcpy(b->cubin, cubin, size);
+    b->size = size;
+    pthread_mutex_lock(&built_lock);
+    b->next = built_list;
+    built_list = b;
+    pthread_mutex_unlock(&built_lock);
+}
+
+/* The PTX of the cubin at image (a copy of one this library produced), or NULL. The ELF header (64 bytes) is
+ * compared first, so no more of image is read than a cubin of the same header has. */
+const char *fakenvrtc_ptx_of_image(const void *image) {
+    const char *found = NULL;
+    pthread_mutex_lock(&built_lock);
+    for (struct built *b = built_list; b && !found; b = b->next) {
+        if (b->size >= 64 && !memcmp(image, b->cubin, 64) && !memcmp(image, b->cubin, b->size)) found = b->ptx;
+    }
+    pthread_mutex_unlock(&built_lock);
+    return found;
+}
+
 nvrtcResult nvrtcGetPTXSize(nvrtcProgram p, size_t *size) {
     if (!p) return NVRTC_ERROR_INVALID_PROGRAM;
     if (!size || !p->ptx) return NVRTC_ERROR_INVALID_INPUT;
@@ -326,6 +360,7 @@ nvrtcResult nvrtcGetCUBIN(nvrtcProgram p, char *out) {
     if (!p) return NVRTC_ERROR_INVALID_PROGRAM;
     if (!out || !p->cubin) return NVRTC_ERROR_INVALID_INPUT;
     memcpy(out, p->cubin, p->cubin_size);
+    if (p->ptx) remember(p->cubin, p->cubin_size, p->ptx);
     return NVRTC_SUCCESS;
 }
 nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram p, size_t *size) {

@@ -29,7 +29,8 @@ import java.util.List;
  * @param mmaJitFlags tornado-mma: CUDA JIT options for its kernels, {@code NAME VALUE} pairs separated by spaces or
  *                    commas (e.g. {@code CU_JIT_OPTIMIZATION_LEVEL,4,CU_JIT_MAX_REGISTERS,168}), replacing the tile
  *                    configuration's own (at most 128 registers at D = 64); {@code ""} for none; {@code null} (the
- *                    default) keeps the configuration's. For tuning. Stored with single spaces.
+ *                    default) keeps the configuration's. For tuning. Stored with single spaces. TornadoVM's PTX
+ *                    backend only: its CUDA backend compiles with NVRTC and takes none (tornado-mma refuses them there).
  */
 public record PlanOptions(int cudaDevice, boolean profile, boolean cudaGraph, int lanes, String mmaJitFlags) {
     /** The most {@link #lanes()} a device takes. */

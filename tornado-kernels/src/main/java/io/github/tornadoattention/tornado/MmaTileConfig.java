@@ -62,7 +62,11 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int
                 MmaKernels.CONFIGS.stream().map(c -> String.valueOf(c.headDim())).toList()) + HEAD_DIM_NOTE);
     }
 
-    /** The JIT options a plan loads the kernels with: {@code options}' if it sets some ("" for none), else {@link #jitFlags()}. */
+    /**
+     * The JIT options a plan loads the kernels with: {@code options}' if it sets some ("" for none), else {@link #jitFlags()}.
+     * TornadoVM's PTX backend applies them; its CUDA backend compiles with NVRTC and takes none (so D = 64's register cap
+     * applies on the PTX backend only, and a plan that sets some is refused there).
+     */
     public String jitFlags(PlanOptions options) {
         String chosen = options.mmaJitFlags() != null ? options.mmaJitFlags() : jitFlags;
         return chosen == null || chosen.isEmpty() ? null : chosen;

@@ -13,7 +13,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /**
  * {@code ptx-tornado}: the hand-tuned PTX kernels of ptx-overrides/ run as prebuilt tasks inside
  * TornadoVM task graphs, behind the same plan machinery as tornado-mma ({@link TornadoAttentionPlan}),
- * so switching is one id. Needs TornadoVM's PTX backend and an sm_80 or newer GPU.
+ * so switching is one id. Needs TornadoVM's PTX or CUDA backend (the prebuilt form per backend: {@link
+ * io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks}) and an sm_80 or newer GPU.
  */
 public final class PtxTornadoBackend implements AttentionBackend {
 
@@ -29,7 +30,7 @@ public final class PtxTornadoBackend implements AttentionBackend {
 
     @Override
     public Availability availability() {
-        return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
+        return TornadoBackendSupport.availability(() -> TornadoDevices.nvidiaDevice().availability());
     }
 
     @Override
@@ -45,7 +46,7 @@ public final class PtxTornadoBackend implements AttentionBackend {
     public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
         checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
-        return new PtxTornadoPlan(shape, TornadoDevices.ptxDevice().require(id()), options);
+        return new PtxTornadoPlan(shape, TornadoDevices.nvidiaDevice().require(id()), options);
     }
 
     /** The inference API on this backend: KV caches kept on the GPU by TornadoVM task graphs. */
@@ -57,6 +58,6 @@ public final class PtxTornadoBackend implements AttentionBackend {
     /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}), {@link PlanOptions#cudaGraph()}. */
     @Override
     public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
-        return TornadoBackendSupport.device(id(), TornadoDevices::ptxDevice, options);
+        return TornadoBackendSupport.device(id(), TornadoDevices::nvidiaDevice, options);
     }
 }

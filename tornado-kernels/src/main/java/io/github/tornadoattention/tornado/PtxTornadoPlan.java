@@ -69,7 +69,7 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         }
         arguments.addAll(List.of(params, Access.READ_ONLY));
         build(device, q, k, v, deviceOnly, (graph, name, scheduler) -> {
-            ptxFiles.add(PrebuiltTasks.add(graph, scheduler, name, "flash", launch.kernel(), launch.gridX(), launch.gridY(),
+            ptxFiles.add(PrebuiltTasks.add(graph, scheduler, device.getTornadoVMBackend(), name, "flash", launch.kernel(), launch.gridX(), launch.gridY(),
                     launch.gridZ(), arguments.toArray()));
         }, null);
     }

@@ -48,7 +48,7 @@ final class TornadoDevices {
     }
 
     private static volatile Probe anyDevice;
-    private static volatile Probe ptxDevice;
+    private static volatile Probe nvidiaDevice;
 
     private TornadoDevices() {
     }
@@ -63,52 +63,60 @@ final class TornadoDevices {
         return p;
     }
 
-    /** The first device of TornadoVM's PTX backend (tornado-mma: tensor-core intrinsics are PTX only). */
-    static Probe ptxDevice() {
-        Probe p = ptxDevice;
+    /**
+     * A device of one of TornadoVM's two NVIDIA backends, PTX or CUDA (tornado-mma: its tensor-core intrinsics;
+     * ptx-tornado: its prebuilt tasks): the default device when it is one, else the first such device.
+     */
+    static Probe nvidiaDevice() {
+        Probe p = nvidiaDevice;
         if (p == null) {
             p = probe(true);
-            ptxDevice = p;
+            nvidiaDevice = p;
         }
         return p;
     }
 
-    private static Probe probe(boolean needPtx) {
+    /** Whether {@code type} is one of TornadoVM's NVIDIA backends, which tornado-mma and ptx-tornado run on. */
+    static boolean isNvidia(TornadoVMBackendType type) {
+        return type == TornadoVMBackendType.PTX || type == TornadoVMBackendType.CUDA;
+    }
+
+    private static Probe probe(boolean needNvidia) {
         // The argfile sets these; without them TornadoRuntimeProvider's static initialiser fails.
         if (System.getProperty("tornado.load.runtime.implementation") == null) {
             return new Probe(null, null, NOT_INITIALISED);
         }
         try {
-            return find(needPtx);
+            return find(needNvidia);
         } catch (LinkageError | RuntimeException e) {
             return new Probe(null, null, describe(e));
         }
     }
 
-    private static Probe find(boolean needPtx) {
+    private static Probe find(boolean needNvidia) {
         TornadoRuntime runtime = TornadoRuntimeProvider.getTornadoRuntime();
         int backends = runtime.getNumBackends();
         if (backends == 0) {
             return new Probe(null, null, "TornadoVM found no backend (no OpenCL, PTX or SPIR-V device)");
         }
-        if (!needPtx) {
-            TornadoDevice device = runtime.getDefaultDevice();
-            if (device == null) {
+        TornadoDevice defaultDevice = runtime.getDefaultDevice();
+        if (!needNvidia || (defaultDevice != null && isNvidia(defaultDevice.getTornadoVMBackend()))) {
+            if (defaultDevice == null) {
                 return new Probe(null, null, "TornadoVM found no device");
             }
-            return new Probe(device, device.getTornadoVMBackend(), null);
+            return new Probe(defaultDevice, defaultDevice.getTornadoVMBackend(), null);
         }
         List<String> others = new ArrayList<>();
         for (int i = 0; i < backends; i++) {
             TornadoBackend backend = runtime.getBackend(i);
             TornadoVMBackendType type = backend.getBackendType();
-            if (type == TornadoVMBackendType.PTX && backend.getNumDevices() > 0) {
+            if (isNvidia(type) && backend.getNumDevices() > 0) {
                 return new Probe(backend.getDefaultDevice(), type, null);
             }
             others.add(backendName(type));
         }
-        return new Probe(null, null, "tornado-mma needs TornadoVM's PTX backend (NVIDIA GPU, compute capability"
-                + " >= 8.0, for mma.sync); this TornadoVM has: " + String.join(", ", others));
+        return new Probe(null, null, "tornado-mma and ptx-tornado need TornadoVM's PTX or CUDA backend (NVIDIA GPU,"
+                + " compute capability >= 8.0); this TornadoVM has: " + String.join(", ", others));
     }
 
     /** One line for a failure to start TornadoVM, naming the likely cause. */
@@ -116,7 +124,7 @@ final class TornadoDevices {
         Throwable root = e;
         for (Throwable c = e; c != null; c = c.getCause() == c ? null : c.getCause()) {
             if (String.valueOf(c.getMessage()).contains("libcuda")) {
-                return "TornadoVM's PTX backend cannot load the CUDA driver (libcuda.so.1): no NVIDIA driver on this machine";
+                return "TornadoVM's NVIDIA backend cannot load the CUDA driver (libcuda.so.1): no NVIDIA driver on this machine";
             }
             root = c;
         }

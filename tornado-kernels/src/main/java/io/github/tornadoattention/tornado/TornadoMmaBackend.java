@@ -10,7 +10,7 @@ import io.github.tornadoattention.PlanOptions;
 
 /**
  * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels}, both matrix products on tensor
- * cores through KernelContext's MMA intrinsics. Needs TornadoVM's PTX backend and an NVIDIA GPU of compute
+ * cores through KernelContext's MMA intrinsics. Needs TornadoVM's PTX or CUDA backend and an NVIDIA GPU of compute
  * capability 8.0 or newer.
  */
 public final class TornadoMmaBackend implements AttentionBackend {
@@ -22,12 +22,12 @@ public final class TornadoMmaBackend implements AttentionBackend {
 
     @Override
     public String description() {
-        return "Java KernelContext kernel (TornadoVM PTX) with tensor-core intrinsics (mma.sync m16n8k16)";
+        return "Java KernelContext kernel (TornadoVM PTX or CUDA backend) with tensor-core intrinsics (mma.sync m16n8k16)";
     }
 
     @Override
     public Availability availability() {
-        return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
+        return TornadoBackendSupport.availability(() -> TornadoDevices.nvidiaDevice().availability());
     }
 
     /** Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; window, softcap and sinks. */
@@ -35,19 +35,40 @@ public final class TornadoMmaBackend implements AttentionBackend {
     public void checkSupported(AttentionShape shape) {
         if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
             throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
-                    + " serves fp16: TornadoVM 5.2's PTX backend has no bf16 MMA; its CUDA backend has (planned);"
-                    + " cpu-reference serves bf16");
+                    + " serves fp16 (" + bf16Reason() + "); tornado-simt, ptx-tornado and cpu-reference serve bf16");
         }
         MmaTileConfig.forHeadDim(shape.headDim());
     }
 
-    /** Options used: {@link PlanOptions#profile()}, {@link PlanOptions#cudaGraph()}, {@link PlanOptions#mmaJitFlags()}. */
+    /** Why no bf16, for the TornadoVM backend this JVM found (a probe that finds none names both). */
+    private static String bf16Reason() {
+        TornadoDevices.Probe probe = TornadoDevices.nvidiaDevice();
+        String ptx = "TornadoVM 5.2's PTX backend has no bf16 MMA";
+        String cuda = "TornadoVM's CUDA backend has bf16 MMA (KernelContext.mmaBF16), which tornado-mma's kernels do not use yet";
+        if (!probe.found()) {
+            return ptx + "; " + cuda;
+        }
+        return probe.backend() == uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA ? cuda : ptx;
+    }
+
+    /**
+     * Options used: {@link PlanOptions#profile()}, {@link PlanOptions#cudaGraph()}, {@link PlanOptions#mmaJitFlags()} (PTX
+     * backend only: the CUDA backend compiles with NVRTC and takes no JIT options).
+     */
     @Override
     public AttentionPlan plan(AttentionShape shape, PlanOptions options) {
         checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
+        TornadoDevices.Probe probe = TornadoDevices.nvidiaDevice();
+        if (probe.found() && probe.backend() == uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA
+                && options.mmaJitFlags() != null && !options.mmaJitFlags().isEmpty()) {
+            // TornadoVM 5.2's CUDA backend passes no options to NVRTC (CUDAProgram.build ignores them): refuse, not ignore.
+            throw new io.github.tornadoattention.InvalidArgumentException("mmaJitFlags", "'" + options.mmaJitFlags() + "'",
+                    "CUDA JIT options apply on TornadoVM's PTX backend only; this TornadoVM runs " + id()
+                    + " on its CUDA backend, which compiles with NVRTC and takes none (leave mmaJitFlags unset)");
+        }
         try {
-            return new MmaPlan(shape, TornadoDevices.ptxDevice().require(id()), options);
+            return new MmaPlan(shape, probe.require(id()), options);
         } catch (RuntimeException e) {
             // TornadoVM refuses MMA intrinsics on devices below compute capability 8.0 when it compiles.
             if (e.getClass().getSimpleName().equals("TornadoDeviceMMANotSupported")) {
@@ -66,6 +87,6 @@ public final class TornadoMmaBackend implements AttentionBackend {
     /** Options used: {@link PlanOptions#profile()} (kernel times for {@code timeEach}), {@link PlanOptions#cudaGraph()}. */
     @Override
     public io.github.tornadoattention.AttentionDevice device(PlanOptions options) {
-        return TornadoBackendSupport.device(id(), TornadoDevices::ptxDevice, options);
+        return TornadoBackendSupport.device(id(), TornadoDevices::nvidiaDevice, options);
     }
 }

@@ -5,6 +5,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 
@@ -19,6 +20,9 @@ final class FakeCuda {
     static final Pattern DEVICE_TO_HOST = Pattern.compile("\\[fakecuda] DtoH (\\d+) bytes from #(\\d+)");
     static final Pattern ALLOC = Pattern.compile("\\[fakecuda] alloc #(\\d+) (\\d+) bytes");
     static final Pattern FREE = Pattern.compile("\\[fakecuda] free #(\\d+)");
+    /** The line a probe (or a tool under tools/) prints first: the TornadoVM backend of the device it runs on. */
+    static final Pattern BACKEND = Pattern.compile("\\[tornadovm] backend (\\w+)");
+    private static final Pattern LAUNCH_ARGS = Pattern.compile("\\[fakecuda] launch \\S+ .* args:(.*)$");
 
     private FakeCuda() {
     }
@@ -43,9 +47,9 @@ final class FakeCuda {
         if (Files.isRegularFile(lib.resolve("libcuda.so.1")) && Files.isRegularFile(lib.resolve("libnvidia-ml.so.1"))
                 && Files.isRegularFile(lib.resolve("libnvrtc.so.13"))
                 && Files.isRegularFile(source.resolve("fakecuda.c"))
-                && Files.getLastModifiedTime(lib.resolve("libcuda.so.1")).compareTo(
-                        Files.getLastModifiedTime(source.resolve("fakecuda.c"))) >= 0) {
-            return lib;   // built from the present source
+                && newerThan(lib.resolve("libcuda.so.1"), source.resolve("fakecuda.c"))
+                && newerThan(lib.resolve("libnvrtc.so.13"), nvrtc.resolve("fakenvrtc.c"))) {
+            return lib;   // built from the present sources
         }
         if (!Files.isRegularFile(source.resolve("fakecuda.c")) || !Files.isRegularFile(cudaInclude.resolve("cuda.h"))) {
             return null;
@@ -63,6 +67,10 @@ final class FakeCuda {
             Files.createSymbolicLink(lib.resolve("libnvrtc.so"), Path.of("libnvrtc.so.13"));
         }
         return built ? lib : null;
+    }
+
+    private static boolean newerThan(Path built, Path source) throws IOException {
+        return Files.isRegularFile(source) && Files.getLastModifiedTime(built).compareTo(Files.getLastModifiedTime(source)) >= 0;
     }
 
     /**
@@ -134,11 +142,61 @@ final class FakeCuda {
         return log;
     }
 
+    /** In a probe: prints the {@link #BACKEND} line for TornadoVM's default device. */
+    static void printBackend() {
+        System.err.println("[tornadovm] backend " + uk.ac.manchester.tornado.api.runtime.TornadoRuntimeProvider
+                .getTornadoRuntime().getDefaultDevice().getTornadoVMBackend());
+        System.err.flush();
+    }
+
+    /** The TornadoVM backend a probe's or tool's log says it ran on ({@code PTX}, {@code CUDA}, ...). */
+    static String backend(String log) {
+        java.util.regex.Matcher m = BACKEND.matcher(log);
+        org.junit.jupiter.api.Assertions.assertTrue(m.find(), "no '[tornadovm] backend' line in\n" + log);
+        return m.group(1);
+    }
+
+    /**
+     * The device buffers TornadoVM's CUDA backend keeps for the device's life, allocated when it first runs a task: the
+     * constant region and the atomics every launch passes as its second and fourth words (its kernel ABI: kernel
+     * context, constant region, local region, atomics; CUDAInstalledCode.setKernelArgs). Allocation ids.
+     */
+    static Set<Integer> cudaDeviceRegions(List<String> lines) {
+        Set<Integer> regions = new java.util.HashSet<>();
+        for (String line : lines) {
+            java.util.regex.Matcher m = LAUNCH_ARGS.matcher(line);
+            if (m.find()) {
+                String[] words = m.group(1).trim().split(" ");
+                for (int w : new int[] {1, 3}) {
+                    if (words.length > w && words[w].startsWith("#")) {
+                        regions.add(Integer.parseInt(words[w].substring(1, words[w].indexOf('+'))));
+                    }
+                }
+            }
+        }
+        return regions;
+    }
+
+    /**
+     * The allocations of {@code lines} never freed, less what the backend keeps for the device's life by design (on the
+     * CUDA backend {@link #cudaDeviceRegions}, found in {@code wholeLog}'s launches; the PTX backend keeps none).
+     */
+    static Map<Integer, Long> leftAllocations(List<String> lines, String backend, String wholeLog) {
+        Map<Integer, Long> live = liveAllocations(lines);
+        if (backend.equals("CUDA")) {
+            Set<Integer> regions = cudaDeviceRegions(wholeLog.lines().toList());
+            org.junit.jupiter.api.Assertions.assertEquals(2, regions.size(), "the constant and atomics regions: " + regions);
+            live.keySet().removeAll(regions);
+        }
+        return live;
+    }
+
     /**
      * A probe's main: runs {@code run} for each backend id in turn, marking its "end", or "failed" with the exception
      * (which {@link #steps} then reports).
      */
     static void probeEach(String[] ids, java.util.function.Consumer<String> run) {
+        printBackend();
         for (String id : ids) {
             try {
                 run.accept(id);

@@ -39,7 +39,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * comes back once per layer, lse only when a call asks for it; a paged
  * cache behaves the same; closing frees every device buffer. mergeStates is one launch of the merge kernel per call,
  * compiled once per size class. The kernels' results need a GPU (launches are no-ops here): TornadoDeviceTest and
- * {@code selftest --inference} check them there (the merge kernel also on the emulator, MergeStatesKernelTest).
+ * {@code selftest --inference} check them there (the merge kernel also on the emulator, MergeStatesKernelTest). The
+ * same on TornadoVM's PTX and CUDA backends (the CUDA backend names kernels differently and keeps two device-wide
+ * buffers: {@link FakeCuda#leftAllocations}).
  */
 class InferenceFakeDriverTest {
     static final int SLOTS = 2;
@@ -115,13 +117,49 @@ class InferenceFakeDriverTest {
         // prefill plan's split and combine (attending to nothing in a decode step).
         int mainLaunches = id.equals("ptx-tornado") ? 1 : 3;
         assertEquals((mainLaunches + 2) * LAYERS, launches.size(), "launches per layer: " + where);
-        for (int l = 0; l < LAYERS; l++) {
-            int at = l * (mainLaunches + 2);
-            assertTrue(launches.get(at).contains(id.equals("ptx-tornado") ? "staged_decode_fused" : "main_append"),
-                    "the decode plan's task first: " + where);
-            assertTrue(launches.get(at + mainLaunches).contains("attend1_") && launches.get(at + mainLaunches + 1)
-                    .contains("attend1_"), "the prefill plan's tasks after it: " + where);
+        assertEachExecutionRunsBothVariants(id, launches, mainLaunches, "the prefill plan's", where);
+    }
+
+    /**
+     * {@code launches}, cut into executions of {@code mainLaunches + 2}: each runs the first (decode) plan's task(s)
+     * first (ptx-tornado: the staged twin; Java: append, split, combine), then the other plan's own split and combine.
+     * TornadoVM's PTX backend names a kernel after its task ("main_append", "attend1_..."); its CUDA backend after the
+     * Java method or PTX entry, so there the other plan's split and combine are the two after the first plan's, and
+     * (Java kernels) its split reads arrays of its own.
+     */
+    private static void assertEachExecutionRunsBothVariants(String id, List<String> launches, int mainLaunches, String other,
+                                                            String where) {
+        boolean cuda = FakeCuda.backend(log).equals("CUDA");
+        for (int at = 0; at < launches.size(); at += mainLaunches + 2) {
+            String first = launches.get(at);
+            String split = launches.get(at + mainLaunches);
+            String combine = launches.get(at + mainLaunches + 1);
+            if (!cuda) {
+                assertTrue(first.contains(id.equals("ptx-tornado") ? "staged_decode_fused" : "main_append"),
+                        "the decode plan's task first: " + where);
+                assertTrue(split.contains("attend1_") && combine.contains("attend1_"), other + " tasks after it: " + where);
+                continue;
+            }
+            assertTrue(id.equals("ptx-tornado") ? kernel(first).startsWith("flash_cache_staged_decode_fused")
+                    : kernel(first).equals("append"), "the decode plan's task first: " + where);
+            assertTrue(kernel(split).startsWith("decodeSplit") && kernel(combine).equals("decodeCombine"),
+                    other + " split and combine after it: " + where);
+            if (mainLaunches == 3) {
+                assertTrue(kernel(launches.get(at + 1)).startsWith("decodeSplit"), where);
+                assertTrue(!arguments(launches.get(at + 1)).equals(arguments(split)), other + " split reads arrays of its own: "
+                        + where);
+            }
         }
+    }
+
+    /** The kernel a fake-driver launch line names. */
+    private static String kernel(String launch) {
+        return launch.replaceFirst(".*\\[fakecuda] launch (\\S+) .*", "$1");
+    }
+
+    /** The argument words of a fake-driver launch line. */
+    private static String arguments(String launch) {
+        return launch.substring(launch.indexOf(" args:") + 6).trim();
     }
 
     /**
@@ -143,8 +181,7 @@ class InferenceFakeDriverTest {
         int mainLaunches = id.equals("ptx-tornado") ? 1 : 3;
         // Per layer two calls (the plain plan's, the windowed plan's), each one execution of both variants' tasks.
         assertEquals(2 * (mainLaunches + 2) * LAYERS, launches.size(), "launches per layer: " + where);
-        assertEquals(2L * 2 * LAYERS, launches.stream().filter(l -> l.contains("attend1_")).count(),
-                "the windowed plan's own split and combine: " + where);
+        assertEachExecutionRunsBothVariants(id, launches, mainLaunches, "the windowed plan's", where);
     }
 
     @ParameterizedTest
@@ -195,7 +232,8 @@ class InferenceFakeDriverTest {
         List<String> all = new ArrayList<>();
         steps(id).values().forEach(all::addAll);
         assertTrue(all.stream().anyMatch(l -> FakeCuda.ALLOC.matcher(l).find()), "the graphs allocated device buffers");
-        assertEquals(Map.of(), FakeCuda.liveAllocations(all), id + ": every buffer freed on close (#id=bytes left)");
+        assertEquals(Map.of(), FakeCuda.leftAllocations(all, FakeCuda.backend(log), log), id
+                + ": every buffer freed on close (#id=bytes left)");
     }
 
     private static Map<String, List<String>> steps(String id) {

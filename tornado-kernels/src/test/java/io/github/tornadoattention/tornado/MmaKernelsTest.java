@@ -471,7 +471,8 @@ class MmaKernelsTest {
 
     /**
      * TornadoVM 5.2's PTX backend emits Java's {@code >>} as {@code shr.b32}/{@code shr.b64}, a logical
-     * shift in PTX, so {@code x >> 31} of a negative x is 1 on the GPU and -1 here. The emulator runs
+     * shift in PTX, so {@code x >> 31} of a negative x is 1 on the GPU and -1 here (its CUDA backend: see
+     * {@link #noSignBitIsTakenWithAShift}). The emulator runs
      * Java semantics and cannot see that (a sign mask {@code (row - length) >> 31} passed every emulated
      * test while it zeroed the inputs on the GPU), so the kernels must have no arithmetic right shift.
      */
@@ -497,6 +498,52 @@ class MmaKernelsTest {
             }
         }
         assertTrue(found.isEmpty(), "arithmetic right shifts (write >>> on non-negative values): " + found);
+    }
+
+    /**
+     * TornadoVM 5.2's CUDA backend emits Java's {@code >>>} as C's {@code >>} on an {@code int}, an arithmetic shift, so
+     * {@code x >>> 31} of a negative x is -1 there and 1 here (and on the PTX backend). A sign bit is therefore taken with
+     * a compare and select ({@code x < 0 ? 1 : 0}), never a shift by 31 (or 63): the only value shifted so is the loop's
+     * key offset {@code j0} (never negative), whose {@code j0 >>> 31} is an opaque 0 on every backend. Checked on the
+     * bytecode (compiled with -g): every shift by 31 or 63 reads the local variable {@code j0}.
+     */
+    @Test
+    void noSignBitIsTakenWithAShift() throws IOException {
+        List<String> found = new ArrayList<>();
+        int j0Shifts = 0;
+        for (Class<?> kernelCode : List.of(MmaKernels.class, MmaLayout.class, MmaSynchronousKernels.class)) {
+            byte[] bytes;
+            try (InputStream in = kernelCode.getResourceAsStream(kernelCode.getSimpleName() + ".class")) {
+                bytes = in.readAllBytes();
+            }
+            for (MethodModel method : ClassFile.of().parse(bytes).methods()) {
+                for (CodeModel code : method.code().stream().toList()) {
+                    Map<Integer, String> names = new java.util.HashMap<>();
+                    code.findAttribute(java.lang.classfile.Attributes.localVariableTable()).ifPresent(t -> t.localVariables()
+                            .forEach(v -> names.putIfAbsent(v.slot(), v.name().stringValue())));
+                    List<Instruction> instructions = code.elementStream().filter(e -> e instanceof Instruction)
+                            .map(e -> (Instruction) e).toList();
+                    for (int i = 2; i < instructions.size(); i++) {
+                        Instruction shift = instructions.get(i);
+                        if ((shift.opcode() == Opcode.IUSHR || shift.opcode() == Opcode.LUSHR)
+                                && instructions.get(i - 1) instanceof java.lang.classfile.instruction.ConstantInstruction c
+                                && (c.constantValue().equals(31) || c.constantValue().equals(63))) {
+                            Instruction operand = instructions.get(i - 2);
+                            boolean j0 = operand instanceof java.lang.classfile.instruction.LoadInstruction load
+                                    && "j0".equals(names.get(load.slot()));
+                            if (j0) {
+                                j0Shifts++;
+                            } else {
+                                found.add(kernelCode.getSimpleName() + "." + method.methodName().stringValue() + ": "
+                                        + operand + " " + c.constantValue() + " " + shift.opcode());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assertTrue(j0Shifts > 0, "the check sees the j0 shifts");
+        assertTrue(found.isEmpty(), "sign bits taken with >>> 31 (write x < 0 ? 1 : 0): " + found);
     }
 
     @Test

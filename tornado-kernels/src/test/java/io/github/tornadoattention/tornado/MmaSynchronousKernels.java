@@ -128,13 +128,13 @@ final class MmaSynchronousKernels {
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
-                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
-                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
-                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
-                    // comment.
+                    // common. Not a sign bit taken by a shift: TornadoVM's PTX backend emits >> as the logical
+                    // shr.b32 (x >> 31 is 1 for a negative x: that mask kept only bit 0 of Q, K and V), its CUDA
+                    // backend emits >>> as C's >> on an int (x >>> 31 is -1 there). A compare and select of 1 or 0
+                    // means the same in Java and on both; see the class comment.
                     int ra = q0 + qa;
-                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
-                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * (ra < queryLength ? 1L : 0L);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * (ra + 1 < queryLength ? 1L : 0L);
                     int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
@@ -185,7 +185,7 @@ final class MmaSynchronousKernels {
                                 int kb = (it >>> 6) / (d / 16);
                                 int row = j0 + kb * 16 + jj;
                                 int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
-                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
+                                long keep = row < kvLength ? 1L : 0L;     // 1 for a real key, 0 past the end (not a shift: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
                                 int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
@@ -250,9 +250,9 @@ final class MmaSynchronousKernels {
                                         int limit = causal == 1 ? Math.min(kvLength - 1, q0 + r + offset) : kvLength - 1;
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
                                         float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
-                                                (below >>> 31) * -2.0e30f + 1.0e30f);
+                                                (below < 0 ? -1.0e30f : 1.0e30f));
                                         float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
-                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                                (below - 8 < 0 ? -1.0e30f : 1.0e30f));
                                         excess = Math.max(excess, Math.max(z0, z1));
                                         pT[(warp * 4 + kb) * 128 + aTileAt(rw, g)] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
                                     }
@@ -373,13 +373,13 @@ final class MmaSynchronousKernels {
                     // Branch-free bounds: load a row that exists, keep it only where the row is real (keep is
                     // 1 or 0, and multiplies). TornadoVM's PTX backend mis-emits an if whose condition folds to
                     // a constant (the branch tests an unset predicate), which the shape specialisation makes
-                    // common. Not a sign mask (x >> 31 = -1 or 0): TornadoVM emits >> as shr.b32/shr.b64, a
-                    // logical shift in PTX, so on the GPU x >> 31 is 1 for a negative x (that mask kept only
-                    // bit 0 of Q, K and V). x >>> 31 (1 or 0) means the same in Java and in PTX; see the class
-                    // comment.
+                    // common. Not a sign bit taken by a shift: TornadoVM's PTX backend emits >> as the logical
+                    // shr.b32 (x >> 31 is 1 for a negative x: that mask kept only bit 0 of Q, K and V), its CUDA
+                    // backend emits >>> as C's >> on an int (x >>> 31 is -1 there). A compare and select of 1 or 0
+                    // means the same in Java and on both; see the class comment.
                     int ra = q0 + qa;
-                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra - queryLength) >>> 31);
-                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * ((ra + 1 - queryLength) >>> 31);
+                    long la = q.get((qBase + Math.min(ra, queryLength - 1) * qRow + 4 * dq) >>> 2) * (ra < queryLength ? 1L : 0L);
+                    long lb = q.get((qBase + Math.min(ra + 1, queryLength - 1) * qRow + 4 * dq) >>> 2) * (ra + 1 < queryLength ? 1L : 0L);
                     int at = qSubTile(dq >>> 2, qa >>> 3, bq) / 4 + 16 * (dq & 3) + ((qa & 7) >>> 1);
                     qT[at] = (int) (la & 0xFFFF) | ((int) (lb & 0xFFFF) << 16);
                     qT[at + 4] = (int) ((la >>> 16) & 0xFFFF) | ((int) ((lb >>> 16) & 0xFFFF) << 16);
@@ -438,7 +438,7 @@ final class MmaSynchronousKernels {
                                 int kb = (it >>> 6) / (d / 16);
                                 int row = j0 + kb * 16 + jj;
                                 int at = (kvBase + Math.min(row, kvLength - 1) * kvRow + 16 * dqH + 4 * dqL) >>> 2;
-                                long keep = (row - kvLength) >>> 31;     // 1 for a real key, 0 past the end (not >> 31: see Q^T)
+                                long keep = row < kvLength ? 1L : 0L;     // 1 for a real key, 0 past the end (not a shift: see Q^T)
                                 long lk = k.get(at) * keep;
                                 long lv = v.get(at) * keep;
                                 int kAt = kSubTile(kb, dqH, d) / 4 + aTileAt(jj, 2 * dqL);
@@ -510,9 +510,9 @@ final class MmaSynchronousKernels {
                                     for (int kb = 0; kb < 2; kb++) {
                                         int below = limit - j0 - kb * 16 - g;       // >= 0: key g visible; >= 8: key g + 8 too
                                         float z0 = Math.min(scratch.get(sTile + (kb * 16 + g) * bq + r) * scaleLog2 - mLog2,
-                                                (below >>> 31) * -2.0e30f + 1.0e30f);
+                                                (below < 0 ? -1.0e30f : 1.0e30f));
                                         float z1 = Math.min(scratch.get(sTile + (kb * 16 + g + 8) * bq + r) * scaleLog2 - mLog2,
-                                                ((below - 8) >>> 31) * -2.0e30f + 1.0e30f);
+                                                (below - 8 < 0 ? -1.0e30f : 1.0e30f));
                                         excess = Math.max(excess, Math.max(z0, z1));
                                         pT[(warp * 2 + kb) * 128 + aTileAt(rw, g)] = fp16Pow2(z0) | (fp16Pow2(z1) << 16);
                                     }

@@ -8,7 +8,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Runs one thread of a small PTX kernel as TornadoVM's PTX backend writes it, with PTX's meaning of each instruction
+ * Runs one thread of a small PTX kernel as TornadoVM's PTX backend (or NVRTC, for its CUDA backend) writes it, with PTX's meaning of each instruction
  * (in particular: {@code shr.b32}/{@code shr.u32} fill with zeros, {@code shr.s32} with the sign; {@code cvt} between
  * integers sign- or zero-extends by the source type and chops to the destination; {@code setp} on floats is ordered),
  * so that a test can check, without a GPU, what the generated code computes rather than what the Java means. Only the
@@ -63,6 +63,14 @@ final class PtxInterpreter {
             }
             code.add(instruction.toArray(String[]::new));
         }
+    }
+
+    /**
+     * The names of the last {@code n} parameters: a kernel's arrays (TornadoVM's CUDA backend puts four words of its own
+     * first, its PTX backend the kernel context; NVRTC names parameters {@code <entry>_param_<i>}).
+     */
+    List<String> lastParameters(int n) {
+        return params.subList(params.size() - n, params.size());
     }
 
     /** The array behind parameter {@code name}: {@code bytes} of elements after TornadoVM's header, little-endian. */
@@ -122,6 +130,7 @@ final class PtxInterpreter {
                 case "st" -> store(address(in[2].substring(1, in[2].length() - 1)), type, value(in[3]));
                 case "mov" -> set(in[2], special(in[3], thread));
                 case "cvt" -> set(in[2], convert(parts, value(in[3])));
+                case "cvta" -> set(in[2], value(in[3]));   // generic to global: one address space here
                 case "setp" -> set(in[2], compare(parts[1], type, value(in[3]), value(in[4])) ? 1 : 0);
                 case "testp" -> {
                     float f = Float.intBitsToFloat((int) value(in[3]));
@@ -131,6 +140,8 @@ final class PtxInterpreter {
                     set(in[2], Float.isFinite(f) && Math.abs(f) >= Float.MIN_NORMAL ? 1 : 0);
                 }
                 case "selp" -> set(in[2], value(in[5]) != 0 ? value(in[3]) : value(in[4]));
+                case "abs" -> set(in[2], type.equals("f32") ? f(Math.abs(fv(value(in[3])))) : integer(type, Math.abs(integer(type, value(in[3])))));
+                case "not" -> set(in[2], integer(type, ~value(in[3])));
                 case "neg" -> set(in[2], type.equals("f32") ? f(-fv(value(in[3]))) : integer(type, -value(in[3])));
                 case "and", "or", "xor", "shl", "shr", "add", "sub", "mul", "div", "rem", "min", "max" ->
                         set(in[2], binary(name, parts, type, value(in[3]), value(in[4]), in));
@@ -235,10 +246,10 @@ final class PtxInterpreter {
 
     /** A register's bits, or an immediate: decimal integer, 0Fxxxxxxxx (f32 bits), 0Dxxxxxxxxxxxxxxxx (f64 bits). */
     private long value(String operand) {
-        if (operand.startsWith("0F") && operand.length() == 10) {
+        if ((operand.startsWith("0F") || operand.startsWith("0f")) && operand.length() == 10) {   // NVRTC: 0f
             return Long.parseLong(operand.substring(2), 16);
         }
-        if (operand.startsWith("0D") && operand.length() == 18) {
+        if ((operand.startsWith("0D") || operand.startsWith("0d")) && operand.length() == 18) {
             return Long.parseUnsignedLong(operand.substring(2), 16);
         }
         if (operand.matches("-?\\d+")) {
@@ -263,6 +274,7 @@ final class PtxInterpreter {
             case "s16" -> (short) v;
             case "u16", "b16" -> v & 0xFFFF;
             case "s64", "u64", "b64" -> v;
+            case "pred" -> v & 1;
             default -> throw new IllegalArgumentException("type ." + type);
         };
     }
@@ -306,6 +318,9 @@ final class PtxInterpreter {
                 if (parts.length > 2 && parts[1].equals("lo")) {
                     return integer(type, a * b);
                 }
+                if (parts.length > 2 && parts[1].equals("wide") && !is64) {   // 32 x 32 -> 64 bits
+                    return type.startsWith("s") ? (long) (int) a * (int) b : (a & 0xFFFFFFFFL) * (b & 0xFFFFFFFFL);
+                }
                 throw unsupported(in);
             case "div":
                 if (type.equals("s32")) {
@@ -344,6 +359,8 @@ final class PtxInterpreter {
                 case "leu" -> unordered || x <= y;
                 case "gtu" -> unordered || x > y;
                 case "geu" -> unordered || x >= y;
+                case "num" -> !unordered;
+                case "nan" -> unordered;
                 default -> throw new IllegalArgumentException("setp." + cmp);
             };
         }

@@ -24,13 +24,16 @@ import org.junit.jupiter.api.Test;
  *   <li>the removed scheme ({@code old}: persisted/consumed arrays across task graphs run with {@code withGraph(i)},
  *       then {@code close()}) leaves the producer graph's device buffer and host pinning behind, and the next plan's
  *       array, at the same address, is copied through the stale pinning: on an H200 it read the previous plan's
- *       values. This test fails once TornadoVM frees every graph on {@code close()};</li>
+ *       values (PTX backend; on the CUDA backend the buffer leaks but the pinning is undone). This test fails once
+ *       TornadoVM frees every graph on {@code close()};</li>
  *   <li>the workarounds ({@code fixed}: {@code withAllGraphs()} before {@code close()}; {@code single}: one graph per
  *       plan) free every buffer and unpin every array;</li>
  *   <li>the KV-cache pattern ({@code resident}: cache {@code FIRST_EXECUTION}, appended on the device by a task that
  *       reads it) sends each plan's cache once and then only the token and the length, two plans alive at once; with a
  *       write-only append ({@code resident-writeonly}) TornadoVM never sends the cache.</li>
  * </ul>
+ * On TornadoVM's CUDA backend the constant and atomics regions it keeps for the device's life are not leaks
+ * ({@link FakeCuda#leftAllocations}).
  * Skipped where gcc, cuda.h or TornadoVM are missing.
  */
 class ResidencyReproTest {
@@ -79,7 +82,7 @@ class ResidencyReproTest {
 
     /** Device allocations of at least {@code minBytes} never freed: id to bytes. */
     private static Map<Integer, Long> leakedAllocations(String log, long minBytes) {
-        Map<Integer, Long> live = FakeCuda.liveAllocations(log.lines().toList());
+        Map<Integer, Long> live = FakeCuda.leftAllocations(log.lines().toList(), FakeCuda.backend(log), log);
         live.values().removeIf(bytes -> bytes < minBytes);
         return live;
     }
@@ -101,9 +104,17 @@ class ResidencyReproTest {
         String log = LOGS.get("old");
         // close() after withGraph(1) frees graph 1 only: each round's persisted array stays allocated on the device...
         assertEquals(3, leakedAllocations(log, 4L * ELEMENTS).size(), log);
-        // ...and pinned: the garbage collector frees it while registered, the next round's array lands on it and
-        // registering it answers 712, which TornadoVM takes for "already pinned".
-        assertTrue(pinning(log)[3] >= 1, log);
+        int[] pins = pinning(log);
+        if (FakeCuda.backend(log).equals("CUDA")) {
+            // ...on the CUDA backend its host registration is undone all the same: no stale pinning to copy through.
+            assertEquals(pins[0], pins[1], log);
+            assertEquals(0, pins[3], log);
+            assertEquals(0, count(log, "[hostpin] ERROR"), log);
+            return;
+        }
+        // ...and, on the PTX backend, pinned: the garbage collector frees it while registered, the next round's array
+        // lands on it and registering it answers 712, which TornadoVM takes for "already pinned".
+        assertTrue(pins[3] >= 1, log);
         assertTrue(log.contains("-> 712 (overlaps #"), log);
         assertTrue(count(log, "[hostpin] ERROR HtoD") >= 1, "the next round's input is copied through the stale pinning:\n"
                 + log);

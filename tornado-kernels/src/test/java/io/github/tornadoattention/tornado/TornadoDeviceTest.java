@@ -322,7 +322,7 @@ class TornadoDeviceTest {
                 .headDim(headDim).causal(true).layout(Layout.BSHD).build();
         try (RandomInputs in = RandomInputs.generate(shape, 6);
              HalfTensor o = HalfTensor.allocate(shape.outputElements());
-             AttentionPlan plan = new MmaPlan(shape, TornadoDevices.ptxDevice().require("tornado-mma"),
+             AttentionPlan plan = new MmaPlan(shape, TornadoDevices.nvidiaDevice().require("tornado-mma"),
                      PlanOptions.defaults(), MmaSynchronousKernels.kernel(headDim))) {
             float[] lse = new float[shape.logSumExpElements()];
             plan.forward(in.q(), in.k(), in.v(), o, lse);

@@ -19,6 +19,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import uk.ac.manchester.tornado.api.GridScheduler;
@@ -33,12 +35,13 @@ import uk.ac.manchester.tornado.api.types.arrays.BFloat16Array;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 
 /**
- * Every generated Java kernel compiles to PTX, without a GPU: {@link Probe} runs in a child JVM under TornadoVM's PTX
- * backend with the fake driver of tools/fakecuda ({@code -Dtornado.recover.bailout=False}, so a kernel that fails to
+ * Every generated Java kernel compiles to PTX, without a GPU: {@link Probe} runs in a child JVM under TornadoVM (PTX
+ * backend, or CUDA backend with tools/fakenvrtc standing in for NVRTC) with the fake driver of tools/fakecuda ({@code -Dtornado.recover.bailout=False}, so a kernel that fails to
  * compile fails its plan instead of running as Java) and plans each kernel of the variant tables with window, softcap
  * and sinks set: tornado-simt's per row of its table, tornado-mma's per row of its, the KV-cache kernels (append, decode
  * split and combine, prefill) per head dim through {@code CacheAttentionTasks}. Launches are no-ops there: the kernels'
- * results are checked by the emulator tests and, on a GPU, by TornadoDeviceTest and EngineTasksCheck.
+ * results are checked by the emulator tests and, on a GPU, by TornadoDeviceTest and EngineTasksCheck. The PTX of every
+ * module is assembled with ptxas for sm_89 and sm_90.
  *
  * <p>bf16, found out by trying: TornadoVM 5.2's PTX backend compiles BFloat16's software conversions and a kernel
  * over a {@link BFloat16Array} (the smallest is compiled here), but its runtime moves a BFloat16Array as an object of
@@ -48,6 +51,10 @@ import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
  */
 class VariantCompileTest {
     private static String log;
+    /** Every module TornadoVM loaded (the PTX backend's PTX; on the CUDA backend the PTX NVRTC made). */
+    private static Path modules;
+    /** On the CUDA backend: each NVRTC compilation's CUDA C (tools/fakenvrtc, FAKENVRTC_KEEP). */
+    private static Path nvrtc;
 
     @BeforeAll
     static void runTheProbe() throws IOException, InterruptedException {
@@ -58,7 +65,10 @@ class VariantCompileTest {
         List<String> command = FakeCuda.tornadoJvm(argfile, "-Dtornado.recover.bailout=False", Probe.class.getName());
         Path cwd = Files.createTempDirectory("variant-compile");   // the argfile puts "." on the module path
         Path out = cwd.resolve("probe.log");
-        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString()));
+        modules = Files.createDirectories(cwd.resolve("ptx"));
+        nvrtc = cwd.resolve("nvrtc");
+        int exit = FakeCuda.run(command, out, Map.of("LD_LIBRARY_PATH", lib.toString(), "FAKECUDA_PTX_DIR", modules.toString(),
+                "FAKENVRTC_KEEP", nvrtc.toString()));
         log = Files.readString(out, StandardCharsets.UTF_8);
         assertEquals(0, exit, log);
     }
@@ -118,12 +128,101 @@ class VariantCompileTest {
         assertTrue(lines.getFirst().endsWith(" ok"), log);
     }
 
+    /**
+     * The PTX of every kernel compiled above assembles with ptxas for sm_89 (L4) and sm_90 (H100/H200), as the driver
+     * would JIT it there: on the PTX backend TornadoVM's PTX (sm_80-level, one module for both); on the CUDA backend
+     * NVRTC compiles for the GPU it runs on, so the PTX it made here (for the fake H100: sm_90) is assembled for sm_90
+     * and each kernel's CUDA C is compiled again for compute_89 (nvcc --ptx, as the stand-in NVRTC does) and assembled
+     * for sm_89. Skipped without ptxas (and nvcc, on the CUDA backend).
+     */
+    @Test
+    void everyModuleAssemblesForSm89AndSm90() throws IOException, InterruptedException {
+        assumeTrue(FakeCuda.run(List.of("ptxas", "--version"), null, Map.of()) == 0, "no ptxas on PATH");
+        boolean cuda = FakeCuda.backend(log).equals("CUDA");
+        List<Path> ptx;
+        try (var files = Files.list(modules)) {
+            ptx = files.filter(p -> p.toString().endsWith(".ptx")).sorted().toList();
+        }
+        // Every Java kernel of the tables, the cache kernels and the small ones: more modules than table rows.
+        assertTrue(ptx.size() >= SimtKernels.CONFIGS.size() * 2 + MmaKernels.CONFIGS.size(), ptx + "\n" + log);
+        List<String[]> jobs = new ArrayList<>();   // {ptx or CUDA C file, arch}
+        for (Path file : ptx) {
+            jobs.add(new String[] {file.toString(), "sm_90"});
+            if (!cuda) {
+                jobs.add(new String[] {file.toString(), "sm_89"});
+            }
+        }
+        if (cuda) {
+            assumeTrue(FakeCuda.run(List.of("nvcc", "--version"), null, Map.of()) == 0, "no nvcc on PATH");
+            try (var files = Files.walk(nvrtc)) {
+                List<Path> sources = files.filter(p -> p.toString().endsWith(".cu")).sorted().toList();
+                // TornadoVM compiles each distinct source once (its modules may repeat one): at least a source per kernel.
+                assertTrue(sources.size() >= SimtKernels.CONFIGS.size() * 2 + MmaKernels.CONFIGS.size(), sources.toString());
+                sources.forEach(cu -> jobs.add(new String[] {cu.toString(), "sm_89"}));
+            }
+        }
+        List<String> failures = java.util.Collections.synchronizedList(new ArrayList<>());
+        jobs.parallelStream().forEach(job -> {
+            try {
+                Path report = Files.createTempFile("ptxas-" + job[1], ".log");
+                String file = job[0];
+                int rc = 0;
+                if (file.endsWith(".cu")) {
+                    Path compiled = Files.createTempFile("compute_89", ".ptx");
+                    rc = FakeCuda.run(List.of("nvcc", "-x", "cu", "--ptx", "-arch=compute_89", "-o", compiled.toString(), file),
+                            report, Map.of());
+                    file = compiled.toString();
+                }
+                if (rc == 0) {
+                    rc = FakeCuda.run(List.of("ptxas", "-arch=" + job[1], "-o", "/dev/null", file), report, Map.of());
+                }
+                if (rc != 0) {
+                    failures.add(job[0] + " " + job[1] + ": " + Files.readString(report));
+                }
+                Files.deleteIfExists(report);
+            } catch (IOException | InterruptedException e) {
+                failures.add(job[0] + " " + job[1] + ": " + e);
+            }
+        });
+        assertEquals(List.of(), failures, FakeCuda.backend(log));
+    }
+
+    /**
+     * On the CUDA backend, tornado-mma's mmaStore writes behind the Java heap's float[] header (16 bytes), as on the PTX
+     * backend: what {@link MmaKernels#MMA_STORE_SKEW} makes up for ({@code CUDALIRStmt.MMAStoreStmt} writes
+     * {@code ((float *) ((char *) c + 16u))[index]}).
+     */
+    @Test
+    void onTheCudaBackendMmaStoreWritesBehindTheHeapHeader() throws IOException {
+        assumeTrue(FakeCuda.backend(log).equals("CUDA"), "the PTX backend's lowering: MmaKernelsTest's emulator");
+        Pattern store = Pattern.compile("\\(\\(float \\*\\) \\(\\(char \\*\\) \\w+ \\+ (\\d+)u\\)\\)\\[__idx");
+        int kernels = 0;
+        try (var files = Files.walk(nvrtc)) {
+            for (Path cu : files.filter(p -> p.toString().endsWith(".cu")).toList()) {
+                String source = Files.readString(cu);
+                if (!source.contains(" attentionD")) {
+                    continue;
+                }
+                kernels++;
+                Matcher m = store.matcher(source);
+                int stores = 0;
+                while (m.find()) {
+                    stores++;
+                    assertEquals("16", m.group(1), cu + ": " + m.group());
+                }
+                assertTrue(stores > 0, cu + " has no mmaStore");
+            }
+        }
+        assertEquals(MmaKernels.CONFIGS.size(), kernels, "one tornado-mma kernel per head dim");
+    }
+
     /** Runs in the child JVM: one plan per kernel, a line "[compile] what ok|failed ..." each. */
     static final class Probe {
         private Probe() {
         }
 
         public static void main(String[] args) {
+            FakeCuda.printBackend();
             for (SimtTileConfig config : SimtKernels.CONFIGS) {
                 dense(new TornadoSimtBackend(), config.maxHeadDim(), io.github.tornadoattention.DType.FP16);
                 dense(new TornadoSimtBackend(), config.maxHeadDim(), io.github.tornadoattention.DType.BF16);

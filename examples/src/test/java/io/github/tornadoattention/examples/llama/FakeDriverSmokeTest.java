@@ -21,7 +21,8 @@ import org.junit.jupiter.api.Test;
 
 /**
  * The whole demo under TornadoVM without a GPU: a child JVM with TornadoVM's argfile and tornado-kernels' fake
- * libcuda (reports an H100, backs device memory with host memory, launches nothing). What it shows: every kernel
+ * libcuda (reports an H100, backs device memory with host memory, launches nothing; on a CUDA-backend SDK with the
+ * stand-in NVRTC of tornado-kernels/tools/fakenvrtc). What it shows: every kernel
  * JIT-compiles to PTX that ptxas accepts (when ptxas is installed), the task graphs build, the residual stream goes
  * from graph to graph (persist/consume), our layers are two graphs each with the facade's fused prebuilt task first in
  * the second (the JSON's graph layout, from the profiler's task ids), the profiler's per-task times
@@ -125,6 +126,7 @@ class FakeDriverSmokeTest {
     /** tornado-kernels' fake libcuda and libnvidia-ml, built into target/fakecuda; null if that cannot be done. */
     private static Path fakeDriver() throws IOException, InterruptedException {
         Path source = BASEDIR.resolve("../tornado-kernels/tools/fakecuda").normalize();
+        Path nvrtc = BASEDIR.resolve("../tornado-kernels/tools/fakenvrtc").normalize();
         Path include = Path.of(System.getenv().getOrDefault("CUDA_INCLUDE", "/usr/local/cuda/include"));
         Path lib = BASEDIR.resolve("target/fakecuda");
         if (!Files.isRegularFile(source.resolve("fakecuda.c")) || !Files.isRegularFile(include.resolve("cuda.h"))
@@ -135,7 +137,10 @@ class FakeDriverSmokeTest {
         boolean built = run("gcc", "-shared", "-fPIC", "-O1", "-I" + include, "-Wl,-soname,libcuda.so.1", "-o",
                 lib.resolve("libcuda.so.1").toString(), source.resolve("fakecuda.c").toString())
                 && run("gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o",
-                lib.resolve("libnvidia-ml.so.1").toString(), source.resolve("fakenvml.c").toString());
+                lib.resolve("libnvidia-ml.so.1").toString(), source.resolve("fakenvml.c").toString())
+                // TornadoVM's CUDA backend loads NVRTC: the stand-in runs nvcc (the PTX backend never loads it).
+                && run("gcc", "-shared", "-fPIC", "-O1", "-I" + nvrtc, "-Wl,-soname,libnvrtc.so.13", "-o",
+                lib.resolve("libnvrtc.so.13").toString(), nvrtc.resolve("fakenvrtc.c").toString());
         return built ? lib : null;
     }
 

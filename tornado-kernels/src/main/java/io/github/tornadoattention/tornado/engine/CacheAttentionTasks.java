@@ -64,7 +64,7 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  *
  * <p><b>Backends.</b> {@code ptx-tornado}: the hand-tuned PTX as prebuilt tasks (one fused split-KV launch for
  * decode, with or without this step's append, the latter also staged: its per-step inputs in one array,
- * {@link #addStagedAppendAndDecode}; the varlen prefill); needs TornadoVM's PTX backend.
+ * {@link #addStagedAppendAndDecode}; the varlen prefill); needs TornadoVM's PTX or CUDA backend (the prebuilt form per backend: {@link PrebuiltTasks}).
  * {@code tornado-simt} and {@code tornado-mma}: the Java cache kernels ({@link CacheKernels}, scalar fp32; decode is
  * memory bound, so both Java backends share them), JIT-compiled by TornadoVM with the engine's graph, on any
  * TornadoVM backend; fp16 over {@link HalfFloatArray}s, bf16 over bf16 bits in {@link ShortArray}s
@@ -100,9 +100,13 @@ public final class CacheAttentionTasks {
     /** The Java cache kernels: every backend's append; tornado-mma's and tornado-simt's attention. */
     private final JavaCacheTasks javaTasks;
     private final boolean prebuilt;
+    /** The TornadoVM backend of the device the tasks are for: the form of ptx-tornado's prebuilt tasks follows it. */
+    private final TornadoVMBackendType deviceBackend;
 
-    private CacheAttentionTasks(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
+    private CacheAttentionTasks(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits,
+                                TornadoVMBackendType deviceBackend) {
         this.backendId = backendId;
+        this.deviceBackend = deviceBackend;
         this.spec = spec;
         this.cacheSpec = cacheSpec;
         int rowBlocks = Math.max(1, Math.ceilDiv(spec.groupSize() * denseQueries(), 16));
@@ -123,17 +127,20 @@ public final class CacheAttentionTasks {
                                              TornadoDevice device) {
         check(backendId, spec, cacheSpec);
         InvalidArgumentException.requireNonNull("device", device);
-        if (backendId.equals(Backends.PTX_TORNADO) && device.getTornadoVMBackend() != TornadoVMBackendType.PTX) {
+        if (backendId.equals(Backends.PTX_TORNADO) && !PrebuiltTasks.serves(device.getTornadoVMBackend())) {
             throw new InvalidArgumentException("device", device.getPhysicalDevice().getDeviceName() + " ("
-                    + device.getTornadoVMBackend() + ")", "ptx-tornado's prebuilt tasks need a device of TornadoVM's PTX backend");
+                    + device.getTornadoVMBackend() + ")", "ptx-tornado's prebuilt tasks need a device of TornadoVM's PTX or"
+                    + " CUDA backend");
         }
-        return of(backendId, spec, cacheSpec, device.getPhysicalDevice().getDeviceMaxComputeUnits());
+        check(backendId, spec, cacheSpec);
+        return new CacheAttentionTasks(backendId, spec, cacheSpec, device.getPhysicalDevice().getDeviceMaxComputeUnits(),
+                device.getTornadoVMBackend());
     }
 
-    /** {@link #create} for a device with {@code computeUnits} SMs (tests; the split count follows from it). */
+    /** {@link #create} for a PTX-backend device with {@code computeUnits} SMs (tests; the split count follows from it). */
     static CacheAttentionTasks of(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
         check(backendId, spec, cacheSpec);
-        return new CacheAttentionTasks(backendId, spec, cacheSpec, computeUnits);
+        return new CacheAttentionTasks(backendId, spec, cacheSpec, computeUnits, TornadoVMBackendType.PTX);
     }
 
     /** Throws an {@link InvalidArgumentException} unless {@code backendId}'s kernels serve {@code spec} over {@code cacheSpec}. */
@@ -399,7 +406,7 @@ public final class CacheAttentionTasks {
         IntArray appendParams = IntArray.fromArray(words);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, appendParams);
         FusedDecode f = fusedDecode(graph, Kind.CACHE_STAGED_DECODE_FUSED, lse, lseRows);
-        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", f.kernel, splits, f.rowBlocks,
+        PrebuiltTasks.add(graph, scheduler, deviceBackend, graphName, taskPrefix + "decode", f.kernel, splits, f.rowBlocks,
                 spec.batch() * spec.kvHeads(), stage, Access.READ_ONLY, kCache, Access.READ_WRITE, vCache,
                 Access.READ_WRITE, o, Access.WRITE_ONLY, f.lse, Access.WRITE_ONLY, f.params, Access.READ_ONLY, blockTable,
                 Access.READ_ONLY, f.workspace, Access.READ_WRITE, f.tickets, Access.READ_WRITE, appendParams,
@@ -460,7 +467,7 @@ public final class CacheAttentionTasks {
                 o, Access.WRITE_ONLY, f.lse, Access.WRITE_ONLY, f.params, Access.READ_ONLY, step, Access.READ_ONLY,
                 blockTable, Access.READ_ONLY, f.workspace, Access.READ_WRITE, f.tickets, Access.READ_WRITE));
         arguments.addAll(List.of(extra));
-        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "decode", f.kernel, splits, f.rowBlocks,
+        PrebuiltTasks.add(graph, scheduler, deviceBackend, graphName, taskPrefix + "decode", f.kernel, splits, f.rowBlocks,
                 spec.batch() * spec.kvHeads(), arguments.toArray());
     }
 
@@ -512,7 +519,7 @@ public final class CacheAttentionTasks {
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, params);
         KernelManifest.Kernel kernel = twinKernel(Kind.CACHE_PREFILL, spec, cacheSpec);
         int longestPrompt = Math.min(spec.maxQueryLength(), spec.maxTotalQueries());
-        PrebuiltTasks.add(graph, scheduler, graphName, taskPrefix + "prefill", kernel,
+        PrebuiltTasks.add(graph, scheduler, deviceBackend, graphName, taskPrefix + "prefill", kernel,
                 Math.max(1, Math.ceilDiv(longestPrompt, kernel.rowsPerBlock())), spec.batch() * spec.heads(), 1,
                 q, Access.READ_ONLY, kCache, Access.READ_ONLY, vCache, Access.READ_ONLY, o, Access.WRITE_ONLY,
                 lseOut, Access.WRITE_ONLY, params, Access.READ_ONLY, step, Access.READ_ONLY, blockTable, Access.READ_ONLY);
