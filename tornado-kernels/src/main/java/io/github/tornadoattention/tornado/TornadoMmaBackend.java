@@ -30,15 +30,26 @@ public final class TornadoMmaBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.ptxDevice().availability());
     }
 
-    /** Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; window, softcap and sinks. */
+    /**
+     * Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any
+     * lengths; fp16, and bf16 where the device is of TornadoVM's CUDA backend ({@link MmaCpAsyncKernels}); window, softcap
+     * and sinks.
+     */
     @Override
     public void checkSupported(AttentionShape shape) {
-        if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
+        if (shape.dtype() != io.github.tornadoattention.DType.FP16 && !(shape.dtype() == io.github.tornadoattention.DType.BF16
+                && onCudaBackend())) {
             throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
-                    + " serves fp16: TornadoVM 5.2's PTX backend has no bf16 MMA; its CUDA backend has (planned);"
-                    + " cpu-reference serves bf16");
+                    + " serves fp16, and bf16 on TornadoVM's CUDA backend (mmaBF16): TornadoVM 5.2's PTX backend has no bf16"
+                    + " MMA; tornado-simt and cpu-reference serve bf16");
         }
         MmaTileConfig.forHeadDim(shape.headDim());
+    }
+
+    /** Whether the device tornado-mma plans on is one of TornadoVM's CUDA backend (its kernels there serve bf16: MmaPlan). */
+    private static boolean onCudaBackend() {
+        TornadoDevices.Probe probe = TornadoDevices.ptxDevice();
+        return probe.found() && probe.backend() == uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA;
     }
 
     /** Options used: {@link PlanOptions#profile()}, {@link PlanOptions#cudaGraph()}, {@link PlanOptions#mmaJitFlags()}. */
