@@ -144,7 +144,8 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int
     /** Static shared memory of the kernels. */
     public int sharedMemoryBytes() {
         if (loads == Loads.CP_ASYNC) {
-            // K and V (B operand) per stage, or in turns in one buffer; P as ints; a 16x8 B tile of ones (64 ints); the flag.
+            // K and V (B operand) per stage, or in turns in one buffer; P as ints; a 16x8 B tile of ones (64 ints); the rows'
+            // reference max with the recompute flag after them (Br + 4 floats).
             int kv = kvBuffers == 2 ? kvStages * (keyTileInts() + valueTileInts()) : Math.max(keyTileInts(), valueTileInts());
             return 4 * (queryTileInts() + kv + probabilityTileInts() + 64 + 4 + blockQ);
         }
