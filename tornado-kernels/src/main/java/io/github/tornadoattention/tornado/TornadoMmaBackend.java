@@ -9,9 +9,10 @@ import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.PlanOptions;
 
 /**
- * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels}, both matrix products on tensor
- * cores through KernelContext's MMA intrinsics. Needs TornadoVM's PTX backend and an NVIDIA GPU of compute
- * capability 8.0 or newer.
+ * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels} (TornadoVM's PTX backend) and
+ * {@link MmaCpAsyncKernels} (its CUDA backend: cp.async, fp16 and bf16), both matrix products on tensor cores through
+ * KernelContext's MMA intrinsics; {@link MmaPlan} picks the family by the device's backend. Needs an NVIDIA GPU of
+ * compute capability 8.0 or newer.
  */
 public final class TornadoMmaBackend implements AttentionBackend {
 
@@ -22,7 +23,8 @@ public final class TornadoMmaBackend implements AttentionBackend {
 
     @Override
     public String description() {
-        return "Java KernelContext kernel (TornadoVM PTX) with tensor-core intrinsics (mma.sync m16n8k16)";
+        return "Java KernelContext kernel (TornadoVM PTX or CUDA backend) with tensor-core intrinsics (mma.sync m16n8k16;"
+                + " cp.async and bf16 on CUDA)";
     }
 
     @Override
