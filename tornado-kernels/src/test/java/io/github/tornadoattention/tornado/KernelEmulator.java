@@ -48,7 +48,11 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  *       header ({@link #mmaStoreByteOffset}).</li>
  * </ul>
  * (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; TornadoVM's LdmatrixStmt and
- * MMAStoreStmt.) Races the kernel might have are not reliably detected.
+ * MMAStoreStmt.) Fragments carry the 16-bit patterns as they are: {@code mma} decodes them as fp16, {@code mmaBF16} as
+ * bf16. The CUDA backend's cp.async ({@code asyncCopyToLocal}: 4 bytes from 16 bytes past the array's memory, as its
+ * {@code CpAsyncCopyStmt}; {@code asyncCopyCommit}, {@code asyncCopyWaitGroup}) lands at the first barrier after a wait
+ * that covers it, or at issue ({@link CopyLanding}); a thread that ends with copies not landed fails its workgroup.
+ * Races the kernel might have are not reliably detected.
  *
  * <p>Public (in tornado-kernels' test jar) for the examples' kernel tests.
  *
