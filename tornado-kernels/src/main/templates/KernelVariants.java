@@ -45,6 +45,23 @@ final class KernelVariants {
             // separate buffers would need 52.5 KB); no cap on registers (its O accumulators alone are 128 per thread).
             new Mma(256, 64, 16, null, EnumSet.of(MmaTrait.PREFETCH_VALUES, MmaTrait.ONE_KV_BUFFER)));
 
+    /**
+     * tornado-mma on TornadoVM's CUDA backend ({@code MmaCpAsyncKernels}, {@code MmaTileConfig} with loads CP_ASYNC): one row
+     * per head dim, each with an fp16 and a bf16 kernel ({@code mmaBF16}). K and V reach local memory by cp.async
+     * ({@code asyncCopyToLocal}, 4 bytes a copy) in their natural row-major layout, so V is the B operand of O = P V and P
+     * the A operand. Shared memory is still static (the CUDA backend launches with 0 bytes of dynamic shared memory), so
+     * Bc is chosen for two K/V stages within 48 KB where they fit (MmaTileConfig#sharedMemoryBytes).
+     */
+    static final List<MmaCpAsync> MMA_CP_ASYNC = List.of(
+            new MmaCpAsync(32, 64, 2, 2),       // 31,280 bytes
+            new MmaCpAsync(64, 32, 2, 2),       // 31,296 bytes (Bc = 64 with two stages: 53,840)
+            new MmaCpAsync(96, 32, 2, 2),       // 44,656 bytes
+            new MmaCpAsync(128, 16, 2, 2),      // 37,520 bytes (Bc = 32 with two stages: 58,000)
+            // Q^T is 24 KB: one stage (41,168 bytes; two: 54,992): K and V of a tile land together, no overlap with compute.
+            new MmaCpAsync(192, 16, 1, 2),
+            // Q^T is 32 KB: one stage and K and V in turns in one buffer (44,816 bytes; separate buffers: 54,032).
+            new MmaCpAsync(256, 16, 1, 1));
+
     /** The KV-cache kernels' decode split and prefill ({@code CacheKernels}, {@code CacheTileConfig}); D <= maxHeadDim. */
     static final List<Cache> CACHE = List.of(
             new Cache(128, 16, 32, 8),
@@ -58,6 +75,9 @@ final class KernelVariants {
             // Each row twice: its fp16 kernel, then its bf16 one (the same body over bf16 bits).
             case "SimtKernels" -> SIMT.stream().flatMap(r -> java.util.stream.Stream.of(r.names(false), r.names(true))).toList();
             case "MmaKernels" -> MMA.stream().map(Mma::names).toList();
+            // Each row twice: its fp16 kernel, then its bf16 one.
+            case "MmaCpAsyncKernels" -> MMA_CP_ASYNC.stream()
+                    .flatMap(r -> java.util.stream.Stream.of(r.names(false), r.names(true))).toList();
             // Each row twice, as tornado-simt's: its fp16 kernels, then its bf16 ones. The kernels that do not depend on
             // the head dim (combine, append, copies) come with the first row of each element type (ONCE).
             case "CacheKernels" -> java.util.stream.Stream.of(false, true).flatMap(bf16 -> CACHE.stream()
@@ -135,6 +155,32 @@ final class KernelVariants {
             for (MmaTrait trait : MmaTrait.values()) {
                 names.put(trait.templateName(), traits.contains(trait));
             }
+            return names;
+        }
+    }
+
+    /**
+     * tornado-mma on the CUDA backend: 4 warps, Br = 64; kvStages 2: K/V tile j + 1 is copied (cp.async) while tile j is
+     * computed, 1: each tile's copies are waited for before it is computed; kvBuffers 1: K and V in turns in one buffer.
+     * The names of its fp16 kernel or, {@code bf16}, its bf16 one: BF16 (a trait), MMA (the intrinsic), ONE_PAIR (two ones
+     * of the element type in an int), DTYPE and IS_BF16 (its name and the literal), KERNEL.
+     */
+    record MmaCpAsync(int headDim, int blockKv, int kvStages, int kvBuffers) {
+        Map<String, Object> names(boolean bf16) {
+            Map<String, Object> names = new LinkedHashMap<>();
+            names.put("D", headDim);
+            names.put("BQ", 64);
+            names.put("BKV", blockKv);
+            names.put("KV_STAGES", kvStages);
+            names.put("KV_BUFFERS", kvBuffers);
+            names.put("doubleBuffered", kvStages == 2);
+            names.put("oneKvBuffer", kvBuffers == 1);
+            names.put("bf16", bf16);
+            names.put("MMA", bf16 ? "mmaBF16" : "mma");
+            names.put("ONE_PAIR", bf16 ? "BF16_ONE_PAIR" : "MmaKernels.HALF_ONE_PAIR");
+            names.put("DTYPE", bf16 ? "bf16" : "fp16");
+            names.put("IS_BF16", String.valueOf(bf16));
+            names.put("KERNEL", "attentionD" + headDim + "CpAsync" + (bf16 ? "Bf16" : ""));
             return names;
         }
     }

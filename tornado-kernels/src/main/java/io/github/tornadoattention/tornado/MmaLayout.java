@@ -192,4 +192,32 @@ final class MmaLayout {
     static int outputTAt(int query, int col, int d) {
         return ((query >>> 3) * (d / 16) + (col >>> 4)) * 128 + (col & 15) * 8 + (query & 7);
     }
+    /**
+     * Byte offset in the V tile of B-operand sub-tile (key block {@code keyBlock}, d block {@code n} of 8): 16 keys x 8
+     * columns, 256 bytes with 16-byte rows ({@code mmaLoadB}: the kernels that compute O = P V, MmaCpAsyncKernels and the
+     * synchronous kernels of the tests). Four consecutive d blocks form a 1152-byte group, at 0, 272, 576 and 848 bytes
+     * in it: shifted 0, 16, 64 and 80 bytes within a bank cycle, so that a half-warp's 64-bit staging stores (two keys,
+     * four d blocks) reach 16 distinct 8-byte bank pairs; unpadded (all four at 0 mod 128) they reached 4.
+     */
+    static int vSubTile(int keyBlock, int n, int d) {
+        return (keyBlock * (d / 32) + (n >>> 2)) * 1152 + (n & 1) * 272 + ((n >>> 1) & 1) * 576;
+    }
+
+    /**
+     * The row of key {@code key} < 16 in a V sub-tile: key g + 8 e at row 2 g + e, the order of P's columns (a lane packs
+     * its keys g and g + 8 of one query row into one int of P).
+     */
+    static int valueRow(int key) {
+        return ((key & 7) << 1) | (key >>> 3);
+    }
+
+    /**
+     * Index within a CTA's O scratch (the kernels that accumulate O = P V) of query row {@code row} (0..Br-1), column
+     * {@code col} (0..D-1, and D for the row sum l): O is stored fragment by fragment (16 rows x 8 columns dense, mmaStore
+     * with row stride 8; the row sums are fragment D / 8 of each warp's 16 rows), so that a warp's store or read of one
+     * fragment element touches 2 cache lines rather than 8.
+     */
+    static int outputAt(int row, int col, int d) {
+        return ((row >>> 4) * (d / 8 + 1) + (col >>> 3)) * 128 + (row & 15) * 8 + (col & 7);
+    }
 }

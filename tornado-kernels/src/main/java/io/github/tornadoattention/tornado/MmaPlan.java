@@ -2,6 +2,8 @@ package io.github.tornadoattention.tornado;
 
 import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.Backends;
+import io.github.tornadoattention.DType;
+import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.PlanOptions;
 import java.util.List;
@@ -9,8 +11,10 @@ import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.WorkerGrid1D;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
+import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
 import uk.ac.manchester.tornado.api.common.TornadoFunctions.Task18;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
@@ -28,20 +32,59 @@ final class MmaPlan extends TornadoAttentionPlan {
             Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, Integer, IntArray, FloatArray> {
     }
 
+    /**
+     * The signature of the CUDA backend's kernels ({@link MmaCpAsyncKernels}): K and V in {@link HalfFloatArray}s,
+     * the source type of {@code asyncCopyToLocal} (bf16 bits travel in them unchanged: the copies move bytes).
+     */
+    interface CpAsyncKernel extends Task18<KernelContext, LongArray, HalfFloatArray, HalfFloatArray, LongArray, FloatArray,
+            FloatArray, Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, Integer, IntArray, FloatArray> {
+    }
+
+    /** The kernel family of the device's backend: {@link MmaCpAsyncKernels} on the CUDA backend, {@link MmaKernels} on PTX. */
     MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
-        this(s, device, options, MmaKernels.kernel(MmaTileConfig.forHeadDim(s.headDim())));
+        this(s, device, options, loadsOn(device.getTornadoVMBackend(), s));
+    }
+
+    private MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options, MmaTileConfig.Loads loads) {
+        this(s, device, options, loads == MmaTileConfig.Loads.REGISTERS ? MmaKernels.kernel(MmaTileConfig.forHeadDim(s.headDim())) : null,
+                loads == MmaTileConfig.Loads.CP_ASYNC ? MmaCpAsyncKernels.kernel(MmaTileConfig.forHeadDim(s.headDim(), loads),
+                        s.dtype() == DType.BF16) : null);
     }
 
     /**
-     * A plan running {@code kernel}, which must take {@link MmaTileConfig#forHeadDim}'s tiles and scratch (the
-     * tests run the synchronous kernels, the baseline of the pipelined ones, this way).
+     * A plan running {@code kernel} of the PTX backend's family, which must take {@link MmaTileConfig#forHeadDim}'s tiles
+     * and scratch (the tests run the synchronous kernels, the baseline of the pipelined ones, this way).
      */
     MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options, Kernel kernel) {
+        this(s, device, options, kernel, null);
+    }
+
+    /**
+     * How K and V reach local memory on {@code backend}: cp.async on the CUDA backend (fp16 and bf16), 64-bit loads
+     * through registers elsewhere (fp16 only: the PTX backend has no bf16 MMA).
+     */
+    static MmaTileConfig.Loads loadsOn(TornadoVMBackendType backend, AttentionShape s) {
+        if (backend == TornadoVMBackendType.CUDA) {
+            return MmaTileConfig.Loads.CP_ASYNC;
+        }
+        if (s.dtype() != DType.FP16) {
+            throw new InvalidArgumentException("dtype", s.dtype().label(), Backends.TORNADO_MMA + " on TornadoVM's "
+                    + TornadoDevices.backendName(backend) + " backend serves fp16 (TornadoVM 5.2's PTX backend has no bf16"
+                    + " MMA); on its CUDA backend it serves fp16 and bf16 (mmaBF16)");
+        }
+        return MmaTileConfig.Loads.REGISTERS;
+    }
+
+    private MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options, Kernel kernel, CpAsyncKernel cpAsyncKernel) {
         super(Backends.TORNADO_MMA, s, options);
-        MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
+        MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim(),
+                cpAsyncKernel != null ? MmaTileConfig.Loads.CP_ASYNC : MmaTileConfig.Loads.REGISTERS);
         LongArray q = new LongArray(Math.toIntExact(s.queryElements() / 4));
-        LongArray k = new LongArray(Math.toIntExact(s.kvElements() / 4));
-        LongArray v = new LongArray(Math.toIntExact(s.kvElements() / 4));
+        // K and V: HalfFloatArrays for cp.async (the fp16 or bf16 bytes as they are), else 64-bit words.
+        TornadoNativeArray k = cpAsyncKernel != null ? new HalfFloatArray(Math.toIntExact(s.kvElements()))
+                : new LongArray(Math.toIntExact(s.kvElements() / 4));
+        TornadoNativeArray v = cpAsyncKernel != null ? new HalfFloatArray(Math.toIntExact(s.kvElements()))
+                : new LongArray(Math.toIntExact(s.kvElements() / 4));
         this.o = new LongArray(Math.toIntExact(s.outputElements() / 4));
         int causal = causalWord(s);
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
@@ -59,8 +102,14 @@ final class MmaPlan extends TornadoAttentionPlan {
             KernelContext kc = new KernelContext();
             // Listed so that closing the plan frees TornadoVM's device buffer for it (it is never copied).
             graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, kc);
-            graph.task("flash", kernel, kc, q, k, v, o, lseArray, scratch, s.batch(), s.heads(),
-                    s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize, window, scores);
+            if (cpAsyncKernel != null) {
+                graph.task("flash", cpAsyncKernel, kc, q, (HalfFloatArray) k, (HalfFloatArray) v, o, lseArray, scratch,
+                        s.batch(), s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize,
+                        window, scores);
+            } else {
+                graph.task("flash", kernel, kc, q, (LongArray) k, (LongArray) v, o, lseArray, scratch, s.batch(), s.heads(),
+                        s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), gridSize, window, scores);
+            }
         }, config.jitFlags(options));
     }
 

@@ -2,6 +2,7 @@ package io.github.tornadoattention.tornado;
 
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.PlanOptions;
+import java.util.List;
 
 /**
  * Kernel traits of tornado-mma (FlashAttention-2's "kernel traits": tile sizes, warps, shared-memory
@@ -30,8 +31,32 @@ import io.github.tornadoattention.PlanOptions;
  *                  ONE_KV_BUFFER, for a head dim whose Q^T leaves no room for both: two more barriers per K/V tile)
  * @param jitFlags  the CUDA JIT options the kernels are loaded with ({@code withCompilerFlags}: {@code NAME VALUE}
  *                  pairs), or null for TornadoVM's; {@link PlanOptions#mmaJitFlags()} replaces them
+ * @param loads     how K and V reach local memory, which decides the kernel family and its backend ({@link Loads})
+ * @param kvStages  {@link Loads#CP_ASYNC}: 2, K/V tile j + 1 is copied while tile j is computed (two buffers each); 1,
+ *                  each tile's copies land before it is computed. 1 for {@link Loads#REGISTERS}.
  */
-public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int kvBuffers, String jitFlags) {
+public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int kvBuffers, String jitFlags, Loads loads,
+                            int kvStages) {
+    /** How K and V reach local memory; each is one kernel family and the TornadoVM backend it compiles on. */
+    public enum Loads {
+        /**
+         * {@link MmaKernels} (TornadoVM's PTX backend, which has no cp.async): 64-bit global loads into registers during
+         * the previous tile's compute, stored to local memory (V transposed, as the A operand of O^T = V^T P^T).
+         */
+        REGISTERS,
+        /**
+         * {@link MmaCpAsyncKernels} (TornadoVM's CUDA backend): {@code asyncCopyToLocal} (cp.async, 4 bytes a copy)
+         * straight into local memory in the tiles' natural row-major layout: V as the B operand of O = P V, P as the A
+         * operand (packed by hand into ints); fp16 and bf16 ({@code mmaBF16}).
+         */
+        CP_ASYNC
+    }
+
+    /** A configuration of the PTX backend's kernels ({@link Loads#REGISTERS}). */
+    public MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int kvBuffers, String jitFlags) {
+        this(headDim, blockQ, blockKv, warps, kvBuffers, jitFlags, Loads.REGISTERS, 1);
+    }
+
     /** Largest grid: CTAs loop over tiles beyond this, so the fp32 scratch stays bounded. */
     public static final int MAX_CTAS = 1024;
     /** Static shared memory a CTA may use (TornadoVM launches with no dynamic shared memory). */
@@ -53,13 +78,22 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int
      * 53,776); no cap (its O accumulators alone are 128 registers per thread).
      */
     public static MmaTileConfig forHeadDim(int headDim) {
-        for (MmaTileConfig config : MmaKernels.CONFIGS) {
+        return forHeadDim(headDim, Loads.REGISTERS);
+    }
+
+    /**
+     * The configuration of the kernel for {@code headDim} in the family of {@code loads} ({@link MmaKernels#CONFIGS},
+     * {@link MmaCpAsyncKernels#CONFIGS}: both from the variant table).
+     */
+    public static MmaTileConfig forHeadDim(int headDim, Loads loads) {
+        List<MmaTileConfig> table = loads == Loads.REGISTERS ? MmaKernels.CONFIGS : MmaCpAsyncKernels.CONFIGS;
+        for (MmaTileConfig config : table) {
             if (config.headDim() == headDim) {
                 return config;
             }
         }
         throw new InvalidArgumentException("headDim", headDim, "tornado-mma supports " + String.join(", ",
-                MmaKernels.CONFIGS.stream().map(c -> String.valueOf(c.headDim())).toList()) + HEAD_DIM_NOTE);
+                table.stream().map(c -> String.valueOf(c.headDim())).toList()) + HEAD_DIM_NOTE);
     }
 
     /**
@@ -101,8 +135,24 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int
         return 128;
     }
 
+    /** V as B operand ({@link Loads#CP_ASYNC}): Bc x D fp16 row-major, four 256-byte sub-tiles per 1152 bytes ({@link MmaLayout#vSubTile}). */
+    public int valueTileInts() {
+        return MmaLayout.vSubTile(blockKv / 16, 0, headDim) / 4;
+    }
+
+    /** P as A operand ({@link Loads#CP_ASYNC}): Br x Bc fp16, two to an int. */
+    public int probabilityTileInts() {
+        return blockQ * blockKv / 2;
+    }
+
     /** Static shared memory of the kernels. */
     public int sharedMemoryBytes() {
+        if (loads == Loads.CP_ASYNC) {
+            // K and V (B operand) per stage, or in turns in one buffer; P as ints; a 16x8 B tile of ones (64 ints); the rows'
+            // reference max with the recompute flag after them (Br + 4 floats).
+            int kv = kvBuffers == 2 ? kvStages * (keyTileInts() + valueTileInts()) : Math.max(keyTileInts(), valueTileInts());
+            return 4 * (queryTileInts() + kv + probabilityTileInts() + 64 + 4 + blockQ);
+        }
         // + 4: the recompute flag, one int padded to 16 bytes (TornadoVM declares shared arrays without .align, so every
         // array's size is kept a multiple of 16 bytes for ldmatrix's alignment).
         int kv = kvBuffers == 2 ? keyTileInts() + valueTransposedTileInts() : Math.max(keyTileInts(), valueTransposedTileInts());
@@ -157,6 +207,10 @@ public record MmaTileConfig(int headDim, int blockQ, int blockKv, int warps, int
         }
         if (kvBuffers != 1 && kvBuffers != 2) {
             throw new IllegalArgumentException("K and V^T take one buffer or two: kvBuffers " + kvBuffers);
+        }
+        if (kvStages != 1 && (kvStages != 2 || loads != Loads.CP_ASYNC || kvBuffers != 2)) {
+            throw new IllegalArgumentException("two K/V stages need cp.async and separate K and V buffers: kvStages "
+                    + kvStages + ", " + loads + ", kvBuffers " + kvBuffers);
         }
     }
 }

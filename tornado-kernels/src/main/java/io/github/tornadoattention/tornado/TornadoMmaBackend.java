@@ -9,9 +9,10 @@ import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.PlanOptions;
 
 /**
- * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels}, both matrix products on tensor
- * cores through KernelContext's MMA intrinsics. Needs TornadoVM's PTX or CUDA backend and an NVIDIA GPU of compute
- * capability 8.0 or newer.
+ * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels} (TornadoVM's PTX backend) and
+ * {@link MmaCpAsyncKernels} (its CUDA backend: cp.async, fp16 and bf16), both matrix products on tensor cores through
+ * KernelContext's MMA intrinsics; {@link MmaPlan} picks the family by the device's backend. Needs an NVIDIA GPU of
+ * compute capability 8.0 or newer.
  */
 public final class TornadoMmaBackend implements AttentionBackend {
 
@@ -22,7 +23,8 @@ public final class TornadoMmaBackend implements AttentionBackend {
 
     @Override
     public String description() {
-        return "Java KernelContext kernel (TornadoVM PTX or CUDA backend) with tensor-core intrinsics (mma.sync m16n8k16)";
+        return "Java KernelContext kernel (TornadoVM PTX or CUDA backend) with tensor-core intrinsics (mma.sync m16n8k16;"
+                + " cp.async and bf16 on CUDA)";
     }
 
     @Override
@@ -30,25 +32,26 @@ public final class TornadoMmaBackend implements AttentionBackend {
         return TornadoBackendSupport.availability(() -> TornadoDevices.nvidiaDevice().availability());
     }
 
-    /** Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any lengths; fp16; window, softcap and sinks. */
+    /**
+     * Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any
+     * lengths; fp16, and bf16 where the device is of TornadoVM's CUDA backend ({@link MmaCpAsyncKernels}); window, softcap
+     * and sinks.
+     */
     @Override
     public void checkSupported(AttentionShape shape) {
-        if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
+        if (shape.dtype() != io.github.tornadoattention.DType.FP16 && !(shape.dtype() == io.github.tornadoattention.DType.BF16
+                && onCudaBackend())) {
             throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
-                    + " serves fp16 (" + bf16Reason() + "); tornado-simt, ptx-tornado and cpu-reference serve bf16");
+                    + " serves fp16, and bf16 on TornadoVM's CUDA backend (mmaBF16): TornadoVM 5.2's PTX backend has no bf16"
+                    + " MMA; tornado-simt and cpu-reference serve bf16");
         }
         MmaTileConfig.forHeadDim(shape.headDim());
     }
 
-    /** Why no bf16, for the TornadoVM backend this JVM found (a probe that finds none names both). */
-    private static String bf16Reason() {
+    /** Whether the device tornado-mma plans on is one of TornadoVM's CUDA backend (its kernels there serve bf16: MmaPlan). */
+    private static boolean onCudaBackend() {
         TornadoDevices.Probe probe = TornadoDevices.nvidiaDevice();
-        String ptx = "TornadoVM 5.2's PTX backend has no bf16 MMA";
-        String cuda = "TornadoVM's CUDA backend has bf16 MMA (KernelContext.mmaBF16), which tornado-mma's kernels do not use yet";
-        if (!probe.found()) {
-            return ptx + "; " + cuda;
-        }
-        return probe.backend() == uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA ? cuda : ptx;
+        return probe.found() && probe.backend() == uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA;
     }
 
     /**

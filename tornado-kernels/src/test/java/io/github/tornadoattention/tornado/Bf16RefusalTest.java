@@ -8,6 +8,7 @@ import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
 import org.junit.jupiter.api.Test;
+import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
 
 /**
  * bf16 at plan time (no device needed): tornado-simt serves it (its bf16 kernels), ptx-tornado serves it (the manifest
@@ -32,6 +33,24 @@ class Bf16RefusalTest {
         assertTrue(e.allowed().contains("TornadoVM 5.2's PTX backend has no bf16 MMA")
                 || e.allowed().contains("TornadoVM's CUDA backend has bf16 MMA"), e.getMessage());
         assertTrue(e.allowed().contains("tornado-simt, ptx-tornado and cpu-reference serve bf16"), e.getMessage());
+    }
+
+    /**
+     * tornado-mma picks its kernel family by the device's backend: cp.async kernels on the CUDA backend for fp16 and
+     * bf16, the PTX backend's for fp16; bf16 there is refused naming the backend and the type.
+     */
+    @Test
+    void mmaTakesBf16OnTheCudaBackendOnly() {
+        AttentionShape fp16 = BF16.toBuilder().dtype(DType.FP16).build();
+        assertEquals(MmaTileConfig.Loads.CP_ASYNC, MmaPlan.loadsOn(TornadoVMBackendType.CUDA, BF16));
+        assertEquals(MmaTileConfig.Loads.CP_ASYNC, MmaPlan.loadsOn(TornadoVMBackendType.CUDA, fp16));
+        assertEquals(MmaTileConfig.Loads.REGISTERS, MmaPlan.loadsOn(TornadoVMBackendType.PTX, fp16));
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                () -> MmaPlan.loadsOn(TornadoVMBackendType.PTX, BF16));
+        assertEquals("dtype", e.argument());
+        assertEquals("bf16", e.value());
+        assertTrue(e.allowed().contains("TornadoVM's PTX backend serves fp16"), e.getMessage());
+        assertTrue(e.allowed().contains("CUDA backend it serves fp16 and bf16"), e.getMessage());
     }
 
     @Test

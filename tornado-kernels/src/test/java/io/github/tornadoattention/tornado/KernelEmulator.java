@@ -22,6 +22,7 @@ import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.enums.MMAShape;
 import uk.ac.manchester.tornado.api.types.HalfFloat;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 
 /**
@@ -47,7 +48,11 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  *       header ({@link #mmaStoreByteOffset}).</li>
  * </ul>
  * (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; TornadoVM's LdmatrixStmt and
- * MMAStoreStmt.) Races the kernel might have are not reliably detected.
+ * MMAStoreStmt.) Fragments carry the 16-bit patterns as they are: {@code mma} decodes them as fp16, {@code mmaBF16} as
+ * bf16. The CUDA backend's cp.async ({@code asyncCopyToLocal}: 4 bytes from 16 bytes past the array's memory, as its
+ * {@code CpAsyncCopyStmt}; {@code asyncCopyCommit}, {@code asyncCopyWaitGroup}) lands at the first barrier after a wait
+ * that covers it, or at issue ({@link CopyLanding}); a thread that ends with copies not landed fails its workgroup.
+ * Races the kernel might have are not reliably detected.
  *
  * <p>Public (in tornado-kernels' test jar) for the examples' kernel tests.
  *
@@ -95,27 +100,8 @@ public final class KernelEmulator {
      * and {@code Math.max(float, float)} call replaced by {@link #ptxMin}/{@link #ptxMax}.
      */
     static MmaPlan.Kernel ptxKernel(Class<?> kernels, String name) {
-        byte[] bytes;
-        try (InputStream in = kernels.getResourceAsStream(kernels.getSimpleName() + ".class")) {
-            bytes = in.readAllBytes();
-        } catch (IOException e) {
-            throw new IllegalStateException(e);
-        }
-        ClassDesc math = ClassDesc.of("java.lang.Math");
-        ClassDesc emulator = ClassDesc.of(KernelEmulator.class.getName());
-        CodeTransform minMax = (code, element) -> {
-            if (element instanceof InvokeInstruction call && call.owner().asSymbol().equals(math)
-                    && call.typeSymbol().descriptorString().equals("(FF)F")
-                    && (call.name().equalsString("min") || call.name().equalsString("max"))) {
-                code.invokestatic(emulator, call.name().equalsString("min") ? "ptxMin" : "ptxMax", call.typeSymbol());
-            } else {
-                code.with(element);
-            }
-        };
-        ClassFile files = ClassFile.of();
-        byte[] rewritten = files.transformClass(files.parse(bytes), ClassTransform.transformingMethodBodies(minMax));
+        Class<?> hidden = rewritten(kernels, false, null);
         try {
-            Class<?> hidden = MethodHandles.lookup().defineHiddenClass(rewritten, true).lookupClass();
             MethodHandle kernel = MethodHandles.privateLookupIn(hidden, MethodHandles.lookup()).findStatic(hidden, name,
                     MethodType.methodType(void.class, KernelContext.class, LongArray.class, LongArray.class,
                             LongArray.class, LongArray.class, FloatArray.class, FloatArray.class, int.class, int.class,
@@ -134,6 +120,84 @@ public final class KernelEmulator {
             };
         } catch (ReflectiveOperationException e) {
             throw new IllegalStateException("cannot load " + kernels.getName() + " with PTX float semantics", e);
+        }
+    }
+
+    /**
+     * The static kernel method {@code name} of {@code kernels} (TornadoVM's CUDA backend: {@link MmaCpAsyncKernels}) with
+     * the semantics of the CUDA C that backend generates: {@code Math.min/max(float, float)} as {@code fminf/fmaxf}
+     * (as {@link #ptxMin}/{@link #ptxMax}: the other operand where one is NaN), and {@code >>>} as C's {@code >>} on the
+     * value's signed type, an arithmetic shift ({@code CUDAArithmeticTool.emitUShr} emits {@code >>} for both): every
+     * {@code IUSHR}/{@code LUSHR} of the class becomes {@code ISHR}/{@code LSHR}, so a kernel that shifted a negative value
+     * right would go wrong here as on the GPU. (Only the class's own methods: the helpers it calls in MmaLayout, MmaKernels,
+     * Bf16 and Fp16 shift only non-negative values or not at all.)
+     */
+    static MmaPlan.CpAsyncKernel cudaKernel(Class<?> kernels, String name) {
+        return cudaKernelWithout(kernels, name, null);
+    }
+
+    /**
+     * {@link #cudaKernel} with every call to the KernelContext method {@code droppedCall} (one taking an int, such as
+     * {@code asyncCopyWaitGroup}) removed, or none where null: the tests show that the emulator catches its absence.
+     */
+    static MmaPlan.CpAsyncKernel cudaKernelWithout(Class<?> kernels, String name, String droppedCall) {
+        Class<?> hidden = rewritten(kernels, true, droppedCall);
+        try {
+            MethodHandle kernel = MethodHandles.privateLookupIn(hidden, MethodHandles.lookup()).findStatic(hidden, name,
+                    MethodType.methodType(void.class, KernelContext.class, LongArray.class, HalfFloatArray.class,
+                            HalfFloatArray.class, LongArray.class, FloatArray.class, FloatArray.class, int.class, int.class,
+                            int.class, int.class, int.class, int.class, int.class, float.class, int.class,
+                            uk.ac.manchester.tornado.api.types.arrays.IntArray.class, FloatArray.class));
+            return (kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength, causal, bshd,
+                    scale, grid, window, scores) -> {
+                try {
+                    kernel.invoke(kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength,
+                            causal, bshd, scale, grid, window, scores);
+                } catch (RuntimeException | Error e) {
+                    throw e;
+                } catch (Throwable e) {
+                    throw new IllegalStateException(e);
+                }
+            };
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("cannot load " + kernels.getName() + " with CUDA C semantics", e);
+        }
+    }
+
+    /** {@code kernels} loaded again as a hidden class, its float min/max as the GPU's and, {@code cuda}, its {@code >>>} as C's {@code >>}. */
+    private static Class<?> rewritten(Class<?> kernels, boolean cuda, String droppedCall) {
+        byte[] bytes;
+        try (InputStream in = kernels.getResourceAsStream(kernels.getSimpleName() + ".class")) {
+            bytes = in.readAllBytes();
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+        ClassDesc math = ClassDesc.of("java.lang.Math");
+        ClassDesc emulator = ClassDesc.of(KernelEmulator.class.getName());
+        CodeTransform semantics = (code, element) -> {
+            if (element instanceof InvokeInstruction call && call.owner().asSymbol().equals(math)
+                    && call.typeSymbol().descriptorString().equals("(FF)F")
+                    && (call.name().equalsString("min") || call.name().equalsString("max"))) {
+                code.invokestatic(emulator, call.name().equalsString("min") ? "ptxMin" : "ptxMax", call.typeSymbol());
+            } else if (droppedCall != null && element instanceof InvokeInstruction call && call.name().equalsString(droppedCall)
+                    && call.typeSymbol().descriptorString().equals("(I)V")) {
+                code.pop().pop();   // its int argument and the context
+            } else if (cuda && element instanceof java.lang.classfile.Instruction instruction
+                    && instruction.opcode() == java.lang.classfile.Opcode.IUSHR) {
+                code.ishr();
+            } else if (cuda && element instanceof java.lang.classfile.Instruction instruction
+                    && instruction.opcode() == java.lang.classfile.Opcode.LUSHR) {
+                code.lshr();
+            } else {
+                code.with(element);
+            }
+        };
+        ClassFile files = ClassFile.of();
+        byte[] transformed = files.transformClass(files.parse(bytes), ClassTransform.transformingMethodBodies(semantics));
+        try {
+            return MethodHandles.lookup().defineHiddenClass(transformed, true).lookupClass();
+        } catch (IllegalAccessException e) {
+            throw new IllegalStateException("cannot load " + kernels.getName(), e);
         }
     }
 
@@ -158,6 +222,7 @@ public final class KernelEmulator {
                 running.add(Thread.ofVirtual().start(() -> {
                     try {
                         kernel.run(kc);
+                        kc.requireNoCopyInFlight();
                     } catch (Throwable e) {
                         if (failure.compareAndSet(null, e)) {
                             workgroup.abort();
@@ -233,11 +298,45 @@ public final class KernelEmulator {
         }
     }
 
+    /**
+     * When an emulated cp.async copy ({@code asyncCopyToLocal}) lands in local memory. The hardware lands it at some
+     * time between its issue and the {@code asyncCopyWaitGroup} that covers it, and other threads may rely on it only
+     * after a barrier that follows that wait; the two extremes each expose one kind of mistake.
+     */
+    public enum CopyLanding {
+        /**
+         * At the first {@code localBarrier} after a wait that covers it (the default): a reader with no wait or no barrier
+         * between the copy and its read sees the old contents.
+         */
+        AT_BARRIER_AFTER_WAIT,
+        /** At issue: a copy into a buffer that other threads may still be reading (no barrier before it) overwrites it under them. */
+        AT_ISSUE
+    }
+
+    private static volatile CopyLanding copyLanding = CopyLanding.AT_BARRIER_AFTER_WAIT;
+
+    /** Sets when emulated cp.async copies land (until set again); see {@link CopyLanding}. */
+    static void copiesLand(CopyLanding landing) {
+        copyLanding = landing;
+    }
+
+    /** One emulated cp.async copy: the 32-bit value it read, for its destination. */
+    private record Copy(int[] tile, int index, int value) {
+        void land() {
+            tile[index] = value;
+        }
+    }
+
     private static final class EmulatedContext extends KernelContext {
         private final Workgroup workgroup;
         private final int lane;
         private final Warp warp;
         private int allocations;
+        /** This thread's cp.async copies: issued since the last commit, committed groups in flight, waited for. */
+        private List<Copy> uncommitted = new ArrayList<>();
+        private final java.util.ArrayDeque<List<Copy>> inFlight = new java.util.ArrayDeque<>();
+        private final List<Copy> waited = new ArrayList<>();
+        private final CopyLanding landing = copyLanding;
 
         EmulatedContext(Workgroup workgroup, int group, int groups, int t, int threads) {
             this.workgroup = workgroup;
@@ -277,7 +376,53 @@ public final class KernelEmulator {
 
         @Override
         public void localBarrier() {
+            waited.forEach(Copy::land);     // visible to the workgroup after this barrier
+            waited.clear();
             await(workgroup.barrier);
+        }
+
+        /**
+         * {@code cp.async.ca.shared.global [tile + 4 index], [src + 16 + 2 srcIndex], 4} as TornadoVM's CUDA backend lowers
+         * it ({@code CpAsyncCopyStmt}: the source past the Java heap's short[] header, 16 bytes, not past
+         * {@code ARRAY_HEADER}): elements srcIndex and srcIndex + 1, the first in the low half.
+         */
+        @Override
+        public void asyncCopyToLocal(int[] tile, int index, HalfFloatArray src, int srcIndex) {
+            long at = MmaCpAsyncKernels.CP_ASYNC_HEADER_BYTES + 2L * srcIndex;
+            if (index < 0 || index >= tile.length || at < 0 || at + 4 > src.getSegmentWithHeader().byteSize()) {
+                throw new IndexOutOfBoundsException("cp.async of element " + srcIndex + " into int " + index + " of "
+                        + tile.length);
+            }
+            int value = src.getSegmentWithHeader().get(ValueLayout.JAVA_INT_UNALIGNED, at);
+            Copy copy = new Copy(tile, index, value);
+            if (landing == CopyLanding.AT_ISSUE) {
+                copy.land();
+            } else {
+                uncommitted.add(copy);
+            }
+        }
+
+        @Override
+        public void asyncCopyCommit() {
+            inFlight.addLast(uncommitted);
+            uncommitted = new ArrayList<>();
+        }
+
+        /** {@code cp.async.wait_group groups}: every committed group but the {@code groups} newest has landed for this thread. */
+        @Override
+        public void asyncCopyWaitGroup(int groups) {
+            while (inFlight.size() > groups) {
+                waited.addAll(inFlight.removeFirst());
+            }
+        }
+
+        /** A kernel that ends with copies not waited for, or waited for but never published by a barrier, lost them. */
+        void requireNoCopyInFlight() {
+            int pending = uncommitted.size() + waited.size() + inFlight.stream().mapToInt(List::size).sum();
+            if (pending > 0) {
+                throw new IllegalStateException(pending + " cp.async copies of thread " + localIdx
+                        + " were never waited for and published by a barrier");
+            }
         }
 
         private static void await(CyclicBarrier barrier) {
@@ -322,10 +467,11 @@ public final class KernelEmulator {
             return new float[] {v, v, v, v};
         }
 
-        private static float half(int[] tile, int byteAddress) {
+        /** The 16 bits at a byte address of an int tile, as they are (fp16 or bf16: mma or mmaBF16 decodes them). */
+        private static HalfFloat half(int[] tile, int byteAddress) {
             int word = tile[byteAddress >> 2];
             int bits = (byteAddress & 2) == 0 ? word & 0xFFFF : word >>> 16;
-            return Float.float16ToFloat((short) bits);
+            return new HalfFloat((short) bits);
         }
 
         @Override
@@ -344,7 +490,7 @@ public final class KernelEmulator {
             HalfFloat[] fragment = new HalfFloat[8];
             for (int i = 0; i < 8; i++) {
                 int matrix = i >> 1;
-                fragment[i] = new HalfFloat(half(tile, rows[matrix * 8 + g] + (2 * t + (i & 1)) * 2));
+                fragment[i] = half(tile, rows[matrix * 8 + g] + (2 * t + (i & 1)) * 2);
             }
             return fragment;
         }
@@ -365,7 +511,7 @@ public final class KernelEmulator {
 
         @Override
         public HalfFloat[] mmaLoadB(int[] tile, int wmmaK, int byteOffset) {
-            return loadTransposedB(byteOffset, false, address -> new HalfFloat(half(tile, address)));
+            return loadTransposedB(byteOffset, false, address -> half(tile, address));
         }
 
         @Override
@@ -401,6 +547,17 @@ public final class KernelEmulator {
 
         @Override
         public float[] mma(HalfFloat[] fragA, HalfFloat[] fragB, float[] fragC, MMAShape shape) {
+            return multiply(fragA, fragB, fragC, shape, HalfFloat::getFloat32);
+        }
+
+        /** {@code mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32}: the fragments' 16-bit elements are bf16. */
+        @Override
+        public float[] mmaBF16(HalfFloat[] fragA, HalfFloat[] fragB, float[] fragC, MMAShape shape) {
+            return multiply(fragA, fragB, fragC, shape, h -> Float.intBitsToFloat((h.getHalfFloatValue() & 0xFFFF) << 16));
+        }
+
+        private float[] multiply(HalfFloat[] fragA, HalfFloat[] fragB, float[] fragC, MMAShape shape,
+                                 java.util.function.Function<HalfFloat, Float> decode) {
             if (shape != MMAShape.M16N8K16) {
                 throw new UnsupportedOperationException("only m16n8k16 is emulated");
             }
@@ -417,7 +574,7 @@ public final class KernelEmulator {
                 for (int k = 0; k < 16; k++) {
                     HalfFloat a = warp.a[(m & 7) * 4 + ((k & 7) >> 1)][2 * ((m >> 3) + 2 * (k >> 3)) + (k & 1)];
                     HalfFloat b = warp.b[n * 4 + ((k & 7) >> 1)][2 * (k >> 3) + (k & 1)];
-                    sum += a.getFloat32() * b.getFloat32();
+                    sum += decode.apply(a) * decode.apply(b);
                 }
                 d[i] = sum;
             }

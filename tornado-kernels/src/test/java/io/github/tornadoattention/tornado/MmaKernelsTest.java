@@ -393,8 +393,8 @@ class MmaKernelsTest {
         String output = new String(process.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         assertTrue(process.waitFor(120, TimeUnit.SECONDS), "child JVM did not finish");
         assertEquals(0, process.exitValue(), output);
-        assertTrue(output.contains("header 128 skew 28"), output);
-        assertEquals(4, output.lines().filter(l -> l.startsWith("ok ")).count(), output);   // 2 shapes x 2 kernels
+        assertTrue(output.contains("header 128 skew 28 cp.async skew 56"), output);
+        assertEquals(8, output.lines().filter(l -> l.startsWith("ok ")).count(), output);   // 2 shapes x 4 kernels
     }
 
     @Test

@@ -591,12 +591,12 @@ final class MmaSynchronousKernels {
      * they reached 4.
      */
     static int vSubTile(int keyBlock, int n, int d) {
-        return (keyBlock * (d / 32) + (n >>> 2)) * 1152 + (n & 1) * 272 + ((n >>> 1) & 1) * 576;
+        return MmaLayout.vSubTile(keyBlock, n, d);
     }
 
     /** The row of key {@code key} < 16 in a V sub-tile: key g + 8 e at row 2 g + e, the order of P's columns. */
     static int valueRow(int key) {
-        return ((key & 7) << 1) | (key >>> 3);
+        return MmaLayout.valueRow(key);
     }
 
     /**
@@ -611,8 +611,7 @@ final class MmaSynchronousKernels {
      * only occur in a tile that is recomputed).
      */
     static int fp16Pow2(float z) {
-        float n = Math.max(TornadoMath.floor(z), -14.0f);
-        return (int) (((n + 14.0f) + TornadoMath.exp((z - n) * LN2)) * 1024.0f + 0.5f);
+        return MmaCpAsyncKernels.fp16Pow2(z);
     }
 
     /**
@@ -622,7 +621,7 @@ final class MmaSynchronousKernels {
      * element touches 2 cache lines rather than 8.
      */
     static int outputAt(int row, int col, int d) {
-        return ((row >>> 4) * (d / 8 + 1) + (col >>> 3)) * 128 + (row & 15) * 8 + (col & 7);
+        return MmaLayout.outputAt(row, col, d);
     }
 
     /**

@@ -136,8 +136,48 @@ class TileConfigTest {
         assertEquals(MmaTileConfig.MAX_CTAS, D128.gridSize(4, 16, 2048));
     }
 
+    /**
+     * The CUDA backend's rows (MmaCpAsyncKernels): the same head dims as the PTX backend's, each within 48 KB of static
+     * shared memory; a two-stage row has the largest power-of-two Bc whose two stages fit, a one-stage row cannot have
+     * two stages at Bc = 16, and K and V share one buffer only where separate ones do not fit.
+     */
+    @Test
+    void cpAsyncRowsTakeTwoStagesWhereStaticSharedMemoryAllows() {
+        assertEquals(MmaKernels.CONFIGS.stream().map(MmaTileConfig::headDim).toList(),
+                MmaCpAsyncKernels.CONFIGS.stream().map(MmaTileConfig::headDim).toList());
+        for (MmaTileConfig c : MmaCpAsyncKernels.CONFIGS) {
+            assertSame(c, MmaTileConfig.forHeadDim(c.headDim(), MmaTileConfig.Loads.CP_ASYNC));
+            assertEquals(MmaTileConfig.Loads.CP_ASYNC, c.loads());
+            assertTrue(c.sharedMemoryBytes() <= MmaTileConfig.MAX_SHARED_BYTES, c.toString());
+            if (c.kvStages() == 2) {
+                MmaTileConfig wider = new MmaTileConfig(c.headDim(), 64, 2 * c.blockKv(), 4, 2, null,
+                        MmaTileConfig.Loads.CP_ASYNC, 2);
+                assertTrue(wider.sharedMemoryBytes() > MmaTileConfig.MAX_SHARED_BYTES, wider.toString());
+            } else {
+                assertEquals(16, c.blockKv(), c.toString());
+                assertTrue(new MmaTileConfig(c.headDim(), 64, 16, 4, 2, null, MmaTileConfig.Loads.CP_ASYNC, 2)
+                        .sharedMemoryBytes() > MmaTileConfig.MAX_SHARED_BYTES, c.toString());
+                if (c.kvBuffers() == 1) {
+                    assertTrue(new MmaTileConfig(c.headDim(), 64, 16, 4, 2, null, MmaTileConfig.Loads.CP_ASYNC, 1)
+                            .sharedMemoryBytes() > MmaTileConfig.MAX_SHARED_BYTES, c.toString());
+                }
+            }
+        }
+        // D = 64: Q^T 8 KB (+ 64 B of shift) + two stages of K (4 KB and padding) and V (4 KB and padding) + P 4 KB
+        // + ones 256 B + row max and flag 272 B
+        assertEquals(31_312, MmaTileConfig.forHeadDim(64, MmaTileConfig.Loads.CP_ASYNC).sharedMemoryBytes());
+        assertEquals(44_816, MmaTileConfig.forHeadDim(256, MmaTileConfig.Loads.CP_ASYNC).sharedMemoryBytes());
+    }
+
     @Test
     void mmaConfigurationsAreCheckedForWhatTheKernelAssumes() {
+        // Two K/V stages only for cp.async, with K and V in buffers of their own.
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 4, 2, null,
+                MmaTileConfig.Loads.REGISTERS, 2));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 4, 1, null,
+                MmaTileConfig.Loads.CP_ASYNC, 2));
+        assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 4, 2, null,
+                MmaTileConfig.Loads.CP_ASYNC, 3));
         assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 64, 8, 2, null));
         assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 32, 64, 4, 2, null));
         assertThrows(IllegalArgumentException.class, () -> new MmaTileConfig(64, 64, 40, 4, 2, null));
