@@ -40,7 +40,7 @@ final class MmaPlan extends TornadoAttentionPlan {
             FloatArray, Integer, Integer, Integer, Integer, Integer, Integer, Integer, Float, Integer, IntArray, FloatArray> {
     }
 
-    /** The kernel family of the device's backend: {@link MmaCpAsyncKernels} on the CUDA backend, {@link MmaKernels} on PTX. */
+    /** The kernel family {@link #loadsOn} picks for the device's backend. */
     MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options) {
         this(s, device, options, loadsOn(device.getTornadoVMBackend(), s));
     }
@@ -60,17 +60,16 @@ final class MmaPlan extends TornadoAttentionPlan {
     }
 
     /**
-     * How K and V reach local memory on {@code backend}: cp.async on the CUDA backend (fp16 and bf16), 64-bit loads
-     * through registers elsewhere (fp16 only: the PTX backend has no bf16 MMA).
+     * How K and V reach local memory on {@code backend}: 64-bit loads through registers ({@link MmaKernels}) on both
+     * NVIDIA backends, fp16 only. The CUDA backend's cp.async family ({@link MmaCpAsyncKernels}, fp16 and bf16) passes
+     * the emulator and ptxas but not the GPU (an H200 gave wrong rows past the first of each query tile), so it is not
+     * selected until it does.
      */
     static MmaTileConfig.Loads loadsOn(TornadoVMBackendType backend, AttentionShape s) {
-        if (backend == TornadoVMBackendType.CUDA) {
-            return MmaTileConfig.Loads.CP_ASYNC;
-        }
         if (s.dtype() != DType.FP16) {
             throw new InvalidArgumentException("dtype", s.dtype().label(), Backends.TORNADO_MMA + " on TornadoVM's "
                     + TornadoDevices.backendName(backend) + " backend serves fp16 (TornadoVM 5.2's PTX backend has no bf16"
-                    + " MMA); on its CUDA backend it serves fp16 and bf16 (mmaBF16)");
+                    + " MMA; the CUDA backend's bf16 kernels do not pass on a GPU yet)");
         }
         return MmaTileConfig.Loads.REGISTERS;
     }
