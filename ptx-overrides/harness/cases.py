@@ -174,18 +174,7 @@ def _fp16_suite(quick, rng):
                 cases.append((B, H, H, S, S, 128, c, "bhsd", True, "seed-d128"))
     for c in (False, True):
         for D in (64, 128):
-            cases += [
-                (2, 4, 4, 77, 1000, D, c, "bhsd", True, "sq<skv odd"),
-                (2, 4, 4, 1000, 77, D, c, "bhsd", True, "sq>skv odd"),
-                (1, 2, 2, 1, 1, D, c, "bhsd", True, "1x1"),
-                (1, 3, 3, 7, 7, D, c, "bhsd", True, "7x7"),
-                (1, 2, 2, 2049, 2049, D, c, "bhsd", True, "2049"),
-                (2, 8, 2, 300, 517, D, c, "bhsd", True, "gqa"),
-                (2, 8, 1, 333, 333, D, c, "bhsd", True, "mqa"),
-                (2, 6, 3, 259, 1031, D, c, "bshd", True, "bshd gqa"),
-                (1, 4, 4, 64, 200, D, c, "bshd", False, "bshd nolse"),
-                (1, 2, 2, 130, 3, D, c, "bhsd", True, "sq>>skv"),
-            ]
+            cases += _edge_cases(D, c) + [(1, 2, 2, 1, 1, D, c, "bhsd", True, "1x1")]
     # decode shapes (also run through the prefill entries)
     for D in (128, 64):
         for Sq in (1, 2, 5, 8, 16):
@@ -208,23 +197,28 @@ def _fp16_suite(quick, rng):
     return cases
 
 
+def _edge_cases(D, c):
+    """The edge shapes both the suite and the tuning suite run at head dim D, causal flag c: ragged ends, Sq != Skv
+    both ways, tiny and long, GQA/MQA, BSHD, no lse (suite() format)."""
+    return [(2, 4, 4, 77, 1000, D, c, "bhsd", True, "sq<skv odd"),
+            (2, 4, 4, 1000, 77, D, c, "bhsd", True, "sq>skv odd"),
+            (1, 3, 3, 7, 7, D, c, "bhsd", True, "7x7"),
+            (1, 2, 2, 2049, 2049, D, c, "bhsd", True, "2049"),
+            (2, 8, 2, 300, 517, D, c, "bhsd", True, "gqa"),
+            (2, 8, 1, 333, 333, D, c, "bhsd", True, "mqa"),
+            (2, 6, 3, 259, 1031, D, c, "bshd", True, "bshd gqa"),
+            (1, 4, 4, 64, 200, D, c, "bshd", False, "bshd nolse"),
+            (1, 2, 2, 130, 3, D, c, "bhsd", True, "sq>>skv")]
+
+
 def tuning_cases(rng, head_dims):
     """Problems for the candidates at each of their head dims: ragged ends, Sq != Skv, GQA/MQA, BSHD,
     no lse, tiny and long-key problems, causal and not, plus a few random ones (suite() format)."""
     cases = []
     for D in head_dims:
         for c in (False, True):
-            cases += [(2, 8, 8, 1024, 1024, D, c, "bhsd", True, f"seed-d{D}"),
-                      (2, 4, 4, 77, 1000, D, c, "bhsd", True, "sq<skv odd"),
-                      (2, 4, 4, 1000, 77, D, c, "bhsd", True, "sq>skv odd"),
-                      (1, 3, 3, 7, 7, D, c, "bhsd", True, "7x7"),
-                      (1, 2, 2, 2049, 2049, D, c, "bhsd", True, "2049"),
-                      (2, 8, 2, 300, 517, D, c, "bhsd", True, "gqa"),
-                      (2, 8, 1, 333, 333, D, c, "bhsd", True, "mqa"),
-                      (2, 6, 3, 259, 1031, D, c, "bshd", True, "bshd gqa"),
-                      (1, 4, 4, 64, 200, D, c, "bshd", False, "bshd nolse"),
-                      (1, 2, 2, 130, 3, D, c, "bhsd", True, "sq>>skv"),
-                      (2, 4, 4, 5, 9000, D, c, "bhsd", True, "short q long kv")]
+            cases += ([(2, 8, 8, 1024, 1024, D, c, "bhsd", True, f"seed-d{D}")] + _edge_cases(D, c)
+                      + [(2, 4, 4, 5, 9000, D, c, "bhsd", True, "short q long kv")])
         for _ in range(6):
             Hkv, G = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
             Sq = rng.randint(1, 2100)
