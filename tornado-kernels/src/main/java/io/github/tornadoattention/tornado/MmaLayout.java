@@ -32,6 +32,17 @@ final class MmaLayout {
     }
 
     /**
+     * The int that holds fp16 {@code c} (0..3) of two 64-bit words of four fp16 each, the first word's in the low half:
+     * how the kernels pair two rows (queries, keys) at one column for the MMA operand tiles. Signed shifts and a mask,
+     * never {@code >>>}: TornadoVM 5.2's CUDA backend writes Java's {@code >>>} as C's {@code >>} on a signed type, and
+     * Graal drops a mask that follows {@code >>> 48} as redundant, so that form sign-extends the top fp16 of a word whose
+     * top bit is set and turns the pair's other half into 0xFFFF, a NaN.
+     */
+    static int halfPair(long first, long second, int c) {
+        return ((int) (first >> (16 * c)) & 0xFFFF) | ((int) (second >> (16 * c)) << 16);
+    }
+
+    /**
      * Byte offset in the Q^T tile of B-operand sub-tile (d block {@code dBlock} of 16, query block {@code queryBlock} of 8):
      * 16 d-rows x 8 queries, 256 bytes with 16-byte rows ({@code mmaLoadB}), each d block's sub-tiles 16 bytes further on
      * than the last's. With that shift a warp's staging stores ({@link #qStageQuery}, {@link #qStageChunk}: four d blocks,

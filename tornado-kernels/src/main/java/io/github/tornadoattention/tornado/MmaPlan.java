@@ -45,7 +45,7 @@ final class MmaPlan extends TornadoAttentionPlan {
         this(s, device, options, loadsOn(device.getTornadoVMBackend(), s));
     }
 
-    private MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options, MmaTileConfig.Loads loads) {
+    MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options, MmaTileConfig.Loads loads) {
         this(s, device, options, loads == MmaTileConfig.Loads.REGISTERS ? MmaKernels.kernel(MmaTileConfig.forHeadDim(s.headDim())) : null,
                 loads == MmaTileConfig.Loads.CP_ASYNC ? MmaCpAsyncKernels.kernel(MmaTileConfig.forHeadDim(s.headDim(), loads),
                         s.dtype() == DType.BF16) : null);
