@@ -60,18 +60,22 @@ final class MmaPlan extends TornadoAttentionPlan {
     }
 
     /**
-     * How K and V reach local memory on {@code backend}: 64-bit loads through registers ({@link MmaKernels}) on both
-     * NVIDIA backends, fp16 only. The CUDA backend's cp.async family ({@link MmaCpAsyncKernels}, fp16 and bf16) passes
-     * the emulator and ptxas but not the GPU (an H200 gave wrong rows past the first of each query tile), so it is not
-     * selected until it does.
+     * Which kernel family serves {@code s} on {@code backend}: fp16 takes the 64-bit loads through registers
+     * ({@link MmaKernels}) on both NVIDIA backends; bf16 takes the cp.async family ({@link MmaCpAsyncKernels}), which only
+     * the CUDA backend compiles (cp.async and bf16 MMA). That family also serves fp16 there, but on an H200 it ran at
+     * 0.53-0.79x the register family's speed (the backend's {@code asyncCopyToLocal} moves 4 bytes per copy), so fp16 does
+     * not use it.
      */
     static MmaTileConfig.Loads loadsOn(TornadoVMBackendType backend, AttentionShape s) {
-        if (s.dtype() != DType.FP16) {
-            throw new InvalidArgumentException("dtype", s.dtype().label(), Backends.TORNADO_MMA + " on TornadoVM's "
-                    + TornadoDevices.backendName(backend) + " backend serves fp16 (TornadoVM 5.2's PTX backend has no bf16"
-                    + " MMA; the CUDA backend's bf16 kernels do not pass on a GPU yet)");
+        if (s.dtype() == DType.FP16) {
+            return MmaTileConfig.Loads.REGISTERS;
         }
-        return MmaTileConfig.Loads.REGISTERS;
+        if (backend == TornadoVMBackendType.CUDA) {
+            return MmaTileConfig.Loads.CP_ASYNC;
+        }
+        throw new InvalidArgumentException("dtype", s.dtype().label(), Backends.TORNADO_MMA + " on TornadoVM's "
+                + TornadoDevices.backendName(backend) + " backend serves fp16 (bf16 needs the CUDA backend's bf16 MMA;"
+                + " TornadoVM 5.2's PTX backend has none)");
     }
 
     private MmaPlan(AttentionShape s, TornadoDevice device, PlanOptions options, Kernel kernel, CpAsyncKernel cpAsyncKernel) {

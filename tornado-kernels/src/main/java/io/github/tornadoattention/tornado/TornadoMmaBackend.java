@@ -10,8 +10,9 @@ import io.github.tornadoattention.PlanOptions;
 
 /**
  * {@code tornado-mma}: the FlashAttention-2 kernels of {@link MmaKernels}, both matrix products on tensor cores through
- * KernelContext's MMA intrinsics, on TornadoVM's PTX or CUDA backend ({@link MmaPlan#loadsOn}: the cp.async family
- * {@link MmaCpAsyncKernels} is not selected yet). Needs an NVIDIA GPU of compute capability 8.0 or newer.
+ * KernelContext's MMA intrinsics, on TornadoVM's PTX or CUDA backend; bf16 on the CUDA backend only, through its
+ * cp.async family {@link MmaCpAsyncKernels} ({@link MmaPlan#loadsOn}). Needs an NVIDIA GPU of compute capability 8.0 or
+ * newer.
  */
 public final class TornadoMmaBackend implements AttentionBackend {
 
@@ -32,15 +33,17 @@ public final class TornadoMmaBackend implements AttentionBackend {
 
     /**
      * Head dims 32, 64, 96, 128, 192 and 256 (the rows of {@link MmaTileConfig#forHeadDim}); both layouts, MHA/GQA/MQA, any
-     * lengths; fp16; window, softcap and sinks.
+     * lengths; fp16, and bf16 where the NVIDIA device found runs TornadoVM's CUDA backend; window, softcap and sinks.
      */
     @Override
     public void checkSupported(AttentionShape shape) {
-        if (shape.dtype() != io.github.tornadoattention.DType.FP16) {
+        if (shape.dtype() != io.github.tornadoattention.DType.FP16
+                && TornadoDevices.nvidiaDevice().backend() != uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA) {
+            TornadoDevices.Probe probe = TornadoDevices.nvidiaDevice();
             throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
-                    + " serves fp16 (TornadoVM 5.2's PTX backend has no bf16 MMA; TornadoVM's CUDA backend has bf16 MMA, but"
-                    + " tornado-mma's bf16 kernels there do not pass on a GPU yet); tornado-simt, ptx-tornado and"
-                    + " cpu-reference serve bf16");
+                    + " serves bf16 on TornadoVM's CUDA backend only (TornadoVM 5.2's PTX backend has no bf16 MMA), fp16 on"
+                    + " both; " + (probe.found() ? "this TornadoVM's NVIDIA device runs the " + TornadoDevices.backendName(probe.backend())
+                    + " backend" : "no NVIDIA device was found") + "; tornado-simt, ptx-tornado and cpu-reference serve bf16");
         }
         MmaTileConfig.forHeadDim(shape.headDim());
     }
@@ -51,21 +54,6 @@ public final class TornadoMmaBackend implements AttentionBackend {
         checkCanPlan(shape, options);
         TornadoBackendSupport.requireNoBailout(id());
         TornadoDevices.Probe probe = TornadoDevices.nvidiaDevice();
-        if (probe.found() && probe.backend() == uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA) {
-            // Checked on an H200: under the CUDA backend the kernels leave output rows unwritten. Refuse, never run wrong.
-            throw new BackendUnavailableException(id(), "tornado-mma's dense kernels give wrong results on TornadoVM's CUDA"
-                    + " backend (output rows left unwritten on an H200) and run on its PTX backend only; on this TornadoVM use"
-                    + " ptx-tornado or tornado-simt (tornado-mma's inference device, whose KV-cache calls run the Java cache"
-                    + " kernels, is served)");
-        }
-        return kernelsPlan(shape, probe, options);
-    }
-
-    /**
-     * The plan on the probed device, without the CUDA-backend refusal: for the tests that compile the kernels and count
-     * driver calls under that backend (the kernels' code path is the same; their results there are what is wrong).
-     */
-    static AttentionPlan kernelsPlan(AttentionShape shape, TornadoDevices.Probe probe, PlanOptions options) {
         try {
             return new MmaPlan(shape, probe.require(Backends.TORNADO_MMA), options);
         } catch (RuntimeException e) {

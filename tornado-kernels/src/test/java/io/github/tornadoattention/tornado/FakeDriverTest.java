@@ -205,10 +205,7 @@ class FakeDriverTest {
                      HalfTensor k2 = HalfTensor.allocate(SHAPE.kvElements())) {
                     k2.copyFromBits(in.k().toBitsArray());
                     FakeCuda.mark(id, "plan");
-                    // tornado-mma refuses TornadoVM's CUDA backend (wrong results on a GPU); its plan's driver calls are still checked.
-                    AttentionPlan plan = backend instanceof TornadoMmaBackend
-                            ? TornadoMmaBackend.kernelsPlan(SHAPE, TornadoDevices.nvidiaDevice(), io.github.tornadoattention.PlanOptions.defaults())
-                            : backend.plan(SHAPE);
+                    AttentionPlan plan = backend.plan(SHAPE);
                     BenchmarkHooks hooks = plan.benchmarkHooks();
                     FakeCuda.mark(id, "first");
                     plan.forward(in.q(), in.k(), in.v(), o, null);
@@ -241,9 +238,7 @@ class FakeDriverTest {
                     plan.close();
                     FakeCuda.mark(id, "profiled-plan");
                     PlanOptions profile = PlanOptions.builder().profile(true).build();
-                    try (AttentionPlan profiled = backend instanceof TornadoMmaBackend
-                            ? TornadoMmaBackend.kernelsPlan(SHAPE, TornadoDevices.nvidiaDevice(), profile)
-                            : backend.plan(SHAPE, profile)) {
+                    try (AttentionPlan profiled = backend.plan(SHAPE, profile)) {
                         profiled.forward(in.q(), in.k(), in.v(), o, null);
                         FakeCuda.mark(id, "millis-profiled " + profiled.benchmarkHooks().lastDeviceMillis().isPresent());
                         FakeCuda.mark(id, "close-profiled");

@@ -316,9 +316,7 @@ class VariantCompileTest {
             String what = backend.id() + (dtype == io.github.tornadoattention.DType.BF16 ? " bf16" : "") + " D=" + d + " "
                     + features;
             try (RandomInputs in = RandomInputs.generate(shape, 1); HalfTensor o = HalfTensor.allocate(dtype, shape.outputElements());
-                 AttentionPlan plan = backend instanceof TornadoMmaBackend
-                         ? TornadoMmaBackend.kernelsPlan(shape, TornadoDevices.nvidiaDevice(), io.github.tornadoattention.PlanOptions.defaults())
-                         : backend.plan(shape)) {
+                 AttentionPlan plan = backend.plan(shape)) {
                 plan.forward(in.q(), in.k(), in.v(), o, new float[shape.logSumExpElements()]);
                 result(what, null);
             } catch (RuntimeException | Error e) {
