@@ -18,7 +18,6 @@ import uk.ac.manchester.tornado.api.TornadoExecutionResult;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.DataTransferMode;
 import uk.ac.manchester.tornado.api.enums.ProfilerMode;
-import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
@@ -165,7 +164,7 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
         try {
             plan.withDevice(device).withGridScheduler(scheduler);
             if (ptxJitFlags != null) {
-                plan.withCompilerFlags(TornadoVMBackendType.PTX, ptxJitFlags);
+                BackendTypes.PTX.ifPresent(ptx -> plan.withCompilerFlags(ptx, ptxJitFlags));
             }
             if (options.cudaGraph()) {
                 plan.withCUDAGraph();

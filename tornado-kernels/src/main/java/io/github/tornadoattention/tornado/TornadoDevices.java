@@ -78,7 +78,7 @@ final class TornadoDevices {
 
     /** Whether {@code type} is one of TornadoVM's NVIDIA backends, which tornado-mma and ptx-tornado run on. */
     static boolean isNvidia(TornadoVMBackendType type) {
-        return type == TornadoVMBackendType.PTX || type == TornadoVMBackendType.CUDA;
+        return BackendTypes.isNvidia(type);
     }
 
     private static Probe probe(boolean needNvidia) {
@@ -136,12 +136,13 @@ final class TornadoDevices {
     }
 
     static String backendName(TornadoVMBackendType type) {
-        return switch (type) {
-            case OPENCL -> "OpenCL";
-            case PTX -> "PTX";
-            case SPIRV -> "SPIR-V";
-            case METAL -> "Metal";
-            case CUDA -> "CUDA";
+        // By name: TornadoVM 6.0 and later have no PTX and SPIRV constants.
+        return switch (type.name()) {
+            case "OPENCL" -> "OpenCL";
+            case "PTX" -> "PTX";
+            case "SPIRV" -> "SPIR-V";
+            case "METAL" -> "Metal";
+            case "CUDA" -> "CUDA";
             default -> type.name();
         };
     }

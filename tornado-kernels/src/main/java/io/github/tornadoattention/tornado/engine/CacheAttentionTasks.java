@@ -12,6 +12,7 @@ import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.KernelVariant;
 import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.tornado.BackendTypes;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
 import java.lang.foreign.MemorySegment;
@@ -137,10 +138,14 @@ public final class CacheAttentionTasks {
                 device.getTornadoVMBackend());
     }
 
-    /** {@link #create} for a PTX-backend device with {@code computeUnits} SMs (tests; the split count follows from it). */
+    /**
+     * {@link #create} for a device of TornadoVM's PTX backend (its CUDA backend where the TornadoVM release has no PTX
+     * backend) with {@code computeUnits} SMs (tests; the split count follows from it).
+     */
     static CacheAttentionTasks of(String backendId, CacheAttentionSpec spec, KvCacheSpec cacheSpec, int computeUnits) {
         check(backendId, spec, cacheSpec);
-        return new CacheAttentionTasks(backendId, spec, cacheSpec, computeUnits, TornadoVMBackendType.PTX);
+        return new CacheAttentionTasks(backendId, spec, cacheSpec, computeUnits,
+                BackendTypes.PTX.orElse(TornadoVMBackendType.CUDA));
     }
 
     /** Throws an {@link InvalidArgumentException} unless {@code backendId}'s kernels serve {@code spec} over {@code cacheSpec}. */

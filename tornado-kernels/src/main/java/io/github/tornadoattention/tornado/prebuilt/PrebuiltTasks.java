@@ -1,6 +1,7 @@
 package io.github.tornadoattention.tornado.prebuilt;
 
 import io.github.tornadoattention.ptx.KernelManifest;
+import io.github.tornadoattention.tornado.BackendTypes;
 import io.github.tornadoattention.ptx.PtxEntries;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -33,7 +34,7 @@ public final class PrebuiltTasks {
 
     /** Whether {@link #add} serves devices of {@code backend}: TornadoVM's PTX and CUDA backends. */
     public static boolean serves(TornadoVMBackendType backend) {
-        return backend == TornadoVMBackendType.PTX || backend == TornadoVMBackendType.CUDA;
+        return BackendTypes.isNvidia(backend);
     }
 
     /**
