@@ -277,7 +277,7 @@ def emu_decode_split(grid, a, br):
         Lb, n = ln[b], ln[B + b]
         qd = _strided(q, (Hq, n, D), (P["q"][1], P["q"][2], 1), b * P["q"][0]).double()
         for s in range(S):
-            k0 = span_start(Lb, n, P["feat"][0]) + s * kps.v
+            k0 = split_policy.cache_span_start(Lb, n, P["feat"][0]) + s * kps.v
             k1 = min(Lb, k0 + kps.v)
             opv[s, b] = 0
             lpv[s, b] = NEG_INF
@@ -453,14 +453,9 @@ FEATURES = [(100, -1, 0.0, False), (5, 3, 0.0, False), (-1, -1, 30.0, False), (-
             (64, 16, 50.0, True), (700, -1, 50.0, True)]
 
 
-def span_start(L, n, left):
-    """The first key of a cache decode's split span (flash_params.cuh cache_span_start)."""
-    return (max(0, L - n - left) // 64) * 64 if left >= 0 else 0
-
-
 def spans(lens, news, feat):
     """Each sequence's visible span length from its span start to L_b, what the host sizes splits from."""
-    return [L - span_start(L, n, feat[0]) for L, n in zip(lens, news)]
+    return [L - split_policy.cache_span_start(L, n, feat[0]) for L, n in zip(lens, news)]
 
 
 def make_sinks(Hq, feat, gen):

@@ -9,6 +9,7 @@ import sys
 GRANULE = 256
 MAX_SPLITS = 128
 BLOCKS_PER_SM = 4
+SPAN_ALIGN = 64
 
 
 def _round_half_up(x):
@@ -34,6 +35,12 @@ def key_span(length, queries, causal, left, right):
         last = min(last, pos + right)
     last = max(-1, last)
     return max(0, min(length, last - first + 1))
+
+
+def cache_span_start(length, new_tokens, window_left):
+    """A cache split pass's first key (DecodeSplitPolicy.cacheSpanStart, flash_params.cuh cache_span_start): the first
+    query's first visible key, rounded down to a multiple of SPAN_ALIGN; 0 without a left window side."""
+    return max(0, length - new_tokens - window_left) // SPAN_ALIGN * SPAN_ALIGN if window_left >= 0 else 0
 
 
 def grid_splits(keys, blocks_per_split, sms):

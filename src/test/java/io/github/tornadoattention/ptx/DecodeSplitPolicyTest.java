@@ -154,6 +154,9 @@ class DecodeSplitPolicyTest {
             calls.add("key_span " + length + " " + queries + " " + (causal ? 1 : 0) + " " + left + " " + right);
             expected.add(String.valueOf(DecodeSplitPolicy.keySpan(length, queries, causal, left, right)));
             int splits = 1 + random.nextInt(128);
+            int news2 = 1 + random.nextInt(16);
+            calls.add("cache_span_start " + length + " " + news2 + " " + left);
+            expected.add(String.valueOf(DecodeSplitPolicy.cacheSpanStart(length, news2, left)));
             calls.add("derived_keys_per_split " + maxLength + " " + splits + " 64");
             expected.add(String.valueOf(DecodeSplitPolicy.derivedKeysPerSplit(maxLength, splits, 64)));
         }
