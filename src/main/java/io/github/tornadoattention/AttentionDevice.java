@@ -42,9 +42,26 @@ public abstract class AttentionDevice {
         if (length < 1 || length > Long.MAX_VALUE / 8) {
             throw new InvalidArgumentException("length", length, "must be in [1, " + Long.MAX_VALUE / 8 + "]");
         }
+        return DirectMemory.allocate("length", length, "a " + dtype.label() + " tensor on " + backendId,
+                directBytes(dtype, length), () -> allocateUnchecked(dtype, length));
+    }
+
+    /** {@link #allocate} without the direct-memory check, for a caller that checks (and reports) a whole structure. */
+    final DeviceTensor allocateUnchecked(DType dtype, long length) {
         long address = malloc(dtype, length);
         allocations.incrementAndGet();
         return new DeviceTensor(this, dtype, length, address, true);
+    }
+
+    /**
+     * Bytes of the JVM's direct memory ({@link DirectMemory}) a KV cache of {@code spec} takes on this device: the
+     * TornadoVM devices keep each cache's arrays on the host as well as on the GPU; 0 on ptx-cuda (GPU memory) and
+     * cpu-reference (native memory outside that limit). {@link #kvCache} checks it before allocating.
+     */
+    public final long directBytes(KvCacheSpec spec) {
+        InvalidArgumentException.requireNonNull("spec", spec);
+        return 2 * directBytes(spec.dtype(), spec.elements()) + directBytes(DType.INT32, KvCache.stepInfoLength(spec))
+                + (spec.paged() ? directBytes(DType.INT32, KvCache.blockTableLength(spec)) : 0);
     }
 
     /**
@@ -176,6 +193,14 @@ public abstract class AttentionDevice {
     }
 
     // ---- what a backend provides (addresses are device addresses, sizes in bytes)
+
+    /**
+     * Bytes of the JVM's direct memory an allocation of {@code length} elements of {@code dtype} takes (TornadoVM
+     * arrays: their header and data); 0, the default, where {@link #malloc} takes none.
+     */
+    protected long directBytes(DType dtype, long length) {
+        return 0;
+    }
 
     /** Device memory for {@code length} elements of {@code dtype} (backends that allocate typed arrays need both). */
     protected abstract long malloc(DType dtype, long length);

@@ -48,27 +48,15 @@ public final class KvCache implements AutoCloseable {
         this.device = device;
         this.spec = spec;
         this.slots = spec.slots();
-        this.step = new int[3 * slots + 1];
-        DeviceTensor k = null, v = null, info = null, blocks = null;
-        try {
-            k = device.allocate(spec.dtype(), spec.elements());
-            v = device.allocate(spec.dtype(), spec.elements());
-            info = device.allocate(DType.INT32, step.length);
-            if (spec.paged()) {
-                blocks = device.allocate(DType.INT32, (long) slots * spec.pagesPerSequence());
-            }
-        } catch (RuntimeException e) {
-            for (DeviceTensor t : new DeviceTensor[] {k, v, info, blocks}) {
-                if (t != null) {
-                    t.close();
-                }
-            }
-            throw e;
-        }
-        keys = k;
-        values = v;
-        stepInfo = info;
-        blockTable = blocks;
+        this.step = new int[stepInfoLength(spec)];
+        // On a TornadoVM device the arrays are host memory too (the JVM's direct memory): refused with the cache's
+        // numbers, up front or when an allocation fails, with nothing left allocated.
+        DeviceTensor[] storage = DirectMemory.allocate("spec", describe(spec), "a KV cache on " + device.backendId(),
+                device.directBytes(spec), () -> allocateStorage(device, spec));
+        keys = storage[0];
+        values = storage[1];
+        stepInfo = storage[2];
+        blockTable = storage[3];
         if (spec.paged()) {
             table = new int[slots][spec.pagesPerSequence()];
             for (int[] row : table) {
@@ -88,6 +76,44 @@ public final class KvCache implements AutoCloseable {
             freePages = null;
         }
         uploadStep();
+    }
+
+    /** K, V, the step info and (paged) the block table; on failure none stays allocated. */
+    private static DeviceTensor[] allocateStorage(AttentionDevice device, KvCacheSpec spec) {
+        DeviceTensor[] storage = new DeviceTensor[4];
+        try {
+            storage[0] = device.allocateUnchecked(spec.dtype(), spec.elements());
+            storage[1] = device.allocateUnchecked(spec.dtype(), spec.elements());
+            storage[2] = device.allocateUnchecked(DType.INT32, stepInfoLength(spec));
+            if (spec.paged()) {
+                storage[3] = device.allocateUnchecked(DType.INT32, blockTableLength(spec));
+            }
+        } catch (RuntimeException | OutOfMemoryError e) {
+            for (DeviceTensor t : storage) {
+                if (t != null) {
+                    t.close();
+                }
+            }
+            throw e;
+        }
+        return storage;
+    }
+
+    /** Ints of the step info: lengths, new tokens, then the prefix sums of new tokens. */
+    static int stepInfoLength(KvCacheSpec spec) {
+        return 3 * spec.slots() + 1;
+    }
+
+    /** Ints of a paged cache's block table. */
+    static long blockTableLength(KvCacheSpec spec) {
+        return (long) spec.slots() * spec.pagesPerSequence();
+    }
+
+    /** The cache as the API names it, for an error. */
+    private static String describe(KvCacheSpec spec) {
+        return "slots " + spec.slots() + ", kvHeads " + spec.kvHeads() + ", capacity " + spec.capacity() + ", headDim "
+                + spec.headDim() + ", dtype " + spec.dtype().label()
+                + (spec.paged() ? ", pageSize " + spec.pageSize() + ", pages " + spec.pages() : "");
     }
 
     public KvCacheSpec spec() {

@@ -131,8 +131,10 @@ final class DecodeCommand implements Callable<Integer> {
         // Every step appends a token to every sequence: the caches hold context + all steps, and on the
         // CPU device each step attends over all of it.
         boolean onCpu = device.backendId().equals(Backends.CPU_REFERENCE);
+        long cacheDirectBytes = device.directBytes(DecodeLoop.cacheSpec(batch, hkv, capacity, dim, pageSize, features.dtype()));
         Limits.Work.decode(lengths, heads, hkv, dim, layers, capacity, pageSize,
-                (long) warmup + steps + kernelSamples + checkedSteps, checkedSteps, onCpu).check(typedOptions(), force);
+                (long) warmup + steps + kernelSamples + checkedSteps, checkedSteps, onCpu, cacheDirectBytes)
+                .check(typedOptions(), force);
         PrintWriter out = spec.commandLine().getOut();
         long plansBefore = Attention.plansCreated();
         try (DecodeLoop loop = new DecodeLoop(device, batch, heads, hkv, dim, layers, capacity, pageSize, lengths, inputSeed,

@@ -98,6 +98,11 @@ final class FeatureOptions {
         return sinks ? s.append(" --sinks") : s;
     }
 
+    /** The element type given (fp16 by default). */
+    DType dtype() {
+        return dtype == null ? DType.FP16 : dtype(dtype);
+    }
+
     /** Checks the typed values before any work (the shape checks them again). */
     void validate() {
         if (dtype != null) {

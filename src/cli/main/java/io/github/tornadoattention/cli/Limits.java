@@ -1,6 +1,9 @@
 package io.github.tornadoattention.cli;
 
+import io.github.tornadoattention.AttentionDevice;
 import io.github.tornadoattention.AttentionShape;
+import io.github.tornadoattention.DirectMemory;
+import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.InvalidArgumentException;
 import java.lang.management.ManagementFactory;
 import java.util.Locale;
@@ -70,9 +73,17 @@ public final class Limits {
         return value;
     }
 
-    /** A command's estimated needs: CPU reference work, peak Java heap, off-heap (HalfTensor) memory. */
-    record Work(double cpuFlops, long heapBytes, long offHeapBytes) {
+    /**
+     * A command's estimated needs: CPU reference work, peak Java heap, off-heap (HalfTensor) memory, and the JVM's
+     * direct memory its KV caches take on the device ({@link AttentionDevice#directBytes(KvCacheSpec)}: TornadoVM
+     * keeps each cache on the host too) with the number of caches, for the error.
+     */
+    record Work(double cpuFlops, long heapBytes, long offHeapBytes, long directBytes, int caches) {
         static final Work NONE = new Work(0, 0, 0);
+
+        Work(double cpuFlops, long heapBytes, long offHeapBytes) {
+            this(cpuFlops, heapBytes, offHeapBytes, 0, 0);
+        }
 
         /** One shape: its inputs and output as HalfTensors and {@code referencePasses} runs of a CPU reference. */
         static Work of(AttentionShape shape, long referencePasses) {
@@ -96,10 +107,11 @@ public final class Limits {
          * {@code decode}: {@code tokens} steps (warm-up, timed, device-timed and checked) over {@code layers}
          * caches prefilled to {@code lengths} and growing one token per step, on the CPU device when
          * {@code onCpu} (attention by the CPU reference, caches in host memory); {@code checkedSteps} of
-         * them also run an oracle on the CPU (layer 0).
+         * them also run an oracle on the CPU (layer 0). Each cache takes {@code cacheDirectBytes} of the JVM's
+         * direct memory ({@link AttentionDevice#directBytes(KvCacheSpec)}).
          */
         static Work decode(int[] lengths, int heads, int kvHeads, int headDim, int layers, int capacity, int pageSize,
-                           long tokens, int checkedSteps, boolean onCpu) {
+                           long tokens, int checkedSteps, boolean onCpu, long cacheDirectBytes) {
             double keysSeen = 0; // sum over steps and slots of the keys one query head attends to
             double checkedKeys = 0;
             int longest = 0;
@@ -121,7 +133,7 @@ public final class Limits {
             long perThread = 4L * 2 * capacity * headDim + 8L * capacity;
             long heap = 4 * (2 * pool + stepTensors) + cores() * perThread
                     + (checkedSteps > 0 ? 4L * 2 * kvHeads * capacity * headDim : 0);
-            return new Work(flops, heap, offHeap);
+            return new Work(flops, heap, offHeap, layers * cacheDirectBytes, layers);
         }
 
         /**
@@ -153,12 +165,13 @@ public final class Limits {
         /** Run one after the other: the work adds up, memory is the larger peak. */
         Work then(Work next) {
             return new Work(cpuFlops + next.cpuFlops, Math.max(heapBytes, next.heapBytes),
-                    Math.max(offHeapBytes, next.offHeapBytes));
+                    Math.max(offHeapBytes, next.offHeapBytes), Math.max(directBytes, next.directBytes),
+                    directBytes >= next.directBytes ? caches : next.caches);
         }
 
         /** The CPU work {@code factor} times over (memory is reused). */
         Work times(double factor) {
-            return new Work(cpuFlops * factor, heapBytes, offHeapBytes);
+            return new Work(cpuFlops * factor, heapBytes, offHeapBytes, directBytes, caches);
         }
 
         double cpuSeconds() {
@@ -167,9 +180,19 @@ public final class Limits {
 
         /**
          * Throws {@link Exceeded} naming {@code what} (the options as typed) if the work is over a limit,
-         * unless {@code force}.
+         * unless {@code force}. The JVM's direct-memory limit holds even then: the caches would be refused
+         * when made.
          */
         void check(String what, boolean force) {
+            long direct = DirectMemory.available();
+            if (directBytes > direct) {
+                throw new Exceeded(what + ": its " + caches + " KV cache(s) need " + DirectMemory.bytes(directBytes)
+                        + " of the JVM's direct memory (a TornadoVM device keeps each cache on the host as well as on"
+                        + " the GPU), more than the " + DirectMemory.bytes(direct) + " it can still reserve (limit "
+                        + DirectMemory.bytes(DirectMemory.limit()) + "); raise the limit with JAVA_OPTS=-XX:MaxDirectMemorySize="
+                        + DirectMemory.suggestedLimit(DirectMemory.used() + directBytes)
+                        + " or more, if the machine has the memory");
+            }
             if (force) {
                 return;
             }

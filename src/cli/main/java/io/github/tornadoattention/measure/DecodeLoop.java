@@ -66,6 +66,12 @@ public final class DecodeLoop implements AutoCloseable {
     private final int[] ones;
     private int steps;
 
+    /** The spec of each layer's cache: contiguous, or paged with enough pages for every slot at capacity. */
+    public static KvCacheSpec cacheSpec(int batch, int kvHeads, int capacity, int headDim, int pageSize, DType dtype) {
+        return (pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
+                : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize)).withDtype(dtype);
+    }
+
     /**
      * Makes the caches and the plan and prefills: slot b holds {@code lengths[b]} tokens.
      * {@code capacity} bounds the length a sequence reaches while decoding.
@@ -98,8 +104,7 @@ public final class DecodeLoop implements AutoCloseable {
         spec = features.apply(CacheAttentionSpec.builder().batch(batch).heads(heads).kvHeads(kvHeads).headDim(headDim)
                 .maxQueryLength(1).maxLength(capacity).causal(true)).build();
         dtype = spec.dtype();
-        cacheSpec = (pageSize == 0 ? KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim)
-                : KvCacheSpec.paged(batch, kvHeads, capacity, headDim, pageSize)).withDtype(dtype);
+        cacheSpec = cacheSpec(batch, kvHeads, capacity, headDim, pageSize, dtype);
         windowedLayer = windowPattern("windowLayers", windowLayers, layers, spec.hasWindow());
         boolean anyGlobal = windowLayers != null && !allTrue(windowedLayer);
         globalSpec = anyGlobal ? spec.toBuilder().window(-1, -1).build() : null;

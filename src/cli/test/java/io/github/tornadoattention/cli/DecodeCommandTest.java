@@ -164,11 +164,11 @@ class DecodeCommandTest {
     @Test
     void theEstimatesGrowWithTheStepsAndForceRunsAnyway() {
         int[] lengths = {100, 100};
-        Limits.Work few = Limits.Work.decode(lengths, 8, 8, 64, 2, 200, 0, 100, 0, true);
-        Limits.Work many = Limits.Work.decode(lengths, 8, 8, 64, 2, 200_100, 0, 200_000, 0, true);
+        Limits.Work few = Limits.Work.decode(lengths, 8, 8, 64, 2, 200, 0, 100, 0, true, 0);
+        Limits.Work many = Limits.Work.decode(lengths, 8, 8, 64, 2, 200_100, 0, 200_000, 0, true, 0);
         assertTrue(many.cpuFlops() > 1000 * few.cpuFlops(), "each step attends over every token before it");
         assertTrue(many.offHeapBytes() > 100 * few.offHeapBytes(), "the caches hold every step's token");
-        assertEquals(0, Limits.Work.decode(lengths, 8, 8, 64, 2, 200_100, 0, 200_000, 0, false).cpuFlops(),
+        assertEquals(0, Limits.Work.decode(lengths, 8, 8, 64, 2, 200_100, 0, 200_000, 0, false, 0).cpuFlops(),
                 "a GPU device does no CPU reference work without --check");
         org.junit.jupiter.api.Assertions.assertDoesNotThrow(() -> many.check("decode", true));
         Result r = run("prefill", "--heads", "2", "--dim", "16", "--lengths", "5,7", "--iters", "1", "--backend",

@@ -56,6 +56,32 @@ class LauncherTest {
         assertEquals("", r.out());
     }
 
+    /**
+     * The launcher lets the JVM reserve the machine's memory less a margin (an eighth, at least 4 GiB) as direct memory,
+     * where TornadoVM keeps its arrays (the KV caches' host copies); a -XX:MaxDirectMemorySize in JAVA_OPTS wins.
+     */
+    @Test
+    void directMemoryIsTheMachinesMemoryLessAMarginUnlessJavaOptsSetsIt(@TempDir Path tree) throws Exception {
+        install(tree, "0");
+        long mib = 0;
+        for (String line : Files.readAllLines(Path.of("/proc/meminfo"))) {
+            if (line.startsWith("MemTotal:")) {
+                mib = Long.parseLong(line.replaceAll("[^0-9]", "")) / 1024;
+            }
+        }
+        org.junit.jupiter.api.Assumptions.assumeTrue(mib > 4096, "/proc/meminfo gives the machine's memory (over 4 GiB)");
+        long expected = (mib - Math.max(mib / 8, 4096)) << 20;
+        assertEquals(expected, maxDirectMemorySize(launch(tree, "-XX:+PrintFlagsFinal")));
+        assertEquals(64L << 20, maxDirectMemorySize(launch(tree, "-XX:MaxDirectMemorySize=64m -XX:+PrintFlagsFinal")));
+    }
+
+    /** The MaxDirectMemorySize line of -XX:+PrintFlagsFinal's table. */
+    private static long maxDirectMemorySize(Result r) {
+        assertEquals(0, r.exit(), r.err());
+        return r.out().lines().filter(l -> l.matches("\\s*\\w+ MaxDirectMemorySize\\s+=.*")).findFirst()
+                .map(l -> Long.parseLong(l.replaceAll(".*=\\s*([0-9]+).*", "$1"))).orElseThrow();
+    }
+
     /** A copy of the launcher beside a stand-in bin/build that exits with {@code buildExit}. */
     private static void install(Path tree, String buildExit) throws IOException {
         Path bin = Files.createDirectories(tree.resolve("bin"));
@@ -101,9 +127,17 @@ class LauncherTest {
     }
 
     private static Result launch(Path tree) throws Exception {
+        return launch(tree, null);
+    }
+
+    /** Runs {@code tornado-attention --version} with {@code javaOpts} as JAVA_OPTS (null: none). */
+    private static Result launch(Path tree, String javaOpts) throws Exception {
         ProcessBuilder pb = new ProcessBuilder(List.of("bash", tree.resolve("bin/tornado-attention").toString(), "--version"));
         pb.environment().remove("TORNADOVM_HOME");
         pb.environment().remove("JAVA_OPTS");
+        if (javaOpts != null) {
+            pb.environment().put("JAVA_OPTS", javaOpts);
+        }
         pb.environment().put("JAVA_HOME", System.getProperty("java.home"));
         Process p = pb.start();
         p.getOutputStream().close();

@@ -32,6 +32,34 @@ class LimitsTest {
         assertDoesNotThrow(() -> Limits.Work.of(LONG, 0).check("--seq 100000", false)); // no CPU reference, 410 MB
     }
 
+    /**
+     * decode on a TornadoVM device: 32 layers of an 8-slot, 8-KV-head, 32K-token D=128 cache (1.07 GB each, kept on the
+     * host as TornadoVM arrays) over the JVM's direct-memory limit stop before any cache is made, --force or not
+     * (the API would refuse the caches anyway), with the bytes, the limit and the option that raises it.
+     */
+    @Test
+    void cachesOverTheDirectMemoryLimitAreRefusedEvenWithForce() {
+        int[] lengths = new int[8];
+        java.util.Arrays.fill(lengths, 32768);
+        long perCache = 2 * (16L + 2L * 8 * 8 * 32857 * 128) + 16 + 4 * 25;   // K and V with headers, the step info
+        long available = io.github.tornadoattention.DirectMemory.available();
+        int layers = (int) Math.min(1024, available / perCache + 1);   // one layer more than fits
+        Limits.Work work = Limits.Work.decode(lengths, 32, 8, 128, layers, 32857, 0, 88, 0, false, perCache);
+        assertEquals(layers * perCache, work.directBytes());
+        for (boolean force : new boolean[] {false, true}) {
+            Limits.Exceeded e = assertThrows(Limits.Exceeded.class, () -> work.check("--context 32768 --layers " + layers, force));
+            assertTrue(e.getMessage().startsWith("--context 32768 --layers " + layers + ": its " + layers + " KV cache(s) need "
+                    + io.github.tornadoattention.DirectMemory.bytes(layers * perCache) + " of the JVM's direct memory"),
+                    e.getMessage());
+            assertTrue(e.getMessage().contains("(limit " + io.github.tornadoattention.DirectMemory.bytes(
+                    io.github.tornadoattention.DirectMemory.limit()) + ")"), e.getMessage());
+            assertTrue(e.getMessage().matches(".*; raise the limit with JAVA_OPTS=-XX:MaxDirectMemorySize=[0-9]+g or more,"
+                    + " if the machine has the memory"), e.getMessage());
+        }
+        assertDoesNotThrow(() -> Limits.Work.decode(lengths, 32, 8, 128, 1, 32857, 0, 88, 0, false, 1 << 20)
+                .check("--layers 1", false));
+    }
+
     @Test
     void workInSequenceAddsTimeAndKeepsThePeakMemory() {
         AttentionShape small = AttentionShape.builder().batch(1).heads(1).queryLength(10).headDim(8).build();

@@ -127,11 +127,19 @@ final class FakeCuda {
      */
     static String runProbe(Class<?> probe, String folder, Map<String, String> env, String... ids)
             throws IOException, InterruptedException {
+        return runProbe(probe, folder, env, List.of(), ids);
+    }
+
+    /** {@link #runProbe(Class, String, Map, String...)} with {@code jvmOptions} added (e.g. -XX:MaxDirectMemorySize=64m). */
+    static String runProbe(Class<?> probe, String folder, Map<String, String> env, List<String> jvmOptions, String... ids)
+            throws IOException, InterruptedException {
         Path argfile = argfile();
         org.junit.jupiter.api.Assumptions.assumeTrue(argfile != null, "TORNADOVM_HOME or target/tornado-argfile missing");
         Path lib = library();
         org.junit.jupiter.api.Assumptions.assumeTrue(lib != null, "the fake driver could not be built (gcc, cuda.h)");
-        List<String> command = tornadoJvm(argfile, "-Dtornado.recover.bailout=False", probe.getName());
+        List<String> options = new java.util.ArrayList<>(jvmOptions);
+        options.addAll(List.of("-Dtornado.recover.bailout=False", probe.getName()));
+        List<String> command = tornadoJvm(argfile, options.toArray(String[]::new));
         command.addAll(List.of(ids));
         Path out = Files.createTempDirectory(folder).resolve("probe.log");   // the argfile puts "." on the module path
         Map<String, String> all = new java.util.HashMap<>(env);

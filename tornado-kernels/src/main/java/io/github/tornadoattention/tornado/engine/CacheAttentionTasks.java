@@ -3,6 +3,7 @@ package io.github.tornadoattention.tornado.engine;
 import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DType;
+import io.github.tornadoattention.DirectMemory;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.TensorStrides;
@@ -13,6 +14,7 @@ import io.github.tornadoattention.ptx.KernelVariant;
 import io.github.tornadoattention.ptx.KernelVariant.Kind;
 import io.github.tornadoattention.ptx.LaunchTable;
 import io.github.tornadoattention.tornado.BackendTypes;
+import io.github.tornadoattention.tornado.TornadoArrays;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
 import java.lang.foreign.MemorySegment;
@@ -217,11 +219,15 @@ public final class CacheAttentionTasks {
 
     /**
      * A K or V cache of {@code cacheSpec} (zeros), for one layer: a {@link HalfFloatArray} for fp16, bf16 bits in a
-     * {@link ShortArray} for bf16 ({@link #arrayType}).
+     * {@link ShortArray} for bf16 ({@link #arrayType}). It is host memory too (the JVM's direct memory): where that
+     * cannot hold it, an {@link InvalidArgumentException} names the cache, the bytes and the limit.
      */
     @SuppressWarnings("unchecked")
     public <T extends TornadoNativeArray> T newCacheArray() {
-        return (T) JavaCacheTasks.newArray(spec.dtype(), Math.toIntExact(cacheSpec.elements()));
+        long elements = cacheSpec.elements();
+        return (T) DirectMemory.allocate("cacheSpec", cacheSpec, "a K or V cache array",
+                TornadoArrays.bytes(spec.dtype(), elements),
+                () -> JavaCacheTasks.newArray(spec.dtype(), Math.toIntExact(elements)));
     }
 
     /**

@@ -8,6 +8,7 @@ import io.github.tornadoattention.Layout;
 import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.ptx.DecodeSplitPolicy;
 import io.github.tornadoattention.tornado.ScoreFeatures;
+import io.github.tornadoattention.tornado.TornadoArrays;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.TaskGraph;
@@ -105,7 +106,7 @@ final class JavaCacheTasks {
 
     /** A zeroed array of {@code length} elements of {@code dtype} ({@link #arrayType}). */
     static TornadoNativeArray newArray(DType dtype, int length) {
-        return dtype == DType.BF16 ? new ShortArray(length) : new HalfFloatArray(length);
+        return TornadoArrays.allocate(dtype == DType.BF16 ? DType.BF16 : DType.FP16, length);
     }
 
     /** The tile configuration of the decode split and prefill kernels for the spec's head dim. */

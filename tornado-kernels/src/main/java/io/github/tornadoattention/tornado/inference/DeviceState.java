@@ -11,6 +11,7 @@ import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.TensorStrides;
 import io.github.tornadoattention.cpu.HostCacheOps;
+import io.github.tornadoattention.tornado.TornadoArrays;
 import io.github.tornadoattention.tornado.inference.CacheGraph.Variant;
 import io.github.tornadoattention.tornado.inference.CacheGraph.VariantKey;
 import java.lang.foreign.MemorySegment;
@@ -24,10 +25,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicLong;
-import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
-import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
-import uk.ac.manchester.tornado.api.types.arrays.ShortArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
@@ -169,16 +167,7 @@ final class DeviceState {
         if (length > Integer.MAX_VALUE) {
             throw new InvalidArgumentException("length", length, "TornadoVM arrays hold at most " + Integer.MAX_VALUE + " elements");
         }
-        int n = (int) length;
-        TornadoNativeArray array = switch (dtype) {
-            case FP16 -> new HalfFloatArray(n);
-            // bf16 bits in a ShortArray, as the Java kernels read them (CacheKernels' bf16 twins); copies and the
-            // prebuilt kernels move bits, never convert.
-            case BF16 -> new ShortArray(n);
-            case FP32 -> new FloatArray(n);
-            case INT32 -> new IntArray(n);
-            default -> throw new InvalidArgumentException("dtype", dtype, "TornadoVM devices hold fp16, bf16, fp32 and int32 tensors");
-        };
+        TornadoNativeArray array = TornadoArrays.allocate(dtype, (int) length);
         Memory m = new Memory(array, dtype);
         memory.put(m.address, m);
         return m.address;

@@ -8,6 +8,7 @@ import io.github.tornadoattention.DeviceTensor;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.KvCache;
 import io.github.tornadoattention.KvCacheSpec;
+import io.github.tornadoattention.tornado.TornadoArrays;
 import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.Map;
@@ -125,6 +126,12 @@ public final class TornadoAttentionDevice extends AttentionDevice {
     @Override
     protected long malloc(DType dtype, long length) {
         return state.malloc(dtype, length);
+    }
+
+    /** The TornadoVM array's header and data: host memory the device keeps beside the GPU's copy. */
+    @Override
+    protected long directBytes(DType dtype, long length) {
+        return TornadoArrays.bytes(dtype, length);
     }
 
     @Override
