@@ -305,6 +305,28 @@ public final class AttentionLibraryContext implements AutoCloseable {
         }
     }
 
+    /** The provider's argument and pointer arrays, one of each per argument count (functions take 6, 7 or 13). */
+    private final Object[][] scratchArguments = new Object[AttentionLibraryTasks.DECODE_ARGS + 1][];
+    private final long[][] scratchPointers = new long[AttentionLibraryTasks.DECODE_ARGS + 1][];
+
+    /** An argument array of {@code n} the provider fills for one dispatch (caller holds this context's lock). */
+    Object[] scratchArguments(int n) {
+        if (n >= scratchArguments.length) {
+            return new Object[n];   // no function of ours: refused by the dispatch
+        }
+        Object[] a = scratchArguments[n];
+        return a != null ? a : (scratchArguments[n] = new Object[n]);
+    }
+
+    /** A pointer array of {@code n} the provider fills for one dispatch (caller holds this context's lock). */
+    long[] scratchPointers(int n) {
+        if (n >= scratchPointers.length) {
+            return new long[n];
+        }
+        long[] p = scratchPointers[n];
+        return p != null ? p : (scratchPointers[n] = new long[n]);
+    }
+
     /** Calls prepared so far (tests). */
     synchronized int preparedCalls() {
         return prepared.size();

@@ -523,6 +523,39 @@ class AttentionLibraryTest {
         assertEquals(cuda.arenasMade, cuda.arenasClosed, "close frees every launch set's arguments");
     }
 
+    /**
+     * The Java heap, too: 10000 steady-state dispatches (through the provider, as TornadoVM calls it, with one
+     * invocation) allocate less than a byte each on this thread, i.e. nothing but the measurement's own objects.
+     */
+    @Test
+    void aSteadyStateDispatchAllocatesNothingOnTheJavaHeap() {
+        Steady s = steady();
+        s.cuda().record = false;
+        AttentionLibrary provider = new AttentionLibrary();
+        boolean[] reference = {true, true, true, true, true, true, true};
+        uk.ac.manchester.tornado.runtime.library.spi.LibraryInvocation invocation =
+                new uk.ac.manchester.tornado.runtime.library.spi.LibraryInvocation(s.d().getParameters(), P.clone(),
+                        reference, null, 1, new AttentionLibrary.Context(s.context()), s.d().getTuning());
+        String function = s.d().getFunctionName();
+        com.sun.management.ThreadMXBean threads =
+                (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
+        assertTrue(threads.isThreadAllocatedMemorySupported() && threads.isThreadAllocatedMemoryEnabled());
+        for (int i = 0; i < 100; i++) {
+            provider.dispatch(function, invocation);   // the set made, classes loaded
+        }
+        int n = 10_000;
+        int launches = s.cuda().launches;
+        long before = threads.getCurrentThreadAllocatedBytes();
+        for (int i = 0; i < n; i++) {
+            provider.dispatch(function, invocation);
+        }
+        long bytes = threads.getCurrentThreadAllocatedBytes() - before;
+        assertEquals(launches + 2 * n, s.cuda().launches);
+        assertTrue(bytes < n, bytes + " bytes allocated by " + n + " dispatches");
+        assertEquals(1, s.context().launchSets());
+        assertEquals(1, s.cuda().arenasMade);
+    }
+
     @Test
     void aContextNotCurrentIsPushedAndPoppedAroundTheLaunches() {
         Steady s = steady();
@@ -676,6 +709,8 @@ class AttentionLibraryTest {
         long next = 1000;
         long current;
         int currentQueries, arenasMade, arenasClosed, arenaAllocations, marshalled, mallocs, launches;
+        /** False: launches are counted, not recorded (a recording allocates its line). */
+        boolean record = true;
 
         FakeCuda(int cc) {
             this.cc = cc;
@@ -781,6 +816,9 @@ class AttentionLibraryTest {
         public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream,
                            java.lang.foreign.MemorySegment kernelParams) {
             launches++;
+            if (!record) {
+                return;
+            }
             calls.add("launch " + entries.get(function) + " grid " + gridX + "x" + gridY + "x" + gridZ + " block " + blockX
                     + " stream " + Long.toHexString(stream) + " args "
                     + java.util.Arrays.toString(LibraryCuda.arguments(kernelParams)));
