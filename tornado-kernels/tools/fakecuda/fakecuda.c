@@ -52,7 +52,12 @@ static void *dummy(void) { return malloc(16); }
 /* Counters a test in the same process reads through fakecuda_count (Java: the core module's FakeDriver):
  * module loads, cuFuncSetAttribute calls with the last value set, launches with the last one's dynamic shared memory. */
 static long module_loads, func_set_attribute_calls, last_max_dynamic_shared, kernel_launches, last_launch_dynamic_shared;
+static long ctx_push_calls, ctx_pop_calls, ctx_get_current_calls;
 long fakecuda_count(const char *what) {
+    if (!strcmp(what, "cuCtxPushCurrent")) return ctx_push_calls;
+    if (!strcmp(what, "cuCtxPopCurrent")) return ctx_pop_calls;
+    if (!strcmp(what, "cuCtxGetCurrent")) return ctx_get_current_calls;
+    if (!strcmp(what, "cuMemAlloc")) return allocations;
     if (!strcmp(what, "cuModuleLoadData")) return module_loads;
     if (!strcmp(what, "cuFuncSetAttribute")) return func_set_attribute_calls;
     if (!strcmp(what, "maxDynamicSharedBytes")) return last_max_dynamic_shared;
@@ -103,7 +108,20 @@ CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
 }
 CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice d) { *c = dummy(); return CUDA_SUCCESS; }
 CUresult cuCtxDestroy_v2(CUcontext c) { return CUDA_SUCCESS; }
-CUresult cuCtxSetCurrent(CUcontext c) { return CUDA_SUCCESS; }
+/* This thread's context stack, as the driver keeps it: cuCtxSetCurrent replaces its top, push and pop move it. */
+#define MAX_CONTEXT_DEPTH 64
+static __thread CUcontext context_stack[MAX_CONTEXT_DEPTH];
+static __thread int context_depth;
+CUresult cuCtxSetCurrent(CUcontext c) {
+    if (context_depth == 0) context_depth = 1;
+    context_stack[context_depth - 1] = c;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxGetCurrent(CUcontext *c) {
+    ctx_get_current_calls++;
+    *c = context_depth > 0 ? context_stack[context_depth - 1] : NULL;
+    return CUDA_SUCCESS;
+}
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return CUDA_SUCCESS; }
 CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio) { *s = dummy(); return CUDA_SUCCESS; }
 CUresult cuStreamDestroy_v2(CUstream s) { return CUDA_SUCCESS; }
@@ -324,8 +342,17 @@ CUresult cuStreamCreate(CUstream *s, unsigned int flags) { *s = dummy(); return 
 
 /* The CUDA-driver host of the core library (cuda/CudaDriver) binds these too. */
 CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = dummy(); return CUDA_SUCCESS; }
-CUresult cuCtxPushCurrent_v2(CUcontext c) { return CUDA_SUCCESS; }
-CUresult cuCtxPopCurrent_v2(CUcontext *c) { if (c) *c = NULL; return CUDA_SUCCESS; }
+CUresult cuCtxPushCurrent_v2(CUcontext c) {
+    ctx_push_calls++;
+    if (context_depth < MAX_CONTEXT_DEPTH) context_stack[context_depth++] = c;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxPopCurrent_v2(CUcontext *c) {
+    ctx_pop_calls++;
+    if (c) *c = context_depth > 0 ? context_stack[context_depth - 1] : NULL;
+    if (context_depth > 0) context_depth--;
+    return CUDA_SUCCESS;
+}
 CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
 #undef cuEventElapsedTime /* cuda.h maps the name to _v2; the host binds the original symbol */
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { *ms = 0.001f; return CUDA_SUCCESS; }

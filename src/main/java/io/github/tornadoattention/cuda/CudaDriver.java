@@ -63,6 +63,7 @@ public final class CudaDriver {
     private final MethodHandle cuCtxPushCurrent;
     private final MethodHandle cuCtxPopCurrent;
     private final MethodHandle cuCtxGetDevice;
+    private final MethodHandle cuCtxGetCurrent;
     private final MethodHandle cuModuleUnload;
     private final MethodHandle cuMemcpyHtoD;
     private final MethodHandle cuFuncSetAttribute;
@@ -97,6 +98,7 @@ public final class CudaDriver {
         cuCtxPushCurrent = bind("cuCtxPushCurrent_v2", JAVA_LONG);
         cuCtxPopCurrent = bind("cuCtxPopCurrent_v2", ADDRESS);
         cuCtxGetDevice = bind("cuCtxGetDevice", ADDRESS);
+        cuCtxGetCurrent = bind("cuCtxGetCurrent", ADDRESS);
         cuModuleUnload = bind("cuModuleUnload", JAVA_LONG);
         cuMemcpyHtoD = bind("cuMemcpyHtoD_v2", JAVA_LONG, ADDRESS, JAVA_LONG);
         cuFuncSetAttribute = bind("cuFuncSetAttribute", JAVA_LONG, JAVA_INT, JAVA_INT);
@@ -232,9 +234,31 @@ public final class CudaDriver {
 
     public void popContext() {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment out = arena.allocate(JAVA_LONG);
-            call("cuCtxPopCurrent", () -> (int) cuCtxPopCurrent.invokeExact(out));
+            popContext(arena.allocate(JAVA_LONG));
         }
+    }
+
+    /** {@link #popContext()} with the caller's 8-byte {@code scratch} for the popped handle (no allocation). */
+    public void popContext(MemorySegment scratch) {
+        int result;
+        try {
+            result = (int) cuCtxPopCurrent.invokeExact(scratch);
+        } catch (Throwable t) {
+            throw downcallFailed("cuCtxPopCurrent", t);
+        }
+        check("cuCtxPopCurrent", result);
+    }
+
+    /** This thread's current context (0: none), read through the caller's 8-byte {@code scratch} (no allocation). */
+    public long currentContext(MemorySegment scratch) {
+        int result;
+        try {
+            result = (int) cuCtxGetCurrent.invokeExact(scratch);
+        } catch (Throwable t) {
+            throw downcallFailed("cuCtxGetCurrent", t);
+        }
+        check("cuCtxGetCurrent", result);
+        return scratch.get(JAVA_LONG, 0);
     }
 
     /** The device of the current context. */
@@ -364,8 +388,33 @@ public final class CudaDriver {
      */
     public void launch(long function, int gridX, int gridY, int gridZ, int blockX, int dynamicSharedBytes,
                        long stream, MemorySegment kernelParams) {
-        call("cuLaunchKernel", () -> (int) cuLaunchKernel.invokeExact(function, gridX, gridY, gridZ, blockX, 1, 1,
-                    dynamicSharedBytes, stream, kernelParams, MemorySegment.NULL));
+        // No capturing lambda here: a launch is the hot path of every host (nothing allocated per call).
+        int result;
+        try {
+            result = (int) cuLaunchKernel.invokeExact(function, gridX, gridY, gridZ, blockX, 1, 1, dynamicSharedBytes,
+                    stream, kernelParams, MemorySegment.NULL);
+        } catch (Throwable t) {
+            throw downcallFailed("cuLaunchKernel", t);
+        }
+        check("cuLaunchKernel", result);
+    }
+
+    /** The hot paths' check of a CUresult (as {@link #call} makes it, without a lambda). */
+    private void check(String name, int result) {
+        if (result != 0) {
+            throw new CudaException(name, result, errorName(result), null);
+        }
+    }
+
+    /** What {@link #call} throws when the downcall itself failed. */
+    private static RuntimeException downcallFailed(String name, Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IllegalStateException(name, t);
     }
 
     public void copyOnDevice(long destination, long source, long bytes, long stream) {

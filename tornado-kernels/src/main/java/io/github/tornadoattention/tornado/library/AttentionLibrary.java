@@ -45,14 +45,22 @@ public final class AttentionLibrary implements TornadoLibraryProvider {
 
     @Override
     public void dispatch(String functionName, LibraryInvocation invocation) {
+        AttentionLibraryContext state = ((Context) invocation.getContext()).state();
         int n = invocation.getNumArgs();
-        Object[] args = new Object[n];
-        long[] pointers = new long[n];
-        for (int i = 0; i < n; i++) {
-            args[i] = invocation.getArg(i);
-            pointers[i] = invocation.isReference(i) ? invocation.getDevicePointer(i) : 0;
+        // The context's own argument arrays, filled and used under its lock (dispatch keeps copies, never these).
+        synchronized (state) {
+            Object[] args = state.scratchArguments(n);
+            long[] pointers = state.scratchPointers(n);
+            try {
+                for (int i = 0; i < n; i++) {
+                    args[i] = invocation.getArg(i);
+                    pointers[i] = invocation.isReference(i) ? invocation.getDevicePointer(i) : 0;
+                }
+                state.dispatch(functionName, args, pointers, invocation.getTuning());
+            } finally {
+                java.util.Arrays.fill(args, null);   // holds no engine array past the call
+            }
         }
-        ((Context) invocation.getContext()).state().dispatch(functionName, args, pointers, invocation.getTuning());
     }
 
     @Override

@@ -3,8 +3,15 @@ package io.github.tornadoattention.tornado.library;
 import io.github.tornadoattention.InvalidArgumentException;
 import io.github.tornadoattention.ptx.KernelManifest;
 import io.github.tornadoattention.ptx.PtxEntries;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
 import java.util.HashMap;
+import java.util.IdentityHashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 
 /**
  * The provider's state for one (TornadoVM device, execution plan): TornadoVM's CUcontext and CUstream
@@ -16,10 +23,23 @@ import java.util.Map;
  * <p>{@link #prepare} (called by TornadoVM before any CUDA graph capture) loads, allocates and uploads;
  * {@link #dispatch} only enqueues the call's launches (decode: split pass + combine; prefill: one) on TornadoVM's
  * stream, with the same grids and arguments every step, so it may be captured.
+ *
+ * <p>A dispatch's launches are made once per (call, device pointers) and kept ({@link #MAX_LAUNCH_SETS} of them, the
+ * least recently used dropped first): entry handles, grids and each launch's {@code kernelParams}, marshalled into
+ * host memory the set owns. TornadoVM keeps its buffers in place between executions, so a steady-state dispatch is the
+ * arguments' type and size checks, one lookup, one cuCtxGetCurrent (TornadoVM's context is current on its thread:
+ * pushed and popped only where it is not) and the cuLaunchKernel calls; nothing is allocated. New pointers are checked
+ * (present, aligned) before their set is made, so a set only ever holds checked pointers. cuLaunchKernel copies the
+ * argument values during the call, also when a CUDA graph captures it, so reusing (or, once dropped, freeing) the
+ * marshalled arguments never changes a launch already enqueued or captured.
  */
 public final class AttentionLibraryContext implements AutoCloseable {
     /** mma.sync m16n8k16, ldmatrix and cp.async: sm_80 or newer, as the ptx-cuda host requires. */
     static final int MIN_COMPUTE_CAPABILITY = 80;
+    /** Launch sets kept per context: an engine's calls times its buffer sets, with room; past it the oldest goes. */
+    static final int MAX_LAUNCH_SETS = 1024;
+    /** Calls of descriptors made by hand (no tuning) kept, by their scalars. */
+    static final int MAX_HAND_MADE_CALLS = 16;
 
     private final LibraryCuda cuda;
     private final long context;
@@ -29,7 +49,60 @@ public final class AttentionLibraryContext implements AutoCloseable {
     private final Map<String, Long> functions = new HashMap<>();
     private boolean capabilityChecked;
     private final Map<LibraryCall.Key, LibraryCall.Workspace> prepared = new HashMap<>();
+    /** {@link #prepared} by call object: the repeated {@link #prepare} of a descriptor is one identity lookup. */
+    private final Map<LibraryCall, LibraryCall.Workspace> preparedCalls = new IdentityHashMap<>();
+    /** The launch sets, by (call, pointers), in access order; dropping one closes its arguments' memory. */
+    private final LinkedHashMap<LaunchKey, LaunchSet> launchSets = new LinkedHashMap<>(64, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<LaunchKey, LaunchSet> eldest) {
+            if (size() > MAX_LAUNCH_SETS) {
+                eldest.getValue().arena().close();
+                return true;
+            }
+            return false;
+        }
+    };
+    /** The lookup key, refilled per dispatch (under the lock), so a lookup allocates nothing. */
+    private final LaunchKey probe = new LaunchKey();
+    /** Hand-made descriptors' calls with the scalars they were made from, newest last. */
+    private final List<HandMade> handMade = new java.util.ArrayList<>();
     private boolean closed;
+
+    /** A call and the device pointers of its arguments; compared by call identity and pointer values. */
+    private static final class LaunchKey {
+        private LibraryCall call;
+        private long[] pointers;
+        private int hash;
+
+        LaunchKey set(LibraryCall call, long[] pointers) {
+            this.call = call;
+            this.pointers = pointers;
+            this.hash = 31 * System.identityHashCode(call) + Arrays.hashCode(pointers);
+            return this;
+        }
+
+        LaunchKey copy() {
+            return new LaunchKey().set(call, pointers.clone());
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof LaunchKey k && k.call == call && Arrays.equals(k.pointers, pointers);
+        }
+
+        @Override
+        public int hashCode() {
+            return hash;
+        }
+    }
+
+    /** A dispatch's launches, ready: entry handles, grid (x, y, z, block x per launch) and kernelParams. */
+    private record LaunchSet(long[] functions, int[] geometry, MemorySegment[] kernelParams, Arena arena) {
+    }
+
+    /** A hand-made descriptor's call and its scalar arguments. */
+    private record HandMade(Object[] scalars, LibraryCall call) {
+    }
 
     public AttentionLibraryContext(LibraryCuda cuda, long context, long stream) {
         if (context == 0) {
@@ -69,15 +142,54 @@ public final class AttentionLibraryContext implements AutoCloseable {
                 + " (CacheLibraryTasks, whose descriptors carry their call)");
     }
 
+    /**
+     * {@link #call}, with a hand-made {@value AttentionLibraryTasks#DECODE} descriptor's call kept by its scalars (so
+     * its launch set is found again): the same call object for the same scalars, its arrays checked each time.
+     */
+    private LibraryCall resolve(String function, Object[] args, Object tuning) {
+        if (tuning == null && AttentionLibraryTasks.DECODE.equals(function) && args != null
+                && args.length == AttentionLibraryTasks.DECODE_ARGS) {
+            for (int i = handMade.size() - 1; i >= 0; i--) {
+                HandMade h = handMade.get(i);
+                if (sameScalars(h.scalars(), args)) {
+                    h.call().checkArguments(args);
+                    return h.call();
+                }
+            }
+            LibraryCall call = call(function, args, null);
+            if (handMade.size() == MAX_HAND_MADE_CALLS) {
+                handMade.removeFirst();
+            }
+            handMade.add(new HandMade(Arrays.copyOfRange(args, AttentionLibraryTasks.ARG_BATCH,
+                    AttentionLibraryTasks.DECODE_ARGS), call));
+            return call;
+        }
+        return call(function, args, tuning);
+    }
+
+    private static boolean sameScalars(Object[] scalars, Object[] args) {
+        for (int i = 0; i < scalars.length; i++) {
+            if (!Objects.equals(scalars[i], args[AttentionLibraryTasks.ARG_BATCH + i])) {
+                return false;
+            }
+        }
+        return true;
+    }
+
     /** Loads the call's entries and makes its buffers; idempotent (one lookup when already made). */
     public synchronized void prepare(String function, Object[] args, Object tuning) {
         requireOpen();
-        prepare(call(function, args, tuning));
+        prepare(resolve(function, args, tuning));
     }
 
     private LibraryCall.Workspace prepare(LibraryCall call) {
-        LibraryCall.Workspace done = prepared.get(call.key());
+        LibraryCall.Workspace done = preparedCalls.get(call);
         if (done != null) {
+            return done;
+        }
+        done = prepared.get(call.key());
+        if (done != null) {
+            preparedCall(call, done);
             return done;
         }
         inContext(() -> {
@@ -109,7 +221,17 @@ public final class AttentionLibraryContext implements AutoCloseable {
             }
             prepared.put(call.key(), new LibraryCall.Workspace(p, partialO, partialLse));
         });
-        return prepared.get(call.key());
+        done = prepared.get(call.key());
+        preparedCall(call, done);
+        return done;
+    }
+
+    /** Remembers {@code call}'s workspace by identity (a cache of {@link #prepared}: cleared when it grows large). */
+    private void preparedCall(LibraryCall call, LibraryCall.Workspace workspace) {
+        if (preparedCalls.size() >= MAX_LAUNCH_SETS) {
+            preparedCalls.clear();
+        }
+        preparedCalls.put(call, workspace);
     }
 
     /**
@@ -118,16 +240,60 @@ public final class AttentionLibraryContext implements AutoCloseable {
      */
     public synchronized void dispatch(String function, Object[] args, long[] pointers, Object tuning) {
         requireOpen();
-        LibraryCall call = call(function, args, tuning);
+        LibraryCall call = resolve(function, args, tuning);
+        LaunchSet set = launchSets.get(probe.set(call, pointers));
+        probe.set(null, EMPTY);
+        if (set == null) {
+            set = launchSet(call, pointers);
+        }
+        boolean push = cuda.currentContext() != context;
+        if (push) {
+            cuda.pushContext(context);
+        }
+        try {
+            int[] g = set.geometry();
+            for (int i = 0; i < set.functions().length; i++) {
+                cuda.launch(set.functions()[i], g[4 * i], g[4 * i + 1], g[4 * i + 2], g[4 * i + 3], stream,
+                        set.kernelParams()[i]);
+            }
+        } finally {
+            if (push) {
+                cuda.popContext();
+            }
+        }
+    }
+
+    private static final long[] EMPTY = {};
+
+    /** Checks the pointers, then makes and keeps the call's launches on them. */
+    private LaunchSet launchSet(LibraryCall call, long[] pointers) {
         call.checkPointers(pointers);
         // TornadoVM calls prepare first; a direct caller may not have (then this is not capture-safe).
         LibraryCall.Workspace workspace = prepare(call);
-        inContext(() -> {
-            for (LibraryCall.Launch l : call.launches(pointers, workspace)) {
-                cuda.launch(functions.get(l.kernel().entry()), l.gridX(), l.gridY(), l.gridZ(), l.kernel().threads(), stream,
-                        l.arguments());
+        List<LibraryCall.Launch> launches = call.launches(pointers, workspace);
+        int n = launches.size();
+        long[] handles = new long[n];
+        int[] geometry = new int[4 * n];
+        MemorySegment[] kernelParams = new MemorySegment[n];
+        Arena arena = cuda.argumentArena();
+        try {
+            for (int i = 0; i < n; i++) {
+                LibraryCall.Launch l = launches.get(i);
+                handles[i] = functions.get(l.kernel().entry());
+                geometry[4 * i] = l.gridX();
+                geometry[4 * i + 1] = l.gridY();
+                geometry[4 * i + 2] = l.gridZ();
+                geometry[4 * i + 3] = l.kernel().threads();
+                kernelParams[i] = cuda.kernelParams(arena, l.arguments());
             }
-        });
+        } catch (RuntimeException | Error e) {
+            arena.close();
+            throw e;
+        }
+        LaunchSet set = new LaunchSet(handles, geometry, kernelParams, arena);
+        launchSets.put(probe.set(call, pointers).copy(), set);
+        probe.set(null, EMPTY);
+        return set;
     }
 
     private void load(KernelManifest.Kernel kernel) {
@@ -139,9 +305,36 @@ public final class AttentionLibraryContext implements AutoCloseable {
         }
     }
 
+    /** The provider's argument and pointer arrays, one of each per argument count (functions take 6, 7 or 13). */
+    private final Object[][] scratchArguments = new Object[AttentionLibraryTasks.DECODE_ARGS + 1][];
+    private final long[][] scratchPointers = new long[AttentionLibraryTasks.DECODE_ARGS + 1][];
+
+    /** An argument array of {@code n} the provider fills for one dispatch (caller holds this context's lock). */
+    Object[] scratchArguments(int n) {
+        if (n >= scratchArguments.length) {
+            return new Object[n];   // no function of ours: refused by the dispatch
+        }
+        Object[] a = scratchArguments[n];
+        return a != null ? a : (scratchArguments[n] = new Object[n]);
+    }
+
+    /** A pointer array of {@code n} the provider fills for one dispatch (caller holds this context's lock). */
+    long[] scratchPointers(int n) {
+        if (n >= scratchPointers.length) {
+            return new long[n];
+        }
+        long[] p = scratchPointers[n];
+        return p != null ? p : (scratchPointers[n] = new long[n]);
+    }
+
     /** Calls prepared so far (tests). */
     synchronized int preparedCalls() {
         return prepared.size();
+    }
+
+    /** Launch sets kept (tests). */
+    synchronized int launchSets() {
+        return launchSets.size();
     }
 
     private void requireOpen() {
@@ -166,6 +359,10 @@ public final class AttentionLibraryContext implements AutoCloseable {
             return;
         }
         closed = true;
+        launchSets.values().forEach(s -> s.arena().close());
+        launchSets.clear();
+        preparedCalls.clear();
+        handMade.clear();
         inContext(() -> {
             for (LibraryCall.Workspace w : prepared.values()) {
                 for (long b : new long[] {w.params(), w.partialO(), w.partialLse()}) {

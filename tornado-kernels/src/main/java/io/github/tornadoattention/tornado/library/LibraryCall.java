@@ -73,6 +73,8 @@ public final class LibraryCall {
     private final CacheAttentionSpec spec;
     private final KvCacheSpec cacheSpec;
     private final Positions at;
+    /** {@link Positions#arrays()}, made once: the per-dispatch checks allocate nothing. */
+    private final int[] arrays;
     private final int argumentCount;
     private final String[] names;
     private final boolean exactSizes;
@@ -96,6 +98,7 @@ public final class LibraryCall {
         this.spec = spec;
         this.cacheSpec = cacheSpec;
         this.at = at;
+        this.arrays = at.arrays();
         this.argumentCount = argumentCount;
         this.names = names;
         this.exactSizes = exactSizes;
@@ -190,7 +193,7 @@ public final class LibraryCall {
     }
 
     /**
-     * Checks the task's arguments against the call: their count, and each array's type (16-bit tensors: a
+     * Checks the task's arguments against the call (allocating nothing unless it refuses them): their count, and each array's type (16-bit tensors: a
      * {@link HalfFloatArray} for fp16, a {@link BFloat16Array} for bf16, or bf16/fp16 bits in a {@link ShortArray};
      * step and block table {@link IntArray}s; lse a {@link FloatArray}) and size.
      *
@@ -232,7 +235,6 @@ public final class LibraryCall {
             throw new InvalidArgumentException("devicePointers", pointers == null ? null : pointers.length,
                     "one per argument (" + argumentCount + ")");
         }
-        int[] arrays = at.arrays();
         for (int role = 0; role < arrays.length; role++) {
             int i = arrays[role];
             if (i < 0) {
@@ -373,10 +375,10 @@ public final class LibraryCall {
     private void requireTensor(Object[] args, int index, long elements, String what) {
         Class<? extends TornadoNativeArray> typed = spec.dtype() == DType.BF16 ? BFloat16Array.class : HalfFloatArray.class;
         Object value = args[index];
-        String allowed = "a " + typed.getSimpleName() + " or a ShortArray (" + spec.dtype().label() + " bits)";
         if (!(typed.isInstance(value) || value instanceof ShortArray)) {
             throw new InvalidArgumentException(names[roleOf(index)], value == null ? null : value.getClass().getSimpleName(),
-                    "argument " + index + " must be " + allowed);
+                    "argument " + index + " must be a " + typed.getSimpleName() + " or a ShortArray ("
+                            + spec.dtype().label() + " bits)");
         }
         requireSize(index, (TornadoNativeArray) value, elements, what);
     }
@@ -400,7 +402,6 @@ public final class LibraryCall {
     }
 
     private int roleOf(int index) {
-        int[] arrays = at.arrays();
         for (int role = 0; role < arrays.length; role++) {
             if (arrays[role] == index) {
                 return role;

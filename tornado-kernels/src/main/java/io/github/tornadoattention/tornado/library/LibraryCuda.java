@@ -6,15 +6,23 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
 import io.github.tornadoattention.cuda.CudaDriver;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.SegmentAllocator;
 
 /**
  * The CUDA driver calls of the attention library provider, in a context that is not ours (TornadoVM's
- * CUDA backend makes its own with cuCtxCreate): push it, work, pop it, so the caller's current context
- * is left as it was. It uses the driver binding directly, not the ptx-cuda host's {@code CudaContext}, which
- * retains the device's primary context (device memory TornadoVM's engine would pay for). An interface, so
- * the provider's logic is tested without a GPU.
+ * CUDA backend makes its own with cuCtxCreate and makes it current before its own calls): where it is not current,
+ * push it, work, pop it, so the caller's current context is left as it was. It uses the driver binding directly, not
+ * the ptx-cuda host's {@code CudaContext}, which retains the device's primary context (device memory TornadoVM's engine
+ * would pay for). An interface, so the provider's logic is tested without a GPU.
+ *
+ * <p>A launch takes its {@code kernelParams} ready-made ({@link #kernelParams}, once per cached launch): cuLaunchKernel
+ * copies the argument values during the call, whether it enqueues the launch or records it into a CUDA graph being
+ * captured, so one block serves every later launch of the same arguments.
  */
 public interface LibraryCuda {
+
+    /** This thread's current context (0: none). */
+    long currentContext();
 
     void pushContext(long context);
 
@@ -36,17 +44,65 @@ public interface LibraryCuda {
     /** Synchronous host-to-device copy (made before any capture: never inside a CUDA graph). */
     void copyToDevice(long destination, int[] values);
 
-    /** cuLaunchKernel with 1-D blocks, no dynamic shared memory, one 8-byte slot per argument. */
-    void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, long[] arguments);
+    /** Host memory for kernel arguments that outlives the launches (closed when its launches are dropped). */
+    default Arena argumentArena() {
+        return Arena.ofShared();
+    }
+
+    /** The {@code kernelParams} of a launch with {@code arguments}, allocated from {@code allocator} ({@link #marshal}). */
+    default MemorySegment kernelParams(SegmentAllocator allocator, long[] arguments) {
+        return marshal(allocator, arguments);
+    }
+
+    /**
+     * cuLaunchKernel with 1-D blocks and no dynamic shared memory; {@code kernelParams} as {@link #kernelParams} made it.
+     * Nothing is allocated.
+     */
+    void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, MemorySegment kernelParams);
+
+    /**
+     * One allocation: an 8-byte slot per argument (an int argument is the low 4 bytes of its slot, little-endian
+     * hosts) and the {@code void*} array cuLaunchKernel takes, pointing at them; the array is returned.
+     */
+    static MemorySegment marshal(SegmentAllocator allocator, long[] arguments) {
+        int n = arguments.length;
+        MemorySegment block = allocator.allocate(16L * n, 8);
+        MemorySegment pointers = block.asSlice(0, 8L * n), values = block.asSlice(8L * n, 8L * n);
+        for (int i = 0; i < n; i++) {
+            values.setAtIndex(JAVA_LONG, i, arguments[i]);
+            pointers.setAtIndex(ADDRESS, i, values.asSlice(8L * i, 8));
+        }
+        return pointers;
+    }
+
+    /** The argument values a {@link #marshal}led {@code kernelParams} holds. */
+    static long[] arguments(MemorySegment kernelParams) {
+        long[] values = new long[Math.toIntExact(kernelParams.byteSize() / 8)];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = kernelParams.getAtIndex(ADDRESS, i).reinterpret(8).get(JAVA_LONG, 0);
+        }
+        return values;
+    }
 
     /** The driver in {@code libcuda.so.1}. */
     static LibraryCuda driver() {
-        return new Driver();
+        return new Driver(CudaDriver.load());
     }
 
     /** The project's one driver binding ({@link CudaDriver}); every CUresult is checked. */
     final class Driver implements LibraryCuda {
-        private final CudaDriver cuda = CudaDriver.load();
+        private final CudaDriver cuda;
+        /** The out-parameter of cuCtxGetCurrent and cuCtxPopCurrent (callers hold the context's lock). */
+        private final MemorySegment scratch = Arena.ofAuto().allocate(JAVA_LONG);
+
+        Driver(CudaDriver cuda) {
+            this.cuda = cuda;
+        }
+
+        @Override
+        public long currentContext() {
+            return cuda.currentContext(scratch);
+        }
 
         @Override
         public void pushContext(long context) {
@@ -55,7 +111,7 @@ public interface LibraryCuda {
 
         @Override
         public void popContext() {
-            cuda.popContext();
+            cuda.popContext(scratch);
         }
 
         @Override
@@ -94,17 +150,8 @@ public interface LibraryCuda {
         }
 
         @Override
-        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, long[] arguments) {
-            try (Arena arena = Arena.ofConfined()) {
-                MemorySegment values = arena.allocate(JAVA_LONG, arguments.length);
-                MemorySegment pointers = arena.allocate(ADDRESS, arguments.length);
-                for (int i = 0; i < arguments.length; i++) {
-                    // An int argument is the low 4 bytes of its 8-byte slot (little-endian hosts).
-                    values.setAtIndex(JAVA_LONG, i, arguments[i]);
-                    pointers.setAtIndex(ADDRESS, i, values.asSlice(8L * i, 8));
-                }
-                cuda.launch(function, gridX, gridY, gridZ, blockX, 0, stream, pointers);
-            }
+        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, MemorySegment kernelParams) {
+            cuda.launch(function, gridX, gridY, gridZ, blockX, 0, stream, kernelParams);
         }
     }
 }

@@ -467,6 +467,206 @@ class AttentionLibraryTest {
                 "pop"), sortedFrees(cuda.calls));
     }
 
+    // ---- the steady-state dispatch: launch sets kept by (call, pointers) ----
+
+    /** A paged decode with lse over the GQA spec, its descriptor, and a context whose TornadoVM context is current. */
+    private record Steady(FakeCuda cuda, AttentionLibraryContext context, LibraryTaskDescriptor d, LibraryCall call) {
+        void dispatch(long... pointers) {
+            context.dispatch(d.getFunctionName(), d.getParameters(), pointers, d.getTuning());
+        }
+    }
+
+    private static Steady steady() {
+        CacheAttentionSpec spec = spec(DType.FP16, D).build();
+        KvCacheSpec cache = paged(DType.FP16, D);
+        Arrays7 a = arrays(spec, cache, false);
+        LibraryTaskDescriptor d = CacheLibraryTasks.create(spec, cache).decodeWithLse(a.q(), a.k(), a.v(), a.step(),
+                a.blocks(), a.o(), a.lse());
+        FakeCuda cuda = new FakeCuda(90);
+        cuda.current = 0xc0ffee;   // TornadoVM's CUDA backend makes its context current before its calls
+        AttentionLibraryContext context = new AttentionLibraryContext(cuda, 0xc0ffee, 0x5eed);
+        context.prepare(d.getFunctionName(), d.getParameters(), d.getTuning());
+        cuda.calls.clear();
+        return new Steady(cuda, context, d, (LibraryCall) d.getTuning());
+    }
+
+    private static final long[] P = {16, 32, 48, 64, 80, 96, 112};
+
+    @Test
+    void aSecondDispatchOnTheSamePointersAllocatesNothingAndOnlyLaunches() {
+        Steady s = steady();
+        FakeCuda cuda = s.cuda();
+        s.dispatch(P);
+        List<String> first = List.copyOf(cuda.calls);
+        // The first dispatch marshals its two launches into one arena of its own (one allocation each).
+        assertEquals(List.of(1, 0, 2, 2, 3, 2), cuda.counts());
+        assertEquals(1, s.context().launchSets());
+        for (int step = 0; step < 3; step++) {
+            cuda.calls.clear();
+            List<Integer> before = cuda.counts();
+            int queries = cuda.currentQueries;
+            s.dispatch(P.clone());   // TornadoVM's pointer array is new each execution: compared by value
+            List<Integer> after = cuda.counts();
+            assertEquals(List.of(before.get(0), before.get(1), before.get(2), before.get(3), before.get(4), before.get(5) + 2),
+                    after, "no arena, allocation, marshalling or cuMemAlloc: exactly the two launches");
+            assertEquals(first, cuda.calls, "the same launches, no push/pop (the context is current)");
+            assertEquals(queries + 1, cuda.currentQueries, "one cuCtxGetCurrent per dispatch");
+        }
+        // The kept launches are the call's launches on those pointers (the ABI kernelArgumentsFollowTheKernelAbi checks).
+        List<String> expected = s.call().launches(P, new LibraryCall.Workspace(1000, 1001, 1002)).stream()
+                .map(l -> "launch " + l.kernel().entry() + " grid " + l.gridX() + "x" + l.gridY() + "x" + l.gridZ()
+                        + " block " + l.kernel().threads() + " stream 5eed args " + java.util.Arrays.toString(l.arguments()))
+                .toList();
+        assertEquals(expected, first);
+        assertEquals(1, s.context().launchSets());
+        s.context().close();
+        assertEquals(cuda.arenasMade, cuda.arenasClosed, "close frees every launch set's arguments");
+    }
+
+    /**
+     * The Java heap, too: 10000 steady-state dispatches (through the provider, as TornadoVM calls it, with one
+     * invocation) allocate less than a byte each on this thread, i.e. nothing but the measurement's own objects.
+     */
+    @Test
+    void aSteadyStateDispatchAllocatesNothingOnTheJavaHeap() {
+        Steady s = steady();
+        s.cuda().record = false;
+        AttentionLibrary provider = new AttentionLibrary();
+        boolean[] reference = {true, true, true, true, true, true, true};
+        uk.ac.manchester.tornado.runtime.library.spi.LibraryInvocation invocation =
+                new uk.ac.manchester.tornado.runtime.library.spi.LibraryInvocation(s.d().getParameters(), P.clone(),
+                        reference, null, 1, new AttentionLibrary.Context(s.context()), s.d().getTuning());
+        String function = s.d().getFunctionName();
+        com.sun.management.ThreadMXBean threads =
+                (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
+        assertTrue(threads.isThreadAllocatedMemorySupported() && threads.isThreadAllocatedMemoryEnabled());
+        for (int i = 0; i < 100; i++) {
+            provider.dispatch(function, invocation);   // the set made, classes loaded
+        }
+        int n = 10_000;
+        int launches = s.cuda().launches;
+        long before = threads.getCurrentThreadAllocatedBytes();
+        for (int i = 0; i < n; i++) {
+            provider.dispatch(function, invocation);
+        }
+        long bytes = threads.getCurrentThreadAllocatedBytes() - before;
+        assertEquals(launches + 2 * n, s.cuda().launches);
+        assertTrue(bytes < n, bytes + " bytes allocated by " + n + " dispatches");
+        assertEquals(1, s.context().launchSets());
+        assertEquals(1, s.cuda().arenasMade);
+    }
+
+    @Test
+    void aContextNotCurrentIsPushedAndPoppedAroundTheLaunches() {
+        Steady s = steady();
+        s.cuda().current = 0xbeef;   // another context is current on this thread
+        s.dispatch(P);
+        s.cuda().calls.clear();
+        s.dispatch(P);
+        assertEquals("push c0ffee", s.cuda().calls.getFirst());
+        assertEquals("pop", s.cuda().calls.getLast());
+        assertEquals(4, s.cuda().calls.size());
+        assertTrue(s.cuda().contexts.isEmpty(), "the caller's context is current again");
+    }
+
+    @Test
+    void changedPointersMakeANewCheckedSetAndChangedArgumentsAreStillRefused() {
+        Steady s = steady();
+        FakeCuda cuda = s.cuda();
+        s.dispatch(P);
+        long[] moved = P.clone();
+        moved[5] = 0x2000;   // o moved
+        cuda.calls.clear();
+        s.dispatch(moved);
+        assertEquals(2, s.context().launchSets());
+        assertEquals(2, cuda.arenasMade);
+        assertTrue(cuda.calls.get(1).contains("args [1001, 1002, 8192, 112,"), cuda.calls.get(1));
+        // A bad pointer never reaches a set: refused by name, nothing launched, nothing kept.
+        long[] misaligned = P.clone();
+        misaligned[6] = 120;
+        cuda.calls.clear();
+        assertEquals("lse", name(() -> s.dispatch(misaligned)));
+        long[] absent = P.clone();
+        absent[1] = 0;
+        assertEquals("keys", name(() -> s.dispatch(absent)));
+        assertTrue(cuda.calls.isEmpty(), cuda.calls.toString());
+        assertEquals(2, s.context().launchSets());
+        // The same pointers with a changed argument (an array of the wrong size): refused although their set is kept.
+        Object[] changed = s.d().getParameters().clone();
+        changed[s.call().positions().o()] = new HalfFloatArray(16);
+        assertEquals("o", name(() -> s.context().dispatch(s.d().getFunctionName(), changed, P, s.d().getTuning())));
+        assertEquals("devicePointers", name(() -> s.dispatch(16, 32)));
+        assertTrue(cuda.calls.isEmpty(), cuda.calls.toString());
+    }
+
+    @Test
+    void launchSetsAreBoundedAndTheOldestIsDroppedWithItsArguments() {
+        Steady s = steady();
+        FakeCuda cuda = s.cuda();
+        int sets = AttentionLibraryContext.MAX_LAUNCH_SETS + 5;
+        for (int i = 0; i < sets; i++) {
+            long[] p = P.clone();
+            p[0] = 16L * (i + 1);   // q at another buffer each time
+            s.dispatch(p);
+        }
+        assertEquals(AttentionLibraryContext.MAX_LAUNCH_SETS, s.context().launchSets());
+        assertEquals(sets, cuda.arenasMade);
+        assertEquals(5, cuda.arenasClosed, "a dropped set's arguments are freed");
+        assertEquals(3, cuda.mallocs, "launch sets never touch device memory: the one workspace (params, partials)");
+        // The least recently used went first: the first pointer set is made again, the last one is still kept.
+        int made = cuda.arenasMade;
+        long[] last = P.clone();
+        last[0] = 16L * sets;
+        s.dispatch(last);
+        assertEquals(made, cuda.arenasMade);
+        long[] firstSet = P.clone();
+        firstSet[0] = 16;
+        s.dispatch(firstSet);
+        assertEquals(made + 1, cuda.arenasMade);
+        assertEquals(AttentionLibraryContext.MAX_LAUNCH_SETS, s.context().launchSets());
+        s.context().close();
+        assertEquals(cuda.arenasMade, cuda.arenasClosed);
+    }
+
+    @Test
+    void aHandMadeDescriptorFindsItsLaunchesAgainByItsScalars() {
+        FakeCuda cuda = new FakeCuda(90);
+        cuda.current = 0xc0ffee;
+        AttentionLibraryContext context = new AttentionLibraryContext(cuda, 0xc0ffee, 0x5eed);
+        context.dispatch(AttentionLibraryTasks.DECODE, args(), pointers(16, 32, 48, 64, 80), null);
+        List<String> first = List.copyOf(cuda.calls.subList(cuda.calls.size() - 2, cuda.calls.size()));
+        List<Integer> before = cuda.counts();
+        cuda.calls.clear();
+        // New arrays and boxes of the same sizes and scalars: the same call, its launch set found again.
+        context.dispatch(AttentionLibraryTasks.DECODE, args(), pointers(16, 32, 48, 64, 80), null);
+        assertEquals(first, cuda.calls);
+        assertEquals(before.get(0), cuda.counts().get(0));
+        assertEquals(before.get(3), cuda.counts().get(3));
+        assertEquals(1, context.launchSets());
+        // Other scalars: another call (another shape), refused arrays still named.
+        Object[] other = args(B, H, HKV, SQ, 2000, D);
+        context.dispatch(AttentionLibraryTasks.DECODE, other, pointers(16, 32, 48, 64, 80), null);
+        assertEquals(2, context.launchSets());
+        assertEquals(2, context.preparedCalls());
+        Object[] small = args();
+        small[AttentionLibraryTasks.ARG_O] = new HalfFloatArray(8);
+        assertEquals("o", name(() -> context.dispatch(AttentionLibraryTasks.DECODE, small, pointers(16, 32, 48, 64, 80), null)));
+        context.close();
+    }
+
+    @Test
+    void kernelParamsHoldOneSlotPerArgumentAndTheDriversArrayOfPointersToThem() {
+        try (java.lang.foreign.Arena arena = java.lang.foreign.Arena.ofConfined()) {
+            long[] arguments = {0x7f00_0000_1000L, 0, 256, -1};
+            java.lang.foreign.MemorySegment params = LibraryCuda.marshal(arena, arguments);
+            assertEquals(8L * arguments.length, params.byteSize());
+            assertArrayEquals(arguments, LibraryCuda.arguments(params));
+            // An int argument is the low 4 bytes of its slot (little-endian): what the kernel reads for a .u32 param.
+            assertEquals(256, params.getAtIndex(java.lang.foreign.ValueLayout.ADDRESS, 2).reinterpret(4)
+                    .get(java.lang.foreign.ValueLayout.JAVA_INT, 0));
+        }
+    }
+
     /** The close's calls with its frees in address order (the prepared calls are kept in a hash map). */
     private static List<String> sortedFrees(List<String> calls) {
         List<String> frees = calls.stream().filter(c -> c.startsWith("free")).sorted().toList();
@@ -495,25 +695,78 @@ class AttentionLibraryTest {
         return assertThrows(InvalidArgumentException.class, r::run).argument();
     }
 
-    /** Records the driver calls; device pointers are 1000, 1001, ... */
+    /**
+     * Records the driver calls (device pointers are 1000, 1001, ...) and counts the host memory made for launch
+     * arguments: argument arenas made and closed, allocations from them, kernelParams marshalled. It keeps the thread's
+     * context stack as the driver does ({@link #current}: what TornadoVM made current with cuCtxSetCurrent, 0: none);
+     * {@code currentContext} is not recorded in {@link #calls}, only counted.
+     */
     static final class FakeCuda implements LibraryCuda {
         final List<String> calls = new ArrayList<>();
         final Map<Long, String> entries = new HashMap<>();
+        final java.util.ArrayDeque<Long> contexts = new java.util.ArrayDeque<>();
         final int cc;
         long next = 1000;
+        long current;
+        int currentQueries, arenasMade, arenasClosed, arenaAllocations, marshalled, mallocs, launches;
+        /** False: launches are counted, not recorded (a recording allocates its line). */
+        boolean record = true;
 
         FakeCuda(int cc) {
             this.cc = cc;
         }
 
+        /** The counters, for comparing before and after: arenas made, closed, allocations, marshals, mallocs, launches. */
+        List<Integer> counts() {
+            return List.of(arenasMade, arenasClosed, arenaAllocations, marshalled, mallocs, launches);
+        }
+
+        @Override
+        public long currentContext() {
+            currentQueries++;
+            return contexts.isEmpty() ? current : contexts.peek();
+        }
+
         @Override
         public void pushContext(long context) {
             calls.add("push " + Long.toHexString(context));
+            contexts.push(context);
         }
 
         @Override
         public void popContext() {
             calls.add("pop");
+            contexts.pop();
+        }
+
+        @Override
+        public java.lang.foreign.Arena argumentArena() {
+            arenasMade++;
+            java.lang.foreign.Arena inner = java.lang.foreign.Arena.ofShared();
+            return new java.lang.foreign.Arena() {
+                @Override
+                public java.lang.foreign.MemorySegment allocate(long byteSize, long byteAlignment) {
+                    arenaAllocations++;
+                    return inner.allocate(byteSize, byteAlignment);
+                }
+
+                @Override
+                public java.lang.foreign.MemorySegment.Scope scope() {
+                    return inner.scope();
+                }
+
+                @Override
+                public void close() {
+                    arenasClosed++;
+                    inner.close();
+                }
+            };
+        }
+
+        @Override
+        public java.lang.foreign.MemorySegment kernelParams(java.lang.foreign.SegmentAllocator allocator, long[] arguments) {
+            marshalled++;
+            return LibraryCuda.super.kernelParams(allocator, arguments);
         }
 
         @Override
@@ -544,6 +797,7 @@ class AttentionLibraryTest {
 
         @Override
         public long malloc(long bytes) {
+            mallocs++;
             calls.add("malloc " + bytes);
             return next++;
         }
@@ -559,9 +813,15 @@ class AttentionLibraryTest {
         }
 
         @Override
-        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, long[] arguments) {
+        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream,
+                           java.lang.foreign.MemorySegment kernelParams) {
+            launches++;
+            if (!record) {
+                return;
+            }
             calls.add("launch " + entries.get(function) + " grid " + gridX + "x" + gridY + "x" + gridZ + " block " + blockX
-                    + " stream " + Long.toHexString(stream) + " args " + java.util.Arrays.toString(arguments));
+                    + " stream " + Long.toHexString(stream) + " args "
+                    + java.util.Arrays.toString(LibraryCuda.arguments(kernelParams)));
         }
     }
 }

@@ -38,6 +38,11 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
  *     lengths) on the SAME device buffers (ptx-cuda's cache, q, step words) and stream, alternating, each timed with
  *     CUDA events around it ({@link AttentionDevice#timeEach}, as {@code tornado-attention decode} times ptx-cuda);
  *     medians. Both outputs are checked against {@link CpuReference#cached}.</li>
+ * <li><b>host</b>: the host's wall time per call of the same two, {@value #HOST_ROUNDS} rounds of
+ *     {@value #HOST_BATCH} back-to-back calls each (no synchronisation between the calls of a round; the stream is
+ *     drained between rounds, so the launch queue never fills), each call timed with {@code System.nanoTime}, after
+ *     {@value #HOST_WARMUP} warm-up calls of each (JIT): the median per call. What a library-task dispatch costs the
+ *     host (its checks, lookup and cuLaunchKernel calls) beside ptx-cuda's plan driving the same kernels.</li>
  * <li><b>TornadoVM</b>: the wall time of one execution of a task graph holding only the library task (inputs
  *     resident), without and with a CUDA graph: what TornadoVM adds per execution around the same launches.</li>
  * </ul>
@@ -48,6 +53,7 @@ final class LibraryTiming {
     static final String NAME = "llama-decode-timing";
     static final int HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, CAPACITY = 4096;
     static final int[] CONTEXTS = {512, 1024, 4096};
+    static final int HOST_WARMUP = 12_000, HOST_ROUNDS = 40, HOST_BATCH = 64;
 
     private LibraryTiming() {
     }
@@ -200,8 +206,42 @@ final class LibraryTiming {
                     "  timing %s L=%d: kernels (CUDA events, median of %d) ptx-cuda %.4f ms, library task's launches %.4f ms, "
                             + "library/ptx-cuda %.2fx; outputs max_abs ptx-cuda %.2e library %.2e %s", NAME, length, calls,
                     cuda, lib, lib / cuda, eCuda[0], eLibrary[0], ok ? "ok" : "WRONG"));
+            hostTiming(device, length, cudaCall, libraryCall);
             return ok;
         }
+    }
+
+    /**
+     * The host's wall time per call of ptx-cuda's plan and of the library task's dispatch: after warm-up, rounds of
+     * back-to-back calls (rounds alternate between the two), each call timed, the stream drained between rounds.
+     */
+    private static void hostTiming(AttentionDevice device, int length, Runnable cudaCall, Runnable libraryCall) {
+        for (int i = 0; i < HOST_WARMUP; i++) {
+            cudaCall.run();
+            libraryCall.run();
+            if (i % HOST_BATCH == 0) {
+                device.synchronize();
+            }
+        }
+        device.synchronize();
+        double[] cudaUs = new double[HOST_ROUNDS * HOST_BATCH], libraryUs = new double[HOST_ROUNDS * HOST_BATCH];
+        for (int round = 0; round < 2 * HOST_ROUNDS; round++) {
+            boolean library = round % 2 == 1;
+            Runnable call = library ? libraryCall : cudaCall;
+            double[] into = library ? libraryUs : cudaUs;
+            int at = (round / 2) * HOST_BATCH;
+            for (int i = 0; i < HOST_BATCH; i++) {
+                long t0 = System.nanoTime();
+                call.run();
+                into[at + i] = (System.nanoTime() - t0) / 1e3;
+            }
+            device.synchronize();
+        }
+        double cuda = median(cudaUs), lib = median(libraryUs);
+        System.out.println(String.format(Locale.ROOT,
+                "  host %s L=%d: wall per call (median of %d, %d back-to-back per round, no sync between) ptx-cuda "
+                        + "plan.forward %.2f us, library task dispatch %.2f us, library/ptx-cuda %.2fx", NAME, length,
+                cudaUs.length, HOST_BATCH, cuda, lib, lib / cuda));
     }
 
     /** Appends rows [from, from + count) of {@code keys}/{@code values} ([positions, Hkv, D]) as the cache's new tokens. */
