@@ -474,12 +474,24 @@ public final class KernelEmulator {
         final List<Object> localArrays = new ArrayList<>();
         final Warp[] warps;
 
+        /** The cp.async copies that threads at the barrier waited for: they land as the last thread arrives. */
+        private final List<Copy> landing = new ArrayList<>();
+
         Workgroup(int threads) {
-            this.barrier = new CyclicBarrier(threads);
+            this.barrier = new CyclicBarrier(threads, this::land);
             this.warps = new Warp[(threads + 31) / 32];
             for (int w = 0; w < warps.length; w++) {
                 warps[w] = new Warp(Math.min(32, threads - 32 * w));
             }
+        }
+
+        synchronized void landAtBarrier(List<Copy> copies) {
+            landing.addAll(copies);
+        }
+
+        private synchronized void land() {
+            landing.forEach(Copy::land);
+            landing.clear();
         }
 
         synchronized Object localArray(int index, IntFunction<Object> create, int size) {
@@ -598,7 +610,7 @@ public final class KernelEmulator {
 
         @Override
         public void localBarrier() {
-            waited.forEach(Copy::land);     // visible to the workgroup after this barrier
+            workgroup.landAtBarrier(waited);   // visible to the workgroup after this barrier, not before every thread is at it
             waited.clear();
             await(workgroup.barrier);
         }
