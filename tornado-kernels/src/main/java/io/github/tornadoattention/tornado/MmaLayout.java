@@ -9,7 +9,7 @@ package io.github.tornadoattention.tornado;
  *
  * <p>Offsets are in bytes where a name says {@code SubTile}, else in ints (two fp16) of an {@code int[]} tile, halfs of
  * a {@code HalfFloat[]} tile, or floats of the scratch. Right shifts are {@code >>>} on non-negative values only (see
- * {@link MmaKernels}).
+ * {@link MmaKernels}), but {@link #halfPair}'s.
  */
 final class MmaLayout {
     private MmaLayout() {

@@ -4,11 +4,18 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.lang.classfile.ClassFile;
 import java.lang.classfile.ClassTransform;
+import java.lang.classfile.CodeBuilder;
+import java.lang.classfile.CodeElement;
 import java.lang.classfile.CodeTransform;
+import java.lang.classfile.Instruction;
+import java.lang.classfile.Opcode;
+import java.lang.classfile.instruction.ConstantInstruction;
 import java.lang.classfile.instruction.InvokeInstruction;
 import java.lang.constant.ClassDesc;
+import java.lang.constant.MethodTypeDesc;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandleProxies;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.MethodType;
 import java.lang.reflect.Field;
@@ -19,10 +26,12 @@ import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.IntFunction;
 import uk.ac.manchester.tornado.api.KernelContext;
+import uk.ac.manchester.tornado.api.common.TornadoFunctions;
 import uk.ac.manchester.tornado.api.enums.MMAShape;
 import uk.ac.manchester.tornado.api.types.HalfFloat;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
+import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 import uk.ac.manchester.tornado.api.types.arrays.LongArray;
 
 /**
@@ -62,6 +71,8 @@ import uk.ac.manchester.tornado.api.types.arrays.LongArray;
  * calls replaced by {@link #ptxMin}/{@link #ptxMax}. (The other float operations the kernels use agree on NaN and
  * infinities: the arithmetic, comparisons ({@code setp} is ordered, as Java's), {@code ex2.approx}/{@code lg2.approx}
  * for TornadoMath's exp/log, {@code cvt.rn.f16.f32} (NaN stays a NaN) and {@code mma} (IEEE products and sums).)
+ * {@link #cudaKernel} loads one with those of TornadoVM's CUDA C, whose integer shifts and divisions also differ from
+ * Java's ({@link CudaIntegerSemantics}).
  */
 public final class KernelEmulator {
     /** A kernel body taking the emulated context. */
@@ -84,120 +95,331 @@ public final class KernelEmulator {
     private KernelEmulator() {
     }
 
-    /** {@code min.f32}: where one operand is NaN, the other (NaN only if both are). */
-    static float ptxMin(float a, float b) {
+    /** {@code min.f32} (and CUDA's {@code fminf}): where one operand is NaN, the other (NaN only if both are). */
+    public static float ptxMin(float a, float b) {
         return Float.isNaN(a) ? b : Float.isNaN(b) ? a : Math.min(a, b);
     }
 
-    /** {@code max.f32}: where one operand is NaN, the other (NaN only if both are). */
-    static float ptxMax(float a, float b) {
+    /** {@code max.f32} (and CUDA's {@code fmaxf}): where one operand is NaN, the other (NaN only if both are). */
+    public static float ptxMax(float a, float b) {
         return Float.isNaN(a) ? b : Float.isNaN(b) ? a : Math.max(a, b);
     }
 
     /**
      * The static kernel method {@code name} of {@code kernels} (a class of this package) with the float semantics
-     * of TornadoVM's PTX: the class is loaded again, as a hidden class, with every {@code Math.min(float, float)}
-     * and {@code Math.max(float, float)} call replaced by {@link #ptxMin}/{@link #ptxMax}.
+     * of TornadoVM's PTX: every {@code Math.min(float, float)} and {@code Math.max(float, float)} call replaced by
+     * {@link #ptxMin}/{@link #ptxMax}, in the kernel class and in the classes of this package it calls
+     * ({@link #withGpuSemantics}).
      */
+    @SuppressWarnings("unchecked")   // the raw Task18's apply: the handle checks every argument's type
     static MmaPlan.Kernel ptxKernel(Class<?> kernels, String name) {
-        Class<?> hidden = rewritten(kernels, false, null);
-        try {
-            MethodHandle kernel = MethodHandles.privateLookupIn(hidden, MethodHandles.lookup()).findStatic(hidden, name,
-                    MethodType.methodType(void.class, KernelContext.class, LongArray.class, LongArray.class,
-                            LongArray.class, LongArray.class, FloatArray.class, FloatArray.class, int.class, int.class,
-                            int.class, int.class, int.class, int.class, int.class, float.class, int.class,
-                            uk.ac.manchester.tornado.api.types.arrays.IntArray.class, FloatArray.class));
-            return (kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength, causal, bshd,
-                    scale, grid, window, scores) -> {
-                try {
-                    kernel.invoke(kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength,
-                            causal, bshd, scale, grid, window, scores);
-                } catch (RuntimeException | Error e) {
-                    throw e;
-                } catch (Throwable e) {
-                    throw new IllegalStateException(e);
-                }
-            };
-        } catch (ReflectiveOperationException e) {
-            throw new IllegalStateException("cannot load " + kernels.getName() + " with PTX float semantics", e);
-        }
+        TornadoFunctions.Task18 kernel = gpuKernel(kernels, name, LongArray.class, false, null);
+        return kernel::apply;
     }
 
     /**
-     * The static kernel method {@code name} of {@code kernels} (TornadoVM's CUDA backend: {@link MmaCpAsyncKernels}) with
-     * the semantics of the CUDA C that backend generates: {@code Math.min/max(float, float)} as {@code fminf/fmaxf}
-     * (as {@link #ptxMin}/{@link #ptxMax}: the other operand where one is NaN), and {@code >>>} as C's {@code >>} on the
-     * value's signed type, an arithmetic shift ({@code CUDAArithmeticTool.emitUShr} emits {@code >>} for both): every
-     * {@code IUSHR}/{@code LUSHR} of the class becomes {@code ISHR}/{@code LSHR}, so a kernel that shifted a negative value
-     * right would go wrong here as on the GPU. (Only the class's own methods: the helpers it calls in MmaLayout, MmaKernels,
-     * Bf16 and Fp16 shift only non-negative values or not at all.)
+     * The static kernel method {@code name} of {@code kernels} (TornadoVM's CUDA backend: {@link MmaCpAsyncKernels}; or
+     * {@link MmaKernels}, which that backend also runs) with the semantics of the CUDA C that TornadoVM 5.2 generates for
+     * it: {@code Math.min/max(float, float)} as {@code fminf/fmaxf} (as {@link #ptxMin}/{@link #ptxMax}: the other operand
+     * where one is NaN), and its integer shifts and divisions as {@link CudaIntegerSemantics} describes ({@code >>>} as an
+     * arithmetic shift, a mask Graal folds away dropped, division by a power of two rounding down for a negative
+     * dividend), in the kernel class and in the classes of this package it calls, as Graal inlines them
+     * ({@link #withGpuSemantics}).
      */
     static MmaPlan.CpAsyncKernel cudaKernel(Class<?> kernels, String name) {
         return cudaKernelWithout(kernels, name, null);
+    }
+
+    /** {@link #cudaKernel} for the kernels whose K and V are LongArrays ({@link MmaKernels}, as {@link #ptxKernel}). */
+    @SuppressWarnings("unchecked")   // the raw Task18's apply: the handle checks every argument's type
+    static MmaPlan.Kernel cudaLongKernel(Class<?> kernels, String name) {
+        TornadoFunctions.Task18 kernel = gpuKernel(kernels, name, LongArray.class, true, null);
+        return kernel::apply;
     }
 
     /**
      * {@link #cudaKernel} with every call to the KernelContext method {@code droppedCall} (one taking an int, such as
      * {@code asyncCopyWaitGroup}) removed, or none where null: the tests show that the emulator catches its absence.
      */
+    @SuppressWarnings("unchecked")   // the raw Task18's apply: the handle checks every argument's type
     static MmaPlan.CpAsyncKernel cudaKernelWithout(Class<?> kernels, String name, String droppedCall) {
-        Class<?> hidden = rewritten(kernels, true, droppedCall);
+        TornadoFunctions.Task18 kernel = gpuKernel(kernels, name, HalfFloatArray.class, true, droppedCall);
+        return kernel::apply;
+    }
+
+    /**
+     * The static method {@code name} of {@code code} (a class of this package) with the semantics of TornadoVM's CUDA C
+     * ({@link #cudaKernel}), for tests of the emulation itself.
+     */
+    static MethodHandle cudaMethod(Class<?> code, String name, MethodType type) {
+        return gpuMethod(code, name, type, true, null);
+    }
+
+    /**
+     * The kernel method {@code name} of {@code kernels} (K and V of type {@code kv}) loaded {@link #withGpuSemantics}, as
+     * a Task18 that MmaPlan's kernel types adapt with {@code ::apply} (MethodHandleProxies: an unchecked exception passes
+     * through as it is).
+     */
+    @SuppressWarnings("rawtypes")
+    private static TornadoFunctions.Task18 gpuKernel(Class<?> kernels, String name, Class<?> kv, boolean cuda,
+                                                     String droppedCall) {
+        MethodType type = MethodType.methodType(void.class, KernelContext.class, LongArray.class, kv, kv, LongArray.class,
+                FloatArray.class, FloatArray.class, int.class, int.class, int.class, int.class, int.class, int.class,
+                int.class, float.class, int.class, IntArray.class, FloatArray.class);
+        return MethodHandleProxies.asInterfaceInstance(TornadoFunctions.Task18.class,
+                gpuMethod(kernels, name, type, cuda, droppedCall));
+    }
+
+    private static MethodHandle gpuMethod(Class<?> code, String name, MethodType type, boolean cuda, String droppedCall) {
+        Class<?> loaded = withGpuSemantics(code, cuda, droppedCall);
         try {
-            MethodHandle kernel = MethodHandles.privateLookupIn(hidden, MethodHandles.lookup()).findStatic(hidden, name,
-                    MethodType.methodType(void.class, KernelContext.class, LongArray.class, HalfFloatArray.class,
-                            HalfFloatArray.class, LongArray.class, FloatArray.class, FloatArray.class, int.class, int.class,
-                            int.class, int.class, int.class, int.class, int.class, float.class, int.class,
-                            uk.ac.manchester.tornado.api.types.arrays.IntArray.class, FloatArray.class));
-            return (kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength, causal, bshd,
-                    scale, grid, window, scores) -> {
-                try {
-                    kernel.invoke(kc, q, k, v, o, lse, scratch, batch, queryHeads, kvHeads, queryLength, kvLength,
-                            causal, bshd, scale, grid, window, scores);
-                } catch (RuntimeException | Error e) {
-                    throw e;
-                } catch (Throwable e) {
-                    throw new IllegalStateException(e);
-                }
-            };
+            return MethodHandles.privateLookupIn(loaded, MethodHandles.lookup()).findStatic(loaded, name, type);
         } catch (ReflectiveOperationException e) {
-            throw new IllegalStateException("cannot load " + kernels.getName() + " with CUDA C semantics", e);
+            throw new IllegalStateException("cannot load " + code.getName() + " with " + (cuda ? "CUDA C" : "PTX")
+                    + " semantics", e);
         }
     }
 
-    /** {@code kernels} loaded again as a hidden class, its float min/max as the GPU's and, {@code cuda}, its {@code >>>} as C's {@code >>}. */
-    private static Class<?> rewritten(Class<?> kernels, boolean cuda, String droppedCall) {
-        byte[] bytes;
-        try (InputStream in = kernels.getResourceAsStream(kernels.getSimpleName() + ".class")) {
-            bytes = in.readAllBytes();
-        } catch (IOException e) {
-            throw new IllegalStateException(e);
-        }
+    /**
+     * {@code code} loaded again, with the classes of its package that it uses (its helpers, such as {@link MmaLayout}: on
+     * the GPU Graal inlines them into the kernel, so their arithmetic is the kernel's), by a class loader of their own,
+     * every method rewritten: float min/max as the GPU's ({@link #ptxMin}, {@link #ptxMax}), every call to the int-taking
+     * KernelContext method {@code droppedCall} removed (where not null), and, {@code cuda}, the integer arithmetic of
+     * {@link CudaIntegerSemantics}. KernelEmulator itself is shared with the caller.
+     */
+    private static Class<?> withGpuSemantics(Class<?> code, boolean cuda, String droppedCall) {
         ClassDesc math = ClassDesc.of("java.lang.Math");
         ClassDesc emulator = ClassDesc.of(KernelEmulator.class.getName());
-        CodeTransform semantics = (code, element) -> {
+        CodeTransform semantics = (builder, element) -> {
             if (element instanceof InvokeInstruction call && call.owner().asSymbol().equals(math)
                     && call.typeSymbol().descriptorString().equals("(FF)F")
                     && (call.name().equalsString("min") || call.name().equalsString("max"))) {
-                code.invokestatic(emulator, call.name().equalsString("min") ? "ptxMin" : "ptxMax", call.typeSymbol());
+                builder.invokestatic(emulator, call.name().equalsString("min") ? "ptxMin" : "ptxMax", call.typeSymbol());
             } else if (droppedCall != null && element instanceof InvokeInstruction call && call.name().equalsString(droppedCall)
                     && call.typeSymbol().descriptorString().equals("(I)V")) {
-                code.pop().pop();   // its int argument and the context
-            } else if (cuda && element instanceof java.lang.classfile.Instruction instruction
-                    && instruction.opcode() == java.lang.classfile.Opcode.IUSHR) {
-                code.ishr();
-            } else if (cuda && element instanceof java.lang.classfile.Instruction instruction
-                    && instruction.opcode() == java.lang.classfile.Opcode.LUSHR) {
-                code.lshr();
+                builder.pop().pop();   // its int argument and the context
             } else {
-                code.with(element);
+                builder.with(element);
             }
         };
-        ClassFile files = ClassFile.of();
-        byte[] transformed = files.transformClass(files.parse(bytes), ClassTransform.transformingMethodBodies(semantics));
+        CodeTransform transform = cuda ? semantics.andThen(CodeTransform.ofStateful(CudaIntegerSemantics::new)) : semantics;
+        ClassLoader loader = new RewritingLoader(code.getClassLoader(), transform);
         try {
-            return MethodHandles.lookup().defineHiddenClass(transformed, true).lookupClass();
-        } catch (IllegalAccessException e) {
-            throw new IllegalStateException("cannot load " + kernels.getName(), e);
+            return loader.loadClass(code.getName());
+        } catch (ClassNotFoundException e) {
+            throw new IllegalStateException("cannot load " + code.getName(), e);
+        }
+    }
+
+    /**
+     * Loads the classes of this package (not its subpackages), except KernelEmulator and its nested classes, itself, from
+     * its parent's class files, every method body rewritten by {@code transform}; every other class from its parent.
+     */
+    private static final class RewritingLoader extends ClassLoader {
+        private static final String SHARED = KernelEmulator.class.getName();
+        private static final String PACKAGE = KernelEmulator.class.getPackageName() + ".";
+        private final CodeTransform transform;
+
+        RewritingLoader(ClassLoader parent, CodeTransform transform) {
+            super(parent);
+            this.transform = transform;
+        }
+
+        @Override
+        protected Class<?> loadClass(String name, boolean resolve) throws ClassNotFoundException {
+            if (!name.startsWith(PACKAGE) || name.indexOf('.', PACKAGE.length()) >= 0 || name.equals(SHARED)
+                    || name.startsWith(SHARED + "$")) {
+                return super.loadClass(name, resolve);
+            }
+            synchronized (getClassLoadingLock(name)) {
+                Class<?> loaded = findLoadedClass(name);
+                return loaded != null ? loaded : findClass(name);
+            }
+        }
+
+        @Override
+        protected Class<?> findClass(String name) throws ClassNotFoundException {
+            byte[] bytes;
+            try (InputStream in = getParent().getResourceAsStream(name.replace('.', '/') + ".class")) {
+                if (in == null) {
+                    throw new ClassNotFoundException(name);
+                }
+                bytes = in.readAllBytes();
+            } catch (IOException e) {
+                throw new ClassNotFoundException(name, e);
+            }
+            ClassFile files = ClassFile.of();
+            byte[] rewritten = files.transformClass(files.parse(bytes), ClassTransform.transformingMethodBodies(transform));
+            return defineClass(name, rewritten, 0, rewritten.length);
+        }
+    }
+
+    /**
+     * {@code (x >>> s) & m} as TornadoVM's CUDA C computes it ({@link CudaIntegerSemantics}): the mask gone where it has
+     * every bit that {@code x >>> s} may have set, and {@code >>>} an arithmetic shift.
+     */
+    public static int cudaUnsignedShiftAnd(int x, int s, int m) {
+        int mayBeSet = -1 >>> s;
+        return (m & mayBeSet) == mayBeSet ? x >> s : (x >> s) & m;
+    }
+
+    /** {@code (x >>> s) & m} of a long as TornadoVM's CUDA C computes it: see {@link #cudaUnsignedShiftAnd(int, int, int)}. */
+    public static long cudaUnsignedShiftAnd(long x, int s, long m) {
+        long mayBeSet = -1L >>> s;
+        return (m & mayBeSet) == mayBeSet ? x >> s : (x >> s) & m;
+    }
+
+    /** {@code (int) (x >>> s) & m} as TornadoVM's CUDA C computes it: see {@link #cudaUnsignedShiftAnd(int, int, int)}. */
+    public static int cudaUnsignedShiftNarrowAnd(long x, int s, int m) {
+        int mayBeSet = (int) (-1L >>> s);
+        return (m & mayBeSet) == mayBeSet ? (int) (x >> s) : (int) (x >> s) & m;
+    }
+
+    /**
+     * The integer arithmetic of the CUDA C that TornadoVM 5.2's CUDA backend generates, where it differs from Java's, as a
+     * rewrite of a method's bytecode (a stateful CodeTransform: it holds back the instructions that may begin a pattern
+     * until the pattern completes or breaks). Three behaviours, of the backend or of Graal (25.0.2) before it, checked
+     * in the CUDA C it generated for tornado-simt and tornado-mma:
+     * <ol>
+     *   <li>{@code >>>} is C's {@code >>} on the value's signed type, an arithmetic shift
+     *       ({@code CUDAArithmeticTool.emitUShr} writes {@code >>} for both shifts): every {@code IUSHR}/{@code LUSHR}
+     *       becomes {@code ISHR}/{@code LSHR}.</li>
+     *   <li>Graal drops a mask that it proves redundant ({@code AndNode}'s canonicalization, from its input's stamp):
+     *       {@code (x >>> s) & m}, m a constant that has every bit {@code x >>> s} may have set ({@code -1 >>> s} of x's
+     *       width; its low 32 bits where an {@code L2I} comes between, {@code (int) (x >>> s) & m}), is {@code x >>> s},
+     *       which the backend then writes {@code x >> s}: so {@code (int) ((la >>> 48) & 0xFFFF)} is C's
+     *       {@code (int) (la >> 48)}, sign-extended where la is negative. Such a mask-after-{@code >>>} becomes a call to
+     *       {@link #cudaUnsignedShiftAnd}/{@link #cudaUnsignedShiftNarrowAnd}, which decide with the amount s that the
+     *       shift has at run time: Graal inlines every helper, and the kernels call theirs with constant arguments, so
+     *       an amount that the bytecode computes (as {@code 16 * c}) is in general a constant there too. (Where it truly
+     *       varies, Graal folds only a mask that covers every amount it may take: there the emulator is stricter than
+     *       the GPU.)</li>
+     *   <li>Graal writes a signed division by a constant power of two, {@code x / 2^k} ({@code SignedDivNode}'s
+     *       canonicalization), as {@code (x + ((x >> 31) >>> (32 - k))) >> k} (63 and 64 for a long; negated for a
+     *       divisor -2^k), and the backend its {@code >>>} as {@code >>}: for a negative x that is
+     *       {@code (x - 1) >> k}, floor((x - 1) / 2^k) rather than Java's truncation. Every {@code IDIV}/{@code LDIV} by
+     *       a constant +-2^k (k >= 1; not the width's minimum value, which Graal leaves alone) becomes that sequence.
+     *       (Graal writes a plain {@code x >> k} where x's stamp shows it non-negative, which agrees, or its low k bits
+     *       zero, which the emulator cannot know: there it is stricter than the GPU.) A remainder by a power of two is
+     *       left alone: Graal keeps it a C {@code %} (truncating, as Java's) unless x's sign is known or the result is
+     *       only compared with 0, and then writes masks that agree with Java.</li>
+     * </ol>
+     */
+    private static final class CudaIntegerSemantics implements CodeTransform {
+        private static final ClassDesc EMULATOR = ClassDesc.of(KernelEmulator.class.getName());
+        /** Instructions held back: a proper prefix of a pattern ({@code >>>}, L2I, mask constant; or a divisor). */
+        private final List<Instruction> held = new ArrayList<>();
+
+        @Override
+        public void accept(CodeBuilder code, CodeElement element) {
+            if (!(element instanceof Instruction instruction)) {   // a label, a line number: no pattern spans it
+                atEnd(code);
+                code.with(element);
+                return;
+            }
+            held.add(instruction);
+            while (!held.isEmpty() && !rewrote(code) && !isPrefix()) {
+                emit(code, held.removeFirst());   // the first can begin no pattern here: the rest might
+            }
+        }
+
+        @Override
+        public void atEnd(CodeBuilder code) {
+            held.forEach(i -> emit(code, i));
+            held.clear();
+        }
+
+        private static void emit(CodeBuilder code, Instruction instruction) {
+            switch (instruction.opcode()) {
+                case IUSHR -> code.ishr();
+                case LUSHR -> code.lshr();
+                default -> code.with(instruction);
+            }
+        }
+
+        private Object constant(int i) {
+            return held.size() > i && held.get(i) instanceof ConstantInstruction c ? c.constantValue() : null;
+        }
+
+        private Opcode op(int i) {
+            return held.size() > i ? held.get(i).opcode() : null;
+        }
+
+        /** The held instructions can begin a pattern (and do not complete one). */
+        private boolean isPrefix() {
+            int n = held.size();
+            int mask = maskIndex();
+            return n == 1 && (constant(0) instanceof Integer || constant(0) instanceof Long)
+                    || mask > 0 && (n <= mask || n == mask + 1 && maskFits(mask));
+        }
+
+        /** Where the held instructions complete a pattern, writes them as CUDA C computes them and returns true. */
+        private boolean rewrote(CodeBuilder code) {
+            int n = held.size();
+            int mask = maskIndex();
+            if (n == 2 && (op(1) == Opcode.IDIV && constant(0) instanceof Integer d && d != Integer.MIN_VALUE
+                    || op(1) == Opcode.LDIV && constant(0) instanceof Long) && powerOfTwo(((Number) constant(0)).longValue())) {
+                divide(code, op(1) == Opcode.LDIV, ((Number) constant(0)).longValue());
+            } else if (mask > 0 && n == mask + 2 && maskFits(mask) && op(n - 1) == and(mask)) {
+                code.with(held.get(mask));   // the mask: x, s and m on the stack
+                if (op(0) == Opcode.IUSHR) {
+                    code.invokestatic(EMULATOR, "cudaUnsignedShiftAnd", MethodTypeDesc.ofDescriptor("(III)I"));
+                } else if (mask == 1) {
+                    code.invokestatic(EMULATOR, "cudaUnsignedShiftAnd", MethodTypeDesc.ofDescriptor("(JIJ)J"));
+                } else {
+                    code.invokestatic(EMULATOR, "cudaUnsignedShiftNarrowAnd", MethodTypeDesc.ofDescriptor("(JII)I"));
+                }
+            } else {
+                return false;
+            }
+            held.clear();
+            return true;
+        }
+
+        /**
+         * Where the held instructions begin with a {@code >>>}, the index of the mask constant that may follow (2 after an
+         * {@code L2I}, else 1); else -1.
+         */
+        private int maskIndex() {
+            if (op(0) != Opcode.IUSHR && op(0) != Opcode.LUSHR) {
+                return -1;
+            }
+            return op(0) == Opcode.LUSHR && op(1) == Opcode.L2I ? 2 : 1;
+        }
+
+        /** The and that applies the mask at {@code mask}: LAND after a long shift not narrowed, else IAND. */
+        private Opcode and(int mask) {
+            return op(0) == Opcode.LUSHR && mask == 1 ? Opcode.LAND : Opcode.IAND;
+        }
+
+        private boolean maskFits(int mask) {
+            return and(mask) == Opcode.LAND ? constant(mask) instanceof Long : constant(mask) instanceof Integer;
+        }
+
+        /**
+         * +-2^k with k >= 1, not the minimum value of its width (Graal leaves a division by that, whose absolute value
+         * overflows, alone; the caller excludes the int's).
+         */
+        private static boolean powerOfTwo(long d) {
+            long abs = Math.abs(d);
+            return abs > 1 && (abs & (abs - 1)) == 0;
+        }
+
+        /** x / d on the stack, d = +-2^k: {@code (x + ((x >> (w - 1)) >> (w - k))) >> k}, negated for a negative d. */
+        private static void divide(CodeBuilder code, boolean wide, long d) {
+            int k = Long.numberOfTrailingZeros(Math.abs(d));
+            if (wide) {
+                code.dup2().loadConstant(63).lshr().loadConstant(64 - k).lshr().ladd().loadConstant(k).lshr();
+            } else {
+                code.dup().loadConstant(31).ishr().loadConstant(32 - k).ishr().iadd().loadConstant(k).ishr();
+            }
+            if (d < 0) {
+                if (wide) {
+                    code.lneg();
+                } else {
+                    code.ineg();
+                }
+            }
         }
     }
 
@@ -252,12 +474,24 @@ public final class KernelEmulator {
         final List<Object> localArrays = new ArrayList<>();
         final Warp[] warps;
 
+        /** The cp.async copies that threads at the barrier waited for: they land as the last thread arrives. */
+        private final List<Copy> landing = new ArrayList<>();
+
         Workgroup(int threads) {
-            this.barrier = new CyclicBarrier(threads);
+            this.barrier = new CyclicBarrier(threads, this::land);
             this.warps = new Warp[(threads + 31) / 32];
             for (int w = 0; w < warps.length; w++) {
                 warps[w] = new Warp(Math.min(32, threads - 32 * w));
             }
+        }
+
+        synchronized void landAtBarrier(List<Copy> copies) {
+            landing.addAll(copies);
+        }
+
+        private synchronized void land() {
+            landing.forEach(Copy::land);
+            landing.clear();
         }
 
         synchronized Object localArray(int index, IntFunction<Object> create, int size) {
@@ -376,7 +610,7 @@ public final class KernelEmulator {
 
         @Override
         public void localBarrier() {
-            waited.forEach(Copy::land);     // visible to the workgroup after this barrier
+            workgroup.landAtBarrier(waited);   // visible to the workgroup after this barrier, not before every thread is at it
             waited.clear();
             await(workgroup.barrier);
         }

@@ -30,7 +30,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 /**
  * The CUDA backend's tornado-mma kernels ({@link MmaCpAsyncKernels}) run by {@link KernelEmulator} on the CPU with the
  * semantics of the CUDA C that TornadoVM generates ({@link KernelEmulator#cudaKernel}: fminf/fmaxf, {@code >>>} as an
- * arithmetic shift) and of cp.async (a copy is visible only after a wait that covers it and a barrier after that;
+ * arithmetic shift, masks that Graal folds away dropped, division by a power of two as Graal's shifts, in the kernels
+ * and the helpers they call) and of cp.async (a copy is visible only after a wait that covers it and a barrier after that;
  * {@link KernelEmulator.CopyLanding}), against the CPU reference on fresh random inputs with the output and logsumexp
  * poisoned first (NaN never passes): every head dim of the table, causal and not, fp16 and bf16 (bf16 within the bf16
  * tolerance of verify/Tolerance), tails, GQA/MQA, BSHD, rows that see no key, window, softcap, sinks, the recompute, a

@@ -43,7 +43,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * The tornado-mma kernels ({@link MmaKernels}) and the synchronous ones they were derived from
  * ({@link MmaSynchronousKernels}), run by {@link KernelEmulator} on the CPU (no GPU needed) with the MMA
  * intrinsics' PTX semantics and the PTX's float min/max ({@link KernelEmulator#ptxKernel}), against the CPU
- * reference: layouts, masks, GQA, BSHD, tails, the grid loop, the recompute path and a NaN in the inputs.
+ * reference: layouts, masks, GQA, BSHD, tails, the grid loop, the recompute path and a NaN in the inputs; and a subset
+ * with the semantics of the CUDA C that TornadoVM's CUDA backend generates for them ({@link KernelEmulator#cudaLongKernel}).
  */
 class MmaKernelsTest {
     /** The kernels with the PTX's float semantics, loaded once each ({@link #kernel(int, boolean)}). */
@@ -159,6 +160,29 @@ class MmaKernelsTest {
         }
     }
 
+
+    /**
+     * The shipped kernels, which TornadoVM's CUDA backend runs too (MmaPlan, where cp.async is off), with the semantics of
+     * the CUDA C it generates ({@link KernelEmulator#cudaLongKernel}: {@code >>>} as {@code >>}, the masks Graal folds
+     * away gone, division by a power of two rounding a negative dividend down): the first two shapes of each head dim
+     * of {@link #shapes} and {@link #shapesWide}, causal and not, tails, GQA, MQA, BSHD (the inputs have negative fp16 in
+     * every word's top position, which the pairing before MmaLayout.halfPair turned into NaN there).
+     */
+    @ParameterizedTest
+    @MethodSource("cudaShapes")
+    void kernelsMatchTheReferenceWithCudaSemantics(AttentionShape shape) {
+        try (RandomInputs in = RandomInputs.generate(shape, 45)) {
+            ErrorStats errors = run(shape, in, 3, false, cudaKernel(shape.headDim()));
+            assertTrue(errors.passes(), shape + ": " + errors);
+        }
+    }
+
+    static Stream<AttentionShape> cudaShapes() {
+        return Stream.concat(shapes(), shapesWide())
+                .collect(java.util.stream.Collectors.groupingBy(AttentionShape::headDim, java.util.TreeMap::new,
+                        java.util.stream.Collectors.toList()))
+                .values().stream().flatMap(perHeadDim -> perHeadDim.stream().limit(2));
+    }
 
     /**
      * The pipelined kernels' reference row max (from shuffles) is the synchronous kernels' (one thread per row
@@ -328,6 +352,12 @@ class MmaKernelsTest {
                 : KernelEmulator.ptxKernel(MmaKernels.class, MmaKernels.kernelName(MmaTileConfig.forHeadDim(headDim))));
     }
 
+    /** The shipped kernel for a head dim with the semantics of TornadoVM's CUDA C ({@link KernelEmulator#cudaLongKernel}). */
+    static MmaPlan.Kernel cudaKernel(int headDim) {
+        return KERNELS.computeIfAbsent(headDim + " cuda", key -> KernelEmulator.cudaLongKernel(MmaKernels.class,
+                MmaKernels.kernelName(MmaTileConfig.forHeadDim(headDim))));
+    }
+
     /** The shipped kernel for the shape's head dim, on at most {@code maxGrid} CTAs. */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid) {
         return run(s, in, maxGrid, false);
@@ -338,6 +368,11 @@ class MmaKernelsTest {
      * the float semantics of the PTX ({@link #kernel(int, boolean)}).
      */
     static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean synchronous) {
+        return run(s, in, maxGrid, synchronous, kernel(s.headDim(), synchronous));
+    }
+
+    /** {@link #run(AttentionShape, RandomInputs, int, boolean)} with {@code kernel}, the shipped one ({@code synchronous} false) or not. */
+    private static ErrorStats run(AttentionShape s, RandomInputs in, int maxGrid, boolean synchronous, MmaPlan.Kernel kernel) {
         MmaTileConfig config = MmaTileConfig.forHeadDim(s.headDim());
         LongArray q = EmulatedInputs.longs(in.q());
         LongArray k = EmulatedInputs.longs(in.k());
@@ -349,7 +384,6 @@ class MmaKernelsTest {
         FloatArray scratch = new FloatArray(grid * config.scratchFloatsPerCta());
         int causal = MmaPlan.causalWord(s);
         int bshd = s.layout() == Layout.BSHD ? 1 : 0;
-        MmaPlan.Kernel kernel = kernel(s.headDim(), synchronous);
         KernelEmulator.launch(grid, config.threads(), kc -> kernel.apply(kc, q, k, v, o, lse, scratch, s.batch(),
                 s.heads(), s.kvHeads(), s.queryLength(), s.kvLength(), causal, bshd, s.scale(), grid, SimtPlan.windowOf(s),
                 SimtPlan.scoresOf(s)));
@@ -474,7 +508,9 @@ class MmaKernelsTest {
      * shift in PTX, so {@code x >> 31} of a negative x is 1 on the GPU and -1 here (its CUDA backend: see
      * {@link #noSignBitIsTakenWithAShift}). The emulator runs
      * Java semantics and cannot see that (a sign mask {@code (row - length) >> 31} passed every emulated
-     * test while it zeroed the inputs on the GPU), so the kernels must have no arithmetic right shift.
+     * test while it zeroed the inputs on the GPU), so the kernels must have no arithmetic right shift, but for
+     * {@link MmaLayout#halfPair}'s: it keeps only the low 16 bits of each shift, which a logical and an arithmetic shift
+     * agree on (and it must not use {@code >>>}, for the CUDA backend: see there).
      */
     @Test
     void kernelsHaveNoArithmeticRightShift() throws IOException {
@@ -488,7 +524,8 @@ class MmaKernelsTest {
             for (MethodModel method : model.methods()) {
                 for (CodeModel code : method.code().stream().toList()) {
                     for (var element : code) {
-                        if (element instanceof Instruction instruction
+                        boolean halfPair = kernelCode == MmaLayout.class && method.methodName().equalsString("halfPair");
+                        if (element instanceof Instruction instruction && !halfPair
                                 && (instruction.opcode() == Opcode.ISHR || instruction.opcode() == Opcode.LSHR)) {
                             found.add(kernelCode.getSimpleName() + "." + method.methodName().stringValue() + ": "
                                     + instruction.opcode());
