@@ -67,9 +67,7 @@ final class LibraryAttention implements AttentionVariant {
                         FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin) {
         int dim = config.dim();
         int kvDim = config.kvDim();
-        OursAttention.Layer arrays = new OursAttention.Layer(new HalfFloatArray(dim), new HalfFloatArray(kvDim),
-                new HalfFloatArray(kvDim), append.newCacheArray(), append.newCacheArray(), append.newBlockTable(),
-                new HalfFloatArray(dim));
+        OursAttention.Layer arrays = OursAttention.Layer.allocate(config, append);
         layers.add(arrays);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.q(), arrays.newK(), arrays.newV());
         graph.task("rope", LlamaKernels::ropeHalf, context, step, qkv, ropeCos, ropeSin, arrays.q(), arrays.newK(),

@@ -39,6 +39,13 @@ final class OursAttention implements AttentionVariant {
     /** One layer's arrays: q, new K/V [Hkv, D] fp16, the fp16 caches [1, Hkv, maxLength, D], O [Hq, D]; also the library variant's. */
     record Layer(HalfFloatArray q, HalfFloatArray newK, HalfFloatArray newV, HalfFloatArray kCache,
                  HalfFloatArray vCache, IntArray blockTable, HalfFloatArray out) {
+        /** A layer's arrays for {@code config}, the caches and block table made by {@code tasks}. */
+        static Layer allocate(LlamaConfig config, CacheAttentionTasks tasks) {
+            int dim = config.dim();
+            int kvDim = config.kvDim();
+            return new Layer(new HalfFloatArray(dim), new HalfFloatArray(kvDim), new HalfFloatArray(kvDim),
+                    tasks.newCacheArray(), tasks.newCacheArray(), tasks.newBlockTable(), new HalfFloatArray(dim));
+        }
     }
 
     OursAttention(LlamaConfig config, String backendId, TornadoDevice device) {
@@ -74,8 +81,7 @@ final class OursAttention implements AttentionVariant {
                         FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin) {
         int dim = config.dim();
         int kvDim = config.kvDim();
-        Layer arrays = new Layer(new HalfFloatArray(dim), new HalfFloatArray(kvDim), new HalfFloatArray(kvDim),
-                tasks.newCacheArray(), tasks.newCacheArray(), tasks.newBlockTable(), new HalfFloatArray(dim));
+        Layer arrays = Layer.allocate(config, tasks);
         layers.add(arrays);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.q, arrays.newK, arrays.newV);
         graph.task("rope", LlamaKernels::ropeHalf, context, step, qkv, ropeCos, ropeSin, arrays.q, arrays.newK,
