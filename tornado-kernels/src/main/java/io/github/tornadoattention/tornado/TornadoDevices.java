@@ -76,11 +76,6 @@ final class TornadoDevices {
         return p;
     }
 
-    /** Whether {@code type} is one of TornadoVM's NVIDIA backends, which tornado-mma and ptx-tornado run on. */
-    static boolean isNvidia(TornadoVMBackendType type) {
-        return BackendTypes.isNvidia(type);
-    }
-
     private static Probe probe(boolean needNvidia) {
         // The argfile sets these; without them TornadoRuntimeProvider's static initialiser fails.
         if (System.getProperty("tornado.load.runtime.implementation") == null) {
@@ -100,7 +95,7 @@ final class TornadoDevices {
             return new Probe(null, null, "TornadoVM found no backend (no OpenCL, PTX or SPIR-V device)");
         }
         TornadoDevice defaultDevice = runtime.getDefaultDevice();
-        if (!needNvidia || (defaultDevice != null && isNvidia(defaultDevice.getTornadoVMBackend()))) {
+        if (!needNvidia || (defaultDevice != null && BackendTypes.isNvidia(defaultDevice.getTornadoVMBackend()))) {
             if (defaultDevice == null) {
                 return new Probe(null, null, "TornadoVM found no device");
             }
@@ -110,7 +105,7 @@ final class TornadoDevices {
         for (int i = 0; i < backends; i++) {
             TornadoBackend backend = runtime.getBackend(i);
             TornadoVMBackendType type = backend.getBackendType();
-            if (isNvidia(type) && backend.getNumDevices() > 0) {
+            if (BackendTypes.isNvidia(type) && backend.getNumDevices() > 0) {
                 return new Probe(backend.getDefaultDevice(), type, null);
             }
             others.add(backendName(type));

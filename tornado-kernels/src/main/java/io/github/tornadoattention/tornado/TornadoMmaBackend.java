@@ -37,9 +37,8 @@ public final class TornadoMmaBackend implements AttentionBackend {
      */
     @Override
     public void checkSupported(AttentionShape shape) {
-        if (shape.dtype() != io.github.tornadoattention.DType.FP16
-                && TornadoDevices.nvidiaDevice().backend() != uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA) {
-            TornadoDevices.Probe probe = TornadoDevices.nvidiaDevice();
+        TornadoDevices.Probe probe = shape.dtype() == io.github.tornadoattention.DType.FP16 ? null : TornadoDevices.nvidiaDevice();
+        if (probe != null && probe.backend() != uk.ac.manchester.tornado.api.enums.TornadoVMBackendType.CUDA) {
             throw new io.github.tornadoattention.InvalidArgumentException("dtype", shape.dtype().label(), id()
                     + " serves bf16 on TornadoVM's CUDA backend only (TornadoVM 5.2's PTX backend has no bf16 MMA), fp16 on"
                     + " both; " + (probe.found() ? "this TornadoVM's NVIDIA device runs the " + TornadoDevices.backendName(probe.backend())
