@@ -35,10 +35,7 @@ public final class MmaGpuCheck {
         for (String a : !given.isEmpty() ? given : List.of("2,2,2,1,1,64", "1,1,1,64,64,64", "1,2,2,128,128,64",
                 "8,8,8,128,128,64", "2,8,8,512,512,128,c", "2,4,2,300,129,64,c", "1,3,3,1000,1001,128", "2,4,4,200,200,32",
                 "2,4,4,200,200,96,c", "1,4,4,256,256,256,c")) {
-            String[] p = a.split(",");
-            shapes.add(AttentionShape.builder().batch(Integer.parseInt(p[0])).heads(Integer.parseInt(p[1]))
-                    .kvHeads(Integer.parseInt(p[2])).queryLength(Integer.parseInt(p[3])).kvLength(Integer.parseInt(p[4]))
-                    .headDim(Integer.parseInt(p[5])).causal(p.length > 6 && p[6].equals("c")).layout(Layout.BHSD).build());
+            shapes.add(shape(a));
         }
         TornadoDevice device = TornadoDevices.nvidiaDevice().require(io.github.tornadoattention.Backends.TORNADO_MMA);
         List<MmaTileConfig.Loads> families = device.getTornadoVMBackend() == TornadoVMBackendType.CUDA
@@ -54,16 +51,21 @@ public final class MmaGpuCheck {
         }
         if (time) {
             for (String t : List.of("16,8,8,512,512,64", "16,8,8,512,512,64,c", "4,16,16,2048,2048,128", "4,16,16,2048,2048,128,c")) {
-                String[] p = t.split(",");
-                AttentionShape s = AttentionShape.builder().batch(Integer.parseInt(p[0])).heads(Integer.parseInt(p[1]))
-                        .kvHeads(Integer.parseInt(p[2])).queryLength(Integer.parseInt(p[3])).kvLength(Integer.parseInt(p[4]))
-                        .headDim(Integer.parseInt(p[5])).causal(p.length > 6).layout(Layout.BHSD).build();
+                AttentionShape s = shape(t);
                 for (MmaTileConfig.Loads family : families) {
                     System.out.println("TIME " + t + " " + family + " kernel_median_ms " + kernelMillis(s, device, family));
                 }
             }
         }
         System.out.println(all ? "RESULT PASS" : "RESULT FAIL");
+    }
+
+    /** B,Hq,Hkv,Sq,Skv,D[,c]: a BHSD shape, causal with the trailing c. */
+    private static AttentionShape shape(String text) {
+        String[] p = text.split(",");
+        return AttentionShape.builder().batch(Integer.parseInt(p[0])).heads(Integer.parseInt(p[1]))
+                .kvHeads(Integer.parseInt(p[2])).queryLength(Integer.parseInt(p[3])).kvLength(Integer.parseInt(p[4]))
+                .headDim(Integer.parseInt(p[5])).causal(p.length > 6 && p[6].equals("c")).layout(Layout.BHSD).build();
     }
 
     private static double kernelMillis(AttentionShape s, TornadoDevice device, MmaTileConfig.Loads family) {
