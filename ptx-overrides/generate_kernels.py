@@ -179,10 +179,16 @@ DEC_D128 = Tile(128, 16, 32, 1, 2, 6)
 DEC_D64 = Tile(64, 16, 64, 1, 2, 6)
 # New head dims (one tile for both causal flags).
 FWD_D32 = Tile(32, 128, 128, 4, 2, 2)      # FA2's hdim32; 2 row groups per warp, 32 KB, ~235 registers
-FWD_D96 = Tile(96, 64, 64, 4, 2, 2)        # FA2's sm8x hdim96 causal tile; 128x64 (Q in registers or
-                                           # shared memory, 2 stages or split) spills at 255 registers
-FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring stage 1: 48 KB, ~250 registers;
-                                           # 128 rows x 64 keys with 8 warps spills 12-40 bytes with Q split
+FWD_D96 = Tile(96, 64, 64, 4, 2, 2)        # FA2's sm8x hdim96 causal tile (the KV-cache prefill's at D=96)
+# ptx-tornado's D=96 prefill: FWD_D96_DYN's 2 row groups per warp with Q in shared memory, in 48 KB static (one K
+# and one V buffer loaded apart: 24 + 24 KB); spill-free at 255 registers only with the lazy rescale and the
+# Q K^T k-step loop unrolled by 4 (lean 4), plain and with the features, on sm_89 and sm_90.
+FWD_D96_STATIC = Tile(96, 128, 64, 4, 1, 2, q_in_regs=False, opt=LAZY, lean=4)
+FWD_D192 = Tile(192, 64, 32, 4, 2, 2)      # Q in registers overlapping ring stage 1: 48 KB, ~250 registers (the
+                                           # KV-cache prefill's at D=192)
+# ptx-tornado's D=192 prefill: the dynamic tile's 64 x 64 with one K and one V buffer, Q in registers overlapping the
+# V buffer (kernel_traits.cuh, kQOffset): 48 KB static; spill-free with K read in the Q/V lane roles (lean 1).
+FWD_D192_STATIC = Tile(192, 64, 64, 4, 1, 2, lean=1)
 FWD_D96_DYN = Tile(96, 128, 64, 4, 2, 2, q_in_regs=False, dyn_smem=True)  # 2 row groups per warp, Q in shared
                                            # memory, 72 KB dynamic, 255 registers
 FWD_D192_DYN = Tile(192, 64, 64, 4, 2, 2, dyn_smem=True)  # 2 stages of 64 keys, 96 KB dynamic, 255 registers, 2 CTAs/SM
@@ -207,9 +213,10 @@ FWD = {
           "4 warps x 2 row groups (every K/V fragment feeds two mmas), Q in shared memory, 2 stages of 64 keys, 72 KB "
           "dynamic: 1.03-1.47x SDPA FLASH at (4,16,2048,96) and (16,8,512,96), both flags, on an H200, where 64x128 "
           "gave 0.93-1.31x and 8 warps x 1 row group 0.79-1.26x (harness --tuning)"),
-         (FWD_D96, "any", TORNADO,
-          "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 64 keys, Q in registers; 3 CTAs/SM (168 "
-          "registers) spill in the TornadoVM twins")),
+         (FWD_D96_STATIC, "any", TORNADO,
+          "the 48 KB static tile: the dynamic tile's 4 warps x 2 row groups and Q in shared memory, with one K and "
+          "one V buffer of 64 keys; 1.00-1.39x SDPA FLASH as a CUDA-driver tile where the 64 x 64 tile it replaced "
+          "(Q in registers, 2 stages) left ptx-tornado at 1.12-1.25x ptx-cuda's time")),
     128: ((FWD_D128_CAUSAL, "1", BOTH,
            "Bc=48: the largest key tile whose two stages fit 48 KB (Q overlaps stage 1); 168 registers, "
            "3 CTAs/SM; lazy rescale keeps it spill-free; ~1.02x SDPA FLASH on causal shapes"),
@@ -221,7 +228,10 @@ FWD = {
            "4 warps x 1 row group, 2 stages of 64 keys, 96 KB dynamic, 2 CTAs/SM: 1.07-1.17x SDPA FLASH at "
            "(4,16,2048,192) and (16,8,512,192), both flags, on an H200, where FA2's sm80 tile (8 warps, 128 x 64) gave "
            "0.95-0.98x with the lazy rescale and 1.00-1.04x with the eager one (which spills 8 bytes on sm_90)"),
-          (FWD_D192, "any", TORNADO, "the 48 KB static tile: 4 warps x 1 row group, 2 stages of 32 keys, Q in registers")),
+          (FWD_D192_STATIC, "any", TORNADO,
+           "the 48 KB static tile: 4 warps x 1 row group, one K and one V buffer of 64 keys, Q in registers over the V "
+           "buffer; as a 72 KB tile with Q apart it ran 1.00-1.11x SDPA FLASH, where 2 stages of 32 keys (the tile it "
+           "replaced) left ptx-tornado at 1.07-1.15x ptx-cuda's time")),
     256: ((FWD_D256_DYN, "any", CUDA,
            "FA2's sm86/89 hdim256 tile: split K/V of 64 keys, Q in shared memory, 96 KB dynamic: 1.04x SDPA FLASH at "
            "(4,16,2048,256) on an H200 (both flags)"),
@@ -229,7 +239,10 @@ FWD = {
            "the 48 KB static tile for TornadoVM: Q in registers, 2 stages of 16 keys: 0.77-0.81x SDPA FLASH where the "
            "dynamic tile gives 0.97-1.03x (Q in shared memory with split K/V of 16 keys: 0.67-0.74x)")),
 }
-CACHE_FWD = {d: tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
+# The KV-cache prefill's tiles: the dense prefill's static ones, but at D=96 and 192 the tiles ptx-tornado ran before
+# (the cache's pointers and step words do not fit beside FWD_D96_STATIC's and FWD_D192_STATIC's 253-255 registers).
+CACHE_FWD = {d: ((FWD_D96, "any"),) if d == 96 else ((FWD_D192, "any"),) if d == 192
+             else tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
 # The "_feat" entries' tile where the score features' code needs more registers than the plain tile's
 # launch bounds leave: the 168-register D=128 causal tile spills 8-12 bytes with them; 2 CTAs/SM fits.
 FWD_D128_CAUSAL_2 = dataclasses.replace(FWD_D128_CAUSAL, min_ctas=2)
@@ -264,7 +277,7 @@ def rows(*rs):
 
 
 def _suffix(tile):
-    return "_qs_eager" if tile is FWD_D128 else ("_dyn" if tile.dyn_smem else "")
+    return "_qs_eager" if tile is FWD_D128 else ("_dyn" if tile.dyn_smem else ("_qs" if not tile.q_in_regs else ""))
 
 
 # flash_fwd: dense prefill.
@@ -373,6 +386,23 @@ rows(
     Row("flash_fwd_tuning", "prefill", Tile(192, 128, 64, 8, 2, 1, dyn_smem=True, opt=LAZY), suffix="_dyn_lazy",
         why="FA2's sm80 tile, lazy rescale (shipped before the 64 x 64 tile)"),
     Row("flash_fwd_tuning", "prefill", Tile(192, 128, 32, 8, 2, 1, dyn_smem=True), why="8 warps, 32 keys", **_D96),
+)
+# ptx-tornado's D=96 and D=192 48 KB static tiles timed through the CUDA-driver ABI beside the dynamic ones
+# (ptx-tornado against ptx-cuda), with their alternatives.
+_ST = dict(causal=None)
+rows(
+    Row("flash_fwd_tuning", "prefill", FWD_D96, suffix="_static", why="ptx-tornado's tile before FWD_D96_STATIC", **_ST),
+    Row("flash_fwd_tuning", "prefill", FWD_D96_STATIC, suffix="_qs_static", why="ptx-tornado's shipped tile", **_ST),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(FWD_D96_STATIC, opt=(), lean=16), suffix="_qs_static_eager",
+        why="eager rescale, k-step loop unrolled by 2", **_ST),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(FWD_D96_STATIC, lean=16), suffix="_qs_static_l16",
+        why="lazy rescale, k-step loop unrolled by 2", **_ST),
+    Row("flash_fwd_tuning", "prefill", FWD_D192, suffix="_static", why="ptx-tornado's tile before FWD_D192_STATIC", **_ST),
+    Row("flash_fwd_tuning", "prefill", FWD_D192_STATIC, suffix="_static_qv", why="ptx-tornado's shipped tile", **_ST),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 64, 32, 4, 1, 2), suffix="_static",
+        why="one K and one V buffer of 32 keys, Q in registers", **_ST),
+    Row("flash_fwd_tuning", "prefill", Tile(192, 64, 32, 4, 1, 2, q_in_regs=False), suffix="_qs_static",
+        why="one K and one V buffer of 32 keys, Q in shared memory (212-238 registers)", **_ST),
 )
 # D=256: ptx-tornado's 48 KB static tile (FWD_D256) timed through the CUDA-driver ABI beside the shipped dynamic
 # one, and the Q-in-shared-memory tile it replaced.  Q in registers fits 48 KB only with 16-key stages (Q's 32 KB

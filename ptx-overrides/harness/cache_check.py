@@ -780,10 +780,10 @@ def check_decode(K, res, rng, gen, sms):
 
 
 def runs_on(e, feat):
-    """Whether a configuration's entry e takes a case with features feat: a plain entry the cases without features,
-    a "_feat" entry those with them (what a host would run each on)."""
+    """Whether a configuration's entry e takes a case with features feat: a plain entry the cases without a window or
+    softcap (sinks included), a "_feat" entry those with one (what a host would run each on)."""
     names = Features(*feat).names()
-    return names <= e.features and bool(names) == bool(e.features)
+    return names <= e.features and (e.features == manifest.PLAIN_FEATURES) == (names <= manifest.PLAIN_FEATURES)
 
 
 def prefill_configs(hdr):

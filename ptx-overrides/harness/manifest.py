@@ -27,6 +27,9 @@ HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 TOLERANCE = {"fp16": (1e-2, 2e-3), "bf16": (6e-2, 1.6e-2)}
 # lse (fp32 from fp32 scores, whatever the element type) against the reference.
 LSE_TOLERANCE = 1e-3
+# What a plain tile entry serves (flash_manifest.cuh, kPlainFeatures): sinks, the softmax's starting state; its "_feat" twin
+# serves window, softcap and sinks.
+PLAIN_FEATURES = frozenset({"sinks"})
 ABLATION_MODULE = "flash_fwd_ablation.ptx"
 TUNING_MODULE = "flash_fwd_tuning.ptx"
 # The kinds this harness launches (the KV-cache kernels have their own: cache_check.py).
@@ -235,9 +238,9 @@ def layout_configs(entries, kind, header_bytes):
 
 def ablation_base(e, entries):
     """The shipped CUDA-driver entry an ablation variant is measured against: the same tile, without the score
-    features (the ablations are built plain)."""
+    features but the sinks every tile takes (the ablations are built plain)."""
     found = [b for b in entries if b.module in SHIPPED_MODULES and b.kind == PREFILL and not b.tornado and b.dtype == e.dtype
-             and not b.features
+             and b.features == e.features
              and (b.head_dim, b.br, b.bc, b.warps) == (e.head_dim, e.br, e.bc, e.warps)]
     if len(found) != 1:
         raise RuntimeError(f"{e.entry}: {len(found)} shipped entries with its tile: {[b.entry for b in found]}")

@@ -183,7 +183,7 @@ class ShippedManifestTest(unittest.TestCase):
         self.assertTrue(ablations)
         for e in ablations:
             base = manifest.ablation_base(e, SHIPPED)
-            self.assertEqual(frozenset(), base.features, e.entry)
+            self.assertEqual(frozenset({"sinks"}), base.features, e.entry)
             self.assertEqual((e.head_dim, e.br, e.bc), (base.head_dim, base.br, base.bc), e.entry)
 
     def test_the_dense_tuning_baselines(self):

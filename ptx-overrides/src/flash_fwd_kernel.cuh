@@ -71,14 +71,13 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     if constexpr (Opt::kFeatures) return reload_param<P_SOFTCAP, kHdr>(params);
     else return 0;
   };
-  // The softcap's scale / c times 2 log2(e): tanh_of_exp2_arg's argument per unit of q.k (softcap_bits() != 0).
+  // The softcap's scale / c times 2 log2(e): softcap_v's argument per unit of q.k (softcap_bits() != 0).
   auto softcap_in = [&]() -> float {
     return __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(softcap_bits()) * 2.8853900817779268f;
   };
-  auto sink_of = [&](int h) -> float {
-    if constexpr (Opt::kFeatures) return sink_logit<kHdr>(params, h);
-    else return -__int_as_float(0x7f800000);
-  };
+  // Sinks are the softmax's starting state (see m_i), nothing in the loop: every entry serves them (the manifest
+  // lists sinks for the plain entries too).
+  auto sink_of = [&](int h) -> float { return sink_logit<kHdr>(params, h); };
   using WinLeft = std::integral_constant<int, P_WINDOW_LEFT>;
   using WinRight = std::integral_constant<int, P_WINDOW_RIGHT>;
   using L = TileLayout<Kt>;
@@ -462,10 +461,28 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       l_i[rg][hh] = 0.f;
     }
   }
-  // Softcap: scores are tanh values (see the score-edit step), c*log2(e) per unit.  Read late
+  // Softcap: scores are v = (tanh - 1) / 2 values (softcap_v), 2*c*log2(e) per unit.  Read late
   // rather than held across the prologue.
   const int cap_bits0 = softcap_bits();
-  const float sl2 = cap_bits0 != 0 ? __int_as_float(cap_bits0) * 1.4426950408889634f : p.scale_log2;
+  const float sl2 = cap_bits0 != 0 ? __int_as_float(cap_bits0) * 2.8853900817779268f : p.scale_log2;
+  if (!kDecode) {
+    // Prefill: the head's sink z is the softmax's starting state, a key of logit z without a value: m = z in the
+    // loop's units (lse = m*scale + offset, see the epilogue), l = 1 (in one thread of each quad: row sums are
+    // per-thread partials), O = 0.  The loop and the epilogue then need no code for it, and no register holds it.
+    // Branch-free (z = -inf gives m = -inf, l = 0, the start without a sink): a branch here costs the
+    // 255-register tiles a spill.  Split passes leave the sink to the combine.
+    const float z = sink_of(h_fixed);
+    const float m0 = cap_bits0 != 0 ? __fdividef(z - __int_as_float(cap_bits0), 2.f * __int_as_float(cap_bits0))
+                                    : __fdividef(z, __int_as_float(reload_param<P_SCALE, kHdr>(params)));
+    const float l0 = t4 == 0 && z != kNegInf ? 1.f : 0.f;
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        m_i[rg][hh] = m0;
+        l_i[rg][hh] = l0;
+      }
+  }
   const int block_lim = min(Skv - 1, (kDecode ? 0 : row0) + bounds_now().x);
 
   // n counts down to n_min (a window's first tile).  Two stages: one register holds both n_min and
@@ -555,8 +572,8 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       // window edges) on the tiles that cross a bound.  Words re-read here, not held across the loop.
       const int tile_key0 = n * BN + hf * CN;
       bool mask = tile_key0 + CN - 1 > block_lim;
-      // Softcap: scale*q.k becomes c*tanh(scale*q.k/c); S keeps t = tanh(scale*q.k/c) and the
-      // softmax runs in those units (sl2 = c*log2(e)).
+      // Softcap: scale*q.k becomes c*tanh(scale*q.k/c); S keeps v = (tanh(scale*q.k/c) - 1) / 2 and the
+      // softmax runs in those units (sl2 = 2*c*log2(e)).
       const int cap_bits = softcap_bits();
       if constexpr (Opt::kFeatures) {
         // A window's left side: a prefill tile needs the mask where it starts before the first key
@@ -572,7 +589,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
 #pragma unroll
             for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-              for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = tanh_of_exp2_arg(s_acc[rg][nt][j] * in);
+              for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = softcap_v(s_acc[rg][nt][j] * in);
         }
       }
       if (mask) {
@@ -591,7 +608,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
                 float& x = s_acc[rg][nt][2 * hh + c];
-                if (cap_bits != 0) x = tanh_of_exp2_arg(x * in);
+                if (cap_bits != 0) x = softcap_v(x * in);
                 if (nt * 8 + c > lim || nt * 8 + c < first) x = kNegInf;
               }
           }
@@ -742,29 +759,19 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
 
   // ---- epilogue: normalise once, lse = m*scale + ln(l).
   // Values only the epilogue needs are re-read here rather than kept live across the loop.
-  // lse = m*scale + ln(l); m in tanh units (times c) with a softcap.
+  // lse = m*scale + ln(l); with a softcap m is in v units: m*scale = c*(1 + 2m) (scale 2c, offset c).
   const int cap_bits1 = softcap_bits();
-  const float scale = __int_as_float(cap_bits1 != 0 ? cap_bits1 : reload_param<P_SCALE, kHdr>(params));
-  // Prefill: the head's sink z joins the denominator (split passes leave it to the combine).
-  const float sink = kDecode || !Opt::kFeatures ? kNegInf : sink_of(blockIdx.y % reload_param<P_HQ, kHdr>(params));
+  const float scale = cap_bits1 != 0 ? 2.f * __int_as_float(cap_bits1) : __int_as_float(reload_param<P_SCALE, kHdr>(params));
+  const float m_offset = cap_bits1 != 0 ? __int_as_float(cap_bits1) : 0.f;
   float lse_v[RG][2];
 #pragma unroll
   for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(l_i[rg][hh]);
-      const bool any = l > 0.f;  // false only for a row that sees no key
-      float inv = any ? 1.f / l : 0.f;
-      lse_v[rg][hh] = any ? m_i[rg][hh] * scale + logf(l) : kNegInf;
-      if (!kDecode && sink != kNegInf) {
-        // O = acc e^m / (l e^m + e^z), lse = log(l e^m + e^z), both relative to M = max(m, z).
-        const float mn = any ? m_i[rg][hh] * scale : kNegInf;
-        const float M = fmaxf(mn, sink);
-        const float a = any ? __expf(mn - M) : 0.f;
-        const float den = fmaf(l, a, __expf(sink - M));
-        inv = a / den;
-        lse_v[rg][hh] = M + logf(den);
-      }
+      const bool any = l > 0.f;  // false only for a row that sees no key and no sink
+      const float inv = any ? 1.f / l : 0.f;
+      lse_v[rg][hh] = any ? fmaf(m_i[rg][hh], scale, m_offset) + logf(l) : kNegInf;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
         acc_o[rg][dt][2 * hh] *= inv;

@@ -43,10 +43,10 @@ struct OptLean : Base {
   static constexpr int kLean = kLean_;
 };
 
-// An Opt without the run-time score features (window, softcap, sinks): the entry ignores those params
-// words and compiles to the plain body, without their loads, compares and registers.  The table
-// gives every attention tile a plain entry and one with the features (the manifest's features
-// column); hosts run the plain one unless a call has a feature.  A derived type, as OptLean, so
+// An Opt without the run-time window and softcap: the entry ignores those params words and compiles to
+// the plain body, without their loads, compares and registers (sinks, the softmax's starting state,
+// every entry serves).  The table gives every attention tile a plain entry and one with the features (the manifest's
+// features column); hosts run the plain one unless a call has a window or a softcap.  A derived type, as OptLean, so
 // the entries with the features keep their PTX.
 template <class Base>
 struct OptPlain : Base {
@@ -111,11 +111,12 @@ struct FwdTraits {
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
   static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
   static constexpr int kQBytes = kBlockM * kRowBytes;
-  // Q read into registers once may overlap stages 1.. of the K/V ring (stage 0 is free to
-  // load tile 0 while Q arrives); Q kept in shared memory gets its own region after the
-  // ring.  The same bytes stage O at the end.
+  // Q read into registers once may overlap the K/V buffers: stages 1.. of a ring (stage 0 is free
+  // to load tile 0 while Q arrives), or the V buffer of the split pipeline (its prologue loads K_0
+  // alone; V_0 follows in the loop, after Q is in registers).  Q kept in shared memory gets its own
+  // region after the ring.  The same bytes stage O at the end.
   static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr int kQOffset = kQInRegs ? kStageBytes : kRingBytes;
+  static constexpr int kQOffset = !kQInRegs ? kRingBytes : kSplitKV ? kTileBytes : kStageBytes;
   static constexpr int kQEnd = kQOffset + kQBytes;
   static constexpr int kMainBytes = kRingBytes > kQEnd ? kRingBytes : kQEnd;
   // P round trip (ablation): per warp and row group a 16 x Bc tile of elements, rows padded by 16

@@ -75,15 +75,18 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// The softcap's tanh(x) = 1 - 2/(1 + e^(2x)), given y = 2 x log2(e) (the caller folds that factor into its
-// scale): ex2.approx, rcp.approx and one fma; absolute error below 1e-6 over the whole range, +-1 for large
+// The softcap's tanh(x) in "v units", v = (tanh(x) - 1) / 2 = -1/(1 + e^(2x)), given y = 2 x log2(e) (the caller
+// folds that factor into its scale): ex2.approx and rcp.approx of -(1 + 2^y), the negation free as an operand
+// modifier, so two instructions per score.  The softmax needs tanh only up to the affine map t = 1 + 2v, whose
+// constant cancels in exp(t - m) and whose factor 2 joins the scale (fwd_body: sl2, and the lse's offset c);
+// -inf (a masked score) stays -inf.  Absolute error below 1e-6 in t over the whole range, v -> 0 or -1 for large
 // |x|, NaN stays NaN.  (tanh.approx.f32's 2^-11 relative error would move a capped score by up to c*2^-11,
 // more than the checks allow; a reciprocal by Newton steps on the FMA pipe instead of rcp measured slower:
 // the softcapped tile is issue-bound, not SFU-bound.)
-__device__ __forceinline__ float tanh_of_exp2_arg(float y) {
+__device__ __forceinline__ float softcap_v(float y) {
   float r;
-  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(1.f + exp2_approx(y)));
-  return fmaf(-2.f, r, 1.f);
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(-1.f - exp2_approx(y)));
+  return r;
 }
 
 __device__ __forceinline__ float quad_max(float x) {

@@ -81,6 +81,31 @@ class KernelManifestTest {
         }
     }
 
+    @Test
+    void sinksAloneKeepThePlainTileWhileAWindowOrSoftcapTakesTheFeatureEntry() {
+        // Sinks cost one word in a tile's epilogue or its combine, so every shipped tile entry lists them; the window
+        // and the softcap change its loop and live in the "_feat" entries only.
+        int checked = 0;
+        for (Kernel k : SHIPPED.kernels()) {
+            if (!isShipped(k.module()) || k.features().contains(Feature.WINDOW) || k.features().isEmpty()) {
+                continue;
+            }
+            assertEquals(Set.of(Feature.SINKS), k.features(), k.entry());
+            KernelVariant plain = new KernelVariant(k.kind(), k.dtype(), k.headDim() == 0 ? 64 : k.headDim(),
+                    k.causal().equals("1"), k.layout().equals("any") ? CacheLayout.PAGED
+                    : CacheLayout.valueOf(k.layout().toUpperCase(java.util.Locale.ROOT)), Set.of(), k.headerBytes(), k.arch());
+            assertEquals(k.entry(), SHIPPED.select(plain.features(Set.of(Feature.SINKS))).entry(), plain.toString());
+            for (Feature f : List.of(Feature.WINDOW, Feature.SOFTCAP)) {
+                Kernel feat = SHIPPED.select(plain.features(Set.of(f, Feature.SINKS)));
+                assertEquals(Set.of(Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS), feat.features(), feat.entry());
+                assertTrue(feat.kind() == k.kind() && feat.headDim() == k.headDim() && feat.headerBytes() == k.headerBytes(),
+                        feat.entry());
+            }
+            checked++;
+        }
+        assertTrue(checked > 100, "tile entries checked: " + checked);
+    }
+
     private static boolean isShipped(String module) {
         try {
             KernelManifest.ptx(module);

@@ -321,9 +321,13 @@ class AttentionLibraryTest {
         assertEquals(Float.floatToRawIntBits(30f), params[KernelParams.P_SOFTCAP]);
         assertEquals(Float.floatToRawIntBits(0.5f), params[KernelParams.P_COUNT + H - 1]);
         assertEquals(List.of("flash_cache_fwd_paged_d128_causal_feat"), entries(att.call(CacheLibraryTasks.PREFILL)));
-        // Without features the plain entries run.
+        // Without features the plain entries run, and with sinks alone too (a sink is the softmax's starting state, no loop code).
         assertEquals("flash_cache_decode_split_paged_d128",
                 entries(CacheLibraryTasks.create(spec(DType.FP16, D).build(), cache).call(CacheLibraryTasks.DECODE)).get(0));
+        CacheLibraryTasks sinksOnly = CacheLibraryTasks.create(spec(DType.FP16, D).sinks(sinks).build(), cache);
+        assertEquals("flash_cache_decode_split_paged_d128", entries(sinksOnly.call(CacheLibraryTasks.DECODE)).get(0));
+        assertEquals(List.of("flash_cache_fwd_paged_d128_causal"), entries(sinksOnly.call(CacheLibraryTasks.PREFILL)));
+        assertEquals(KernelParams.P_COUNT + H, sinksOnly.call(CacheLibraryTasks.DECODE).params().length);
     }
 
     @Test
