@@ -84,6 +84,7 @@ class Tile:
     dyn_smem: bool = False   # dynamic shared memory (CUDA-driver host only)
     opt: tuple = ()          # OPT_SWITCHES
     lean: int = 0            # Opt::kLean bits (register-saving bodies of the tuning candidates)
+    plain_sinks: bool = True  # the plain entry serves sinks too (OptPlain's kSinks); False: only its "_feat" twin
 
     def traits(self, dtype, features):
         for o in self.opt:
@@ -93,7 +94,7 @@ class Tile:
         if self.lean:
             opt = "flash::OptLean<%s, %d>" % (opt, self.lean)
         if not features:
-            opt = "flash::OptPlain<%s>" % opt
+            opt = "flash::OptPlain<%s>" % opt if self.plain_sinks else "flash::OptPlain<%s, false>" % opt
         t = "flash::FwdTraits<%d, %d, %d, %d, %d, %d, %s, %s, %s>" % (
             self.d, self.br, self.bc, self.warps, self.stages, self.min_ctas,
             "true" if self.q_in_regs else "false", "true" if self.dyn_smem else "false", opt)
@@ -192,8 +193,9 @@ FWD_D192_STATIC = Tile(192, 64, 64, 4, 1, 2, lean=1)
 FWD_D96_DYN = Tile(96, 128, 64, 4, 2, 2, q_in_regs=False, dyn_smem=True)  # 2 row groups per warp, Q in shared
                                            # memory, 72 KB dynamic, 255 registers
 FWD_D192_DYN = Tile(192, 64, 64, 4, 2, 2, dyn_smem=True)  # 2 stages of 64 keys, 96 KB dynamic, 255 registers, 2 CTAs/SM
-FWD_D256 = Tile(256, 64, 16, 4, 2, 1)      # Q in registers (staged over ring stage 1), 2 stages of 16 keys: 48 KB
-                                           # static, 252 registers
+FWD_D256 = Tile(256, 64, 16, 4, 2, 1, plain_sinks=False)  # Q in registers (staged over ring stage 1), 2 stages of 16
+                                           # keys: 48 KB static, 252 registers; its plain TornadoVM twin read the sinks
+                                           # at 255 registers, 11% slower on an H200 (sinks: the "_feat" entry)
 FWD_D256_DYN = Tile(256, 64, 64, 4, 1, 1, q_in_regs=False, dyn_smem=True)  # FA2's sm86/89 64x64, 96 KB
 DEC_D32 = Tile(32, 16, 64, 1, 2, 6)
 DEC_D96 = Tile(96, 16, 32, 1, 2, 6)
@@ -213,10 +215,13 @@ FWD = {
           "4 warps x 2 row groups (every K/V fragment feeds two mmas), Q in shared memory, 2 stages of 64 keys, 72 KB "
           "dynamic: 1.03-1.47x SDPA FLASH at (4,16,2048,96) and (16,8,512,96), both flags, on an H200, where 64x128 "
           "gave 0.93-1.31x and 8 warps x 1 row group 0.79-1.26x (harness --tuning)"),
-         (FWD_D96_STATIC, "any", TORNADO,
-          "the 48 KB static tile: the dynamic tile's 4 warps x 2 row groups and Q in shared memory, with one K and "
-          "one V buffer of 64 keys; 1.00-1.39x SDPA FLASH as a CUDA-driver tile where the 64 x 64 tile it replaced "
-          "(Q in registers, 2 stages) left ptx-tornado at 1.12-1.25x ptx-cuda's time")),
+         (FWD_D96_STATIC, "0", TORNADO,
+          "the 48 KB static tile, non-causal: the dynamic tile's 4 warps x 2 row groups and Q in shared memory, with "
+          "one K and one V buffer of 64 keys: 0.337 ms at (4,16,2048,96) through ptx-tornado on an H200 where the "
+          "64 x 64 tile gave 0.366-0.371"),
+         (FWD_D96, "1", TORNADO,
+          "the 48 KB static tile, causal: 4 warps x 1 row group, 2 stages of 64 keys, Q in registers: 0.222 ms at "
+          "(4,16,2048,96) causal through ptx-tornado on an H200 where the 128 x 64 tile gave 0.230-0.233")),
     128: ((FWD_D128_CAUSAL, "1", BOTH,
            "Bc=48: the largest key tile whose two stages fit 48 KB (Q overlaps stage 1); 168 registers, "
            "3 CTAs/SM; lazy rescale keeps it spill-free; ~1.02x SDPA FLASH on causal shapes"),

@@ -780,10 +780,13 @@ def check_decode(K, res, rng, gen, sms):
 
 
 def runs_on(e, feat):
-    """Whether a configuration's entry e takes a case with features feat: a plain entry the cases without a window or
-    softcap (sinks included), a "_feat" entry those with one (what a host would run each on)."""
+    """Whether a configuration's entry e takes a case with features feat: what a host would run it on, i.e. e serves
+    them and no twin of e (same module, kind, type, head dim, causal selection, layout, header) with fewer features
+    does (the plain entry takes the cases without a window or softcap, where it serves their sinks)."""
     names = Features(*feat).names()
-    return names <= e.features and (e.features == manifest.PLAIN_FEATURES) == (names <= manifest.PLAIN_FEATURES)
+    key = lambda x: (x.module, x.kind, x.dtype, x.head_dim, x.causal, x.layout, x.header_bytes)
+    served = [len(x.features) for x in MANIFEST if key(x) == key(e) and names <= x.features]
+    return names <= e.features and len(e.features) == min(served)
 
 
 def prefill_configs(hdr):

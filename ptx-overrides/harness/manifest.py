@@ -27,9 +27,6 @@ HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 TOLERANCE = {"fp16": (1e-2, 2e-3), "bf16": (6e-2, 1.6e-2)}
 # lse (fp32 from fp32 scores, whatever the element type) against the reference.
 LSE_TOLERANCE = 1e-3
-# What a plain tile entry serves (flash_manifest.cuh, kPlainFeatures): sinks, the softmax's starting state; its "_feat" twin
-# serves window, softcap and sinks.
-PLAIN_FEATURES = frozenset({"sinks"})
 ABLATION_MODULE = "flash_fwd_ablation.ptx"
 TUNING_MODULE = "flash_fwd_tuning.ptx"
 # The kinds this harness launches (the KV-cache kernels have their own: cache_check.py).

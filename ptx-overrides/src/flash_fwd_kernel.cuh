@@ -77,7 +77,10 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
   };
   // Sinks are the softmax's starting state (see m_i), nothing in the loop: every entry serves them (the manifest
   // lists sinks for the plain entries too).
-  auto sink_of = [&](int h) -> float { return sink_logit<kHdr>(params, h); };
+  auto sink_of = [&](int h) -> float {
+    if constexpr (Opt::kSinks) return sink_logit<kHdr>(params, h);
+    else return -__int_as_float(0x7f800000);
+  };
   using WinLeft = std::integral_constant<int, P_WINDOW_LEFT>;
   using WinRight = std::integral_constant<int, P_WINDOW_RIGHT>;
   using L = TileLayout<Kt>;

@@ -74,7 +74,7 @@ std::string opt_name() {
 inline const char* kScoreFeatures = "window+softcap+sinks";
 
 // What a plain entry (OptPlain) serves: sinks, which are the softmax's starting state in a prefill tile (fwd_body)
-// and join in the combine of the split passes, so every entry takes them.
+// and join in the combine of the split passes, so every entry takes them (but an OptPlain<..., false>).
 inline const char* kPlainFeatures = "sinks";
 
 // An entry compiled from a FwdTraits configuration (prefill and split-KV decode tiles): fwd_body,
@@ -82,7 +82,7 @@ inline const char* kPlainFeatures = "sinks";
 template <class KT>
 bool add(const char* kind, const char* config, const char* entry, int header_bytes, const char* layout) {
   Row r{kind, config, entry, header_bytes, KT::Element::kName, layout};
-  r.features = KT::O::kFeatures ? kScoreFeatures : kPlainFeatures;
+  r.features = KT::O::kFeatures ? kScoreFeatures : KT::O::kSinks ? kPlainFeatures : "-";
   r.head_dim = KT::kHeadDim;
   r.br = KT::kBlockM;
   r.bc = KT::kBlockN;
@@ -144,7 +144,7 @@ inline void print() {
 // each array's data (0 for the CUDA-driver entries, TornadoVM's header for its twins); LAYOUT:
 // the K/V layouts it reads (none, contiguous, paged, any).  The element type comes from KT (E).
 // FEATURES (plain rows): flash::manifest::kScoreFeatures for a combine, "-" otherwise; tile rows
-// serve the score features (Opt::kFeatures) or sinks only (OptPlain).
+// serve the score features (Opt::kFeatures) or sinks only (OptPlain; none with OptPlain<..., false>).
 #define FLASH_MANIFEST_ROW(KIND, CONFIG, ENTRY, HEADER, KT, LAYOUT) \
   static const bool ENTRY##_in_manifest = flash::manifest::add<KT>(KIND, #CONFIG, #ENTRY, HEADER, LAYOUT);
 #define FLASH_MANIFEST_PLAIN(KIND, CONFIG, ENTRY, HEADER, E, LAYOUT, FEATURES, D, ROWS, THREADS) \

@@ -33,6 +33,7 @@ struct Opt {
   static constexpr bool kLazyRescale = kLazyRescale_;
   static constexpr int kLean = 0;  // see OptLean
   static constexpr bool kFeatures = true;  // see OptPlain
+  static constexpr bool kSinks = true;     // see OptPlain
 };
 
 // An Opt with register-saving variants of the kernel body switched on (bit mask of kLean*
@@ -47,10 +48,12 @@ struct OptLean : Base {
 // the plain body, without their loads, compares and registers (sinks, the softmax's starting state,
 // every entry serves).  The table gives every attention tile a plain entry and one with the features (the manifest's
 // features column); hosts run the plain one unless a call has a window or a softcap.  A derived type, as OptLean, so
-// the entries with the features keep their PTX.
-template <class Base>
+// the entries with the features keep their PTX.  kSinks_ false: a plain entry without sinks either (a tile at the
+// register limit whose speed moves with the sink's reads; its "_feat" twin serves sinks).
+template <class Base, bool kSinks_ = true>
 struct OptPlain : Base {
   static constexpr bool kFeatures = false;
+  static constexpr bool kSinks = kSinks_;
 };
 
 constexpr int gcd_int(int a, int b) { return b == 0 ? a : gcd_int(b, a % b); }
