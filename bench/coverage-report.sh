@@ -107,7 +107,7 @@ if want features; then
   cuda run --batch 1 --heads 4 --kv-heads 1 --dim 128 --seq 1024 --kv-seq 8192 --causal --window 1023 --backend ptx-cuda \
     --iters 1 --check --seed "$SEED" > "$OUT/prefill-window-check.log" 2>&1 || fail=1
   echo "windowed prefill check: $(grep -m1 '^check' "$OUT/prefill-window-check.log")"
-  # Sinks alone run the "_feat" entry without a tanh: the entry's own cost apart from the softcap's.
+  # Sinks alone run the plain entry (a prefill tile starts its softmax from the sink): they should cost nothing.
   for D in 128 256; do
     for extra in "" "--sinks" "--softcap 50" "--softcap 50 --sinks"; do
       log="$OUT/prefill-d$D-softcap-$(echo "x$extra" | tr -d ' -').log"

@@ -68,8 +68,10 @@ class KernelManifestTest {
 
     @Test
     void everyShippedEntryIsSelectableAndServesOneVariantAlone() {
+        Set<String> shipped = SHIPPED.kernels().stream().map(Kernel::module).distinct().filter(KernelManifestTest::isShipped)
+                .collect(Collectors.toSet());
         for (Kernel k : SHIPPED.kernels()) {
-            if (!isShipped(k.module())) {
+            if (!shipped.contains(k.module())) {
                 continue;
             }
             assertTrue(k.selectable(), k.entry() + " ships but no host selects it");
@@ -85,9 +87,11 @@ class KernelManifestTest {
     void sinksAloneKeepThePlainTileWhileAWindowOrSoftcapTakesTheFeatureEntry() {
         // Sinks cost one word in a tile's epilogue or its combine, so every shipped tile entry lists them; the window
         // and the softcap change its loop and live in the "_feat" entries only.
+        Set<String> shipped = SHIPPED.kernels().stream().map(Kernel::module).distinct().filter(KernelManifestTest::isShipped)
+                .collect(Collectors.toSet());
         int checked = 0;
         for (Kernel k : SHIPPED.kernels()) {
-            if (!isShipped(k.module()) || k.features().contains(Feature.WINDOW) || k.features().isEmpty()) {
+            if (!shipped.contains(k.module()) || k.features().contains(Feature.WINDOW) || k.features().isEmpty()) {
                 continue;
             }
             assertEquals(Set.of(Feature.SINKS), k.features(), k.entry());
