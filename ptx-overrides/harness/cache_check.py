@@ -780,13 +780,14 @@ def check_decode(K, res, rng, gen, sms):
 
 
 def runs_on(e, feat):
-    """Whether a configuration's entry e takes a case with features feat: what a host would run it on, i.e. e serves
-    them and no twin of e (same module, kind, type, head dim, causal selection, layout, header) with fewer features
-    does (the plain entry takes the cases without a window or softcap, where it serves their sinks)."""
-    names = Features(*feat).names()
-    key = lambda x: (x.module, x.kind, x.dtype, x.head_dim, x.causal, x.layout, x.header_bytes)
-    served = [len(x.features) for x in MANIFEST if key(x) == key(e) and names <= x.features]
-    return names <= e.features and len(e.features) == min(served)
+    """Whether a configuration's entry e takes a case with features feat: whether a host would run it there, i.e.
+    manifest.select_variant picks e for e's variant with those features (the plain entry takes the cases without a
+    window or softcap, where it serves their sinks)."""
+    try:
+        return manifest.select_variant(MANIFEST, e.kind, e.dtype, e.head_dim, e.causal == "1", e.layout, e.header_bytes,
+                                       Features(*feat).names()).entry == e.entry
+    except manifest.Refused:
+        return False
 
 
 def prefill_configs(hdr):
