@@ -246,7 +246,8 @@ FWD = {
 }
 # The KV-cache prefill's tiles: the dense prefill's static ones, but at D=96 and 192 the tiles ptx-tornado ran before
 # (the cache's pointers and step words do not fit beside FWD_D96_STATIC's and FWD_D192_STATIC's 253-255 registers).
-CACHE_FWD = {d: ((FWD_D96, "any"),) if d == 96 else ((FWD_D192, "any"),) if d == 192
+CACHE_ONLY_TILES = {96: FWD_D96, 192: FWD_D192}
+CACHE_FWD = {d: ((CACHE_ONLY_TILES[d], "any"),) if d in CACHE_ONLY_TILES
              else tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
 # The "_feat" entries' tile where the score features' code needs more registers than the plain tile's
 # launch bounds leave: the 168-register D=128 causal tile spills 8-12 bytes with them; 2 CTAs/SM fits.
