@@ -21,6 +21,9 @@ import org.junit.jupiter.api.Test;
 
 class KernelManifestTest {
     private static final KernelManifest SHIPPED = KernelManifest.shipped();
+    /** The modules the jar ships (read once: each lookup decompresses the module). */
+    private static final Set<String> SHIPPED_MODULES = SHIPPED.kernels().stream().map(Kernel::module).distinct()
+            .filter(KernelManifestTest::isShipped).collect(Collectors.toSet());
 
     @Test
     void everyHeadDimAndCausalFlagSelectsExactlyOneEntryOfEachKind() {
@@ -68,36 +71,29 @@ class KernelManifestTest {
 
     @Test
     void everyShippedEntryIsSelectableAndServesOneVariantAlone() {
-        Set<String> shipped = SHIPPED.kernels().stream().map(Kernel::module).distinct().filter(KernelManifestTest::isShipped)
-                .collect(Collectors.toSet());
         for (Kernel k : SHIPPED.kernels()) {
-            if (!shipped.contains(k.module())) {
+            if (!SHIPPED_MODULES.contains(k.module())) {
                 continue;
             }
             assertTrue(k.selectable(), k.entry() + " ships but no host selects it");
             // The variant this entry serves (either causal flag where it serves both) selects exactly it.
-            KernelVariant v = new KernelVariant(k.kind(), k.dtype(), k.headDim() == 0 ? 64 : k.headDim(), k.causal().equals("1"),
-                    k.layout().equals("any") ? CacheLayout.PAGED : CacheLayout.valueOf(k.layout().toUpperCase(java.util.Locale.ROOT)),
-                    k.features(), k.headerBytes(), k.arch());
+            KernelVariant v = servedBy(k);
             assertEquals(k.entry(), SHIPPED.select(v).entry(), v.toString());
         }
     }
 
     @Test
     void sinksAloneKeepThePlainTileWhileAWindowOrSoftcapTakesTheFeatureEntry() {
-        // Sinks cost one word in a tile's epilogue or its combine, so every shipped tile entry lists them; the window
-        // and the softcap change its loop and live in the "_feat" entries only.
-        Set<String> shipped = SHIPPED.kernels().stream().map(Kernel::module).distinct().filter(KernelManifestTest::isShipped)
-                .collect(Collectors.toSet());
+        // Sinks are a prefill tile's softmax starting state or join in the combine, so the shipped tile entries list
+        // them (but those whose row leaves them to "_feat"); the window and the softcap change the loop and live in
+        // the "_feat" entries only.
         int checked = 0;
         for (Kernel k : SHIPPED.kernels()) {
-            if (!shipped.contains(k.module()) || k.features().contains(Feature.WINDOW) || k.features().isEmpty()) {
+            if (!SHIPPED_MODULES.contains(k.module()) || k.features().contains(Feature.WINDOW) || k.features().isEmpty()) {
                 continue;
             }
             assertEquals(Set.of(Feature.SINKS), k.features(), k.entry());
-            KernelVariant plain = new KernelVariant(k.kind(), k.dtype(), k.headDim() == 0 ? 64 : k.headDim(),
-                    k.causal().equals("1"), k.layout().equals("any") ? CacheLayout.PAGED
-                    : CacheLayout.valueOf(k.layout().toUpperCase(java.util.Locale.ROOT)), Set.of(), k.headerBytes(), k.arch());
+            KernelVariant plain = servedBy(k).features(Set.of());
             assertEquals(k.entry(), SHIPPED.select(plain.features(Set.of(Feature.SINKS))).entry(), plain.toString());
             for (Feature f : List.of(Feature.WINDOW, Feature.SOFTCAP)) {
                 Kernel feat = SHIPPED.select(plain.features(Set.of(f, Feature.SINKS)));
@@ -108,6 +104,13 @@ class KernelManifestTest {
             checked++;
         }
         assertTrue(checked > 100, "tile entries checked: " + checked);
+    }
+
+    /** A variant {@code k} serves (either causal flag where it serves both, a paged cache where it serves any). */
+    private static KernelVariant servedBy(Kernel k) {
+        return new KernelVariant(k.kind(), k.dtype(), k.headDim() == 0 ? 64 : k.headDim(), k.causal().equals("1"),
+                k.layout().equals("any") ? CacheLayout.PAGED : CacheLayout.valueOf(k.layout().toUpperCase(java.util.Locale.ROOT)),
+                k.features(), k.headerBytes(), k.arch());
     }
 
     private static boolean isShipped(String module) {
