@@ -173,7 +173,11 @@ class Row:
 SHIPPED_DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 FWD_D64 = Tile(64, 128, 64, 4, 2, 2)
-FWD_D128_CAUSAL = Tile(128, 64, 48, 4, 2, 3, opt=LAZY)
+FWD_D128_CAUSAL = Tile(128, 64, 48, 4, 2, 3, opt=LAZY)  # the KV-cache prefill's causal tile
+# The dense prefill's D=128 causal tile: FA2's sm86/sm89 64 x 64, one K and one V buffer with Q in registers staged
+# over the V buffer (32 KB), eager rescale, 2 CTAs/SM by registers (226 plain, 203-212 with the score features: one
+# tile serves both, no spill).
+FWD_D128_CAUSAL_SPLIT = Tile(128, 64, 64, 4, 1, 2)
 FWD_D128 = Tile(128, 128, 32, 4, 1, 2, q_in_regs=False)
 FWD_D128_LAZY = dataclasses.replace(FWD_D128, opt=LAZY)
 DEC_D128 = Tile(128, 16, 32, 1, 2, 6)
@@ -222,9 +226,10 @@ FWD = {
          (FWD_D96, "1", TORNADO,
           "the 48 KB static tile, causal: 4 warps x 1 row group, 2 stages of 64 keys, Q in registers: 0.222 ms at "
           "(4,16,2048,96) causal through ptx-tornado on an H200 where the 128 x 64 tile gave 0.230-0.233")),
-    128: ((FWD_D128_CAUSAL, "1", BOTH,
-           "Bc=48: the largest key tile whose two stages fit 48 KB (Q overlaps stage 1); 168 registers, "
-           "3 CTAs/SM; lazy rescale keeps it spill-free; ~1.02x SDPA FLASH on causal shapes"),
+    128: ((FWD_D128_CAUSAL_SPLIT, "1", BOTH,
+           "64 x 64, one K and one V buffer, Q in registers, eager rescale, 2 CTAs/SM: 1.04x / 1.79x SDPA FLASH at "
+           "(4,16,2048,128) / (16,8,512,128) causal on an H200, where the 64 x 48 tile at 3 CTAs/SM gave 0.99x / "
+           "1.65x and, with a softcap, ran 1.28-1.30x slower in the non-causal tile it needs for registers"),
           (FWD_D128, "0", BOTH,
            "2 row groups per warp (every K/V fragment feeds two mmas), Q in shared memory, one K and one V "
            "buffer loaded apart, eager rescale, 255 registers, 2 CTAs/SM: 0.95-0.96x SDPA FLASH where Br=64 gave "
@@ -245,21 +250,20 @@ FWD = {
            "dynamic tile gives 0.97-1.03x (Q in shared memory with split K/V of 16 keys: 0.67-0.74x)")),
 }
 # The KV-cache prefill's tiles: the dense prefill's static ones, but at D=96 and 192 the tiles ptx-tornado ran before
-# (the cache's pointers and step words do not fit beside FWD_D96_STATIC's and FWD_D192_STATIC's 253-255 registers).
-CACHE_ONLY_TILES = {96: FWD_D96, 192: FWD_D192}
-CACHE_FWD = {d: ((CACHE_ONLY_TILES[d], "any"),) if d in CACHE_ONLY_TILES
-             else tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
+# (the cache's pointers and step words do not fit beside FWD_D96_STATIC's and FWD_D192_STATIC's 253-255 registers)
+# and at D=128 causal the 64 x 48 tile (the dense prefill's 64 x 64 is not measured over a cache).
+CACHE_ONLY_TILES = {96: ((FWD_D96, "any"),), 128: ((FWD_D128_CAUSAL, "1"), (FWD_D128, "0")),
+                    192: ((FWD_D192, "any"),)}
+CACHE_FWD = {d: CACHE_ONLY_TILES.get(d) or tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
 # The "_feat" entries' tile where the score features' code needs more registers than the plain tile's
-# launch bounds leave: the 168-register D=128 causal tile spills 8-12 bytes with them; 2 CTAs/SM fits.
+# launch bounds leave: the 168-register D=128 causal cache tile spills 8-12 bytes with them; 2 CTAs/SM fits.
 FWD_D128_CAUSAL_2 = dataclasses.replace(FWD_D128_CAUSAL, min_ctas=2)
 # The "_feat" entries' tile, by (kind, the row's tile), where the plain tile does not suit the score features: the
-# 168-register D=128 causal tile spills 8-12 bytes with them (dense prefill: the non-causal tile, measured faster
-# with the features on causal shapes too; cache prefill: 2 CTAs/SM); the dynamic D=96, 192 and 256 tiles spill
-# 12-56 bytes with them unless they take the lazy rescale (which cost D=256's plain entry 4-6% on an H200).
+# 168-register D=128 causal cache tile (2 CTAs/SM); the dynamic D=96 and 192 tiles spill 12-52 bytes with them unless
+# they take the lazy rescale.  D=256's dynamic tile takes them eager (255 registers, no spill; 1.08-1.10x its plain
+# time on an H200 where the lazy rescale took 1.13-1.15x: bench/results/h200-2026-11-26-softcap-feat-tiles.md).
 FEAT_TILES = {
-    ("prefill", FWD_D128_CAUSAL): FWD_D128,
     ("cache-prefill", FWD_D128_CAUSAL): FWD_D128_CAUSAL_2,
-    ("prefill", FWD_D256_DYN): dataclasses.replace(FWD_D256_DYN, opt=LAZY),
     ("prefill", FWD_D96_DYN): dataclasses.replace(FWD_D96_DYN, opt=LAZY),
     ("prefill", FWD_D192_DYN): dataclasses.replace(FWD_D192_DYN, opt=LAZY),
 }
@@ -336,7 +340,7 @@ for _kind in ("cache-append-decode-fused", "cache-staged-decode-fused"):
 
 # flash_fwd_ablation (benchmark only): each shipped dense prefill tile with exactly one
 # optimisation switched off (the lazy rescale follows the shipped tile).
-for _tile in (FWD_D64, FWD_D128_CAUSAL):
+for _tile in (FWD_D64, FWD_D128_CAUSAL_SPLIT):
     for _switch in ABLATIONS:
         rows(Row("flash_fwd_ablation", "prefill", ablation(_tile, _switch), suffix="_" + _switch))
 
@@ -356,8 +360,8 @@ rows(
         why="2-stage ring, Bc=32: 64 KB"),
     Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=64, stages=2, dyn_smem=True), suffix="_qs_dyn",
         why="2-stage ring, Bc=64: 96 KB"),
-    Row("flash_fwd_tuning", "prefill", Tile(128, 64, 64, 4, 1, 2, opt=LAZY),
-        why="Br=64, Q in registers, split pipeline, Bc=64 in 48 KB (FA2's sm86/sm89 causal tile); 3 CTAs/SM spill"),
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(FWD_D128_CAUSAL_SPLIT, opt=LAZY), suffix="_lazy",
+        why="the shipped causal tile with the lazy rescale"),
     Row("flash_fwd_tuning", "prefill", Tile(128, 128, 32, 8, 2, 1, opt=LAZY),
         why="8 warps x 1 row group, Q in registers overlapping ring stage 1, 48 KB"),
     Row("flash_fwd_tuning", "prefill", Tile(128, 128, 48, 8, 2, 1, dyn_smem=True, opt=LAZY), suffix="_dyn",

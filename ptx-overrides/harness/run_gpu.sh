@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.total --f
            END {printf "%s HMMA=%d LDSM=%d LDGSTS=%d STG128=%d LDL=%d STL=%d BAR=%d MUFU.EX2=%d\n", fn, h, l, c, s, ll, sl, b, e}' "$f"
     done
   } > "$OUT/sass_summary.txt"
-  grep -A400 "Function : flash_fwd_d128_m64n48w4s2$" /tmp/flash_fwd.sass | head -2500 > "$OUT/sass_d128_excerpt.txt" || true
+  grep -A400 "Function : flash_fwd_d128_m64n64w4s1$" /tmp/flash_fwd.sass | head -2500 > "$OUT/sass_d128_excerpt.txt" || true
 ) > "$OUT/sass.log" 2>&1 &
 sass_pid=$!
 PYTHONUNBUFFERED=1 python3 ptx-overrides/harness/check_and_time.py "$@" 2>&1 | tee "$OUT/harness_stdout.txt"

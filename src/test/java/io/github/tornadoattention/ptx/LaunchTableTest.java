@@ -41,7 +41,7 @@ class LaunchTableTest {
         assertEquals(128, full.threads());
         assertEquals(0, full.dynamicSharedBytes());
         LaunchTable.Launch causal = LaunchTable.prefillLaunch(shape().causal(true).build());
-        assertEquals("flash_fwd_d128_m64n48w4s2", causal.entry());
+        assertEquals("flash_fwd_d128_m64n64w4s1", causal.entry());
         assertEquals(5, causal.gridX()); // ceil(300 / 64)
         assertEquals(List.of(LaunchTable.prefillLaunch(shape().build())), LaunchTable.launches(shape().build(), 0));
     }

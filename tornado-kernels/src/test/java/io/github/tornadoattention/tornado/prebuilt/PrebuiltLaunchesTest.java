@@ -40,7 +40,7 @@ class PrebuiltLaunchesTest {
                 }
             }
         }
-        assertEquals("flash_fwd_d128_m64n48w4s2_tornado_h128",
+        assertEquals("flash_fwd_d128_m64n64w4s1_tornado_h128",
                 PrebuiltLaunches.prefill(SHAPE.headDim(128).causal(true).build(), 128).entry());
         assertThrows(IllegalArgumentException.class, () -> PrebuiltLaunches.prefill(SHAPE.headDim(64).build(), 24));
     }
