@@ -187,7 +187,7 @@ class ShippedManifestTest(unittest.TestCase):
             self.assertEqual((e.head_dim, e.br, e.bc), (base.head_dim, base.br, base.bc), e.entry)
 
     def test_the_dense_tuning_baselines(self):
-        self.assertEqual(["flash_fwd_d128_m128n32w4s1_qs_eager", "flash_fwd_d128_m64n64w4s1"],
+        self.assertEqual(["flash_fwd_d128_m128n48w4s1_dyn", "flash_fwd_d128_m64n64w4s1"],
                          [select_variant(SHIPPED, PREFILL, "fp16", 128, c).entry for c in (False, True)])
 
     def test_tuning_runs_each_candidates_head_dim_beside_its_shipped_entries(self):

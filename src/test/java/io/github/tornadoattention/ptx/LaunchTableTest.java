@@ -33,13 +33,13 @@ class LaunchTableTest {
     @Test
     void prefillGridCoversEveryQueryRowOnceWithTheManifestsTile() {
         LaunchTable.Launch full = LaunchTable.prefillLaunch(shape().build());
-        assertEquals("flash_fwd_d128_m128n32w4s1_qs_eager", full.entry());
+        assertEquals("flash_fwd_d128_m128n48w4s1_dyn", full.entry());
         assertEquals("flash_fwd.ptx", full.module());
         assertEquals(128, full.kernel().rowsPerBlock());
         assertEquals(3, full.gridX()); // ceil(300 / 128)
         assertEquals(16, full.gridY()); // B * Hq
         assertEquals(128, full.threads());
-        assertEquals(0, full.dynamicSharedBytes());
+        assertEquals(57344, full.dynamicSharedBytes()); // Q 32 KB + one K and one V buffer of 48 keys
         LaunchTable.Launch causal = LaunchTable.prefillLaunch(shape().causal(true).build());
         assertEquals("flash_fwd_d128_m64n64w4s1", causal.entry());
         assertEquals(5, causal.gridX()); // ceil(300 / 64)
