@@ -173,11 +173,11 @@ class Row:
 SHIPPED_DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 FWD_D64 = Tile(64, 128, 64, 4, 2, 2)
-FWD_D128_CAUSAL = Tile(128, 64, 48, 4, 2, 3, opt=LAZY)  # the KV-cache prefill's causal tile
+CACHE_D128_CAUSAL = Tile(128, 64, 48, 4, 2, 3, opt=LAZY)  # the KV-cache prefill's D=128 causal tile
 # The dense prefill's D=128 causal tile: FA2's sm86/sm89 64 x 64, one K and one V buffer with Q in registers staged
 # over the V buffer (32 KB), eager rescale, 2 CTAs/SM by registers (226 plain, 203-212 with the score features: one
 # tile serves both, no spill).
-FWD_D128_CAUSAL_SPLIT = Tile(128, 64, 64, 4, 1, 2)
+FWD_D128_CAUSAL = Tile(128, 64, 64, 4, 1, 2)
 FWD_D128 = Tile(128, 128, 32, 4, 1, 2, q_in_regs=False)
 FWD_D128_LAZY = dataclasses.replace(FWD_D128, opt=LAZY)
 # The CUDA driver's D=128 non-causal prefill: FWD_D128's layout with 48-key K and V buffers, 56 KB dynamic, lazy
@@ -233,7 +233,7 @@ FWD = {
           "the 48 KB static tile, causal: 4 warps x 1 row group, one K and one V buffer of 128 keys, Q in registers: "
           "0.98-1.01x the dynamic tile's time at (4,16,2048,96), (16,8,512,96) and (1,32,4096,96) causal as CUDA-driver "
           "kernels on an H200, where 2 stages of 64 keys (the tile before) gave 0.99-1.07x")),
-    128: ((FWD_D128_CAUSAL_SPLIT, "1", BOTH,
+    128: ((FWD_D128_CAUSAL, "1", BOTH,
            "64 x 64, one K and one V buffer, Q in registers, eager rescale, 2 CTAs/SM: 1.04x / 1.79x SDPA FLASH at "
            "(4,16,2048,128) / (16,8,512,128) causal on an H200, where the 64 x 48 tile at 3 CTAs/SM gave 0.99x / "
            "1.65x and, with a softcap, ran 1.28-1.30x slower in the non-causal tile it needs for registers"),
@@ -264,18 +264,18 @@ FWD = {
 # (the cache's pointers and step words do not fit beside FWD_D96_STATIC's and FWD_D192_STATIC's 253-255 registers)
 # and at D=128 causal the 64 x 48 tile (the dense prefill's 64 x 64 over a cache, spill-free, took 0.80-1.05x its time
 # through `prefill` on an H200, contiguous and paged, one round: not conclusive, so not adopted).
-CACHE_ONLY_TILES = {96: ((FWD_D96, "any"),), 128: ((FWD_D128_CAUSAL, "1"), (FWD_D128, "0")),
+CACHE_ONLY_TILES = {96: ((FWD_D96, "any"),), 128: ((CACHE_D128_CAUSAL, "1"), (FWD_D128, "0")),
                     192: ((FWD_D192, "any"),)}
 CACHE_FWD = {d: CACHE_ONLY_TILES.get(d) or tuple((t, c) for t, c, _, _ in FWD[d] if not t.dyn_smem) for d in HEAD_DIMS}
 # The "_feat" entries' tile where the score features' code needs more registers than the plain tile's
 # launch bounds leave: the 168-register D=128 causal cache tile spills 8-12 bytes with them; 2 CTAs/SM fits.
-FWD_D128_CAUSAL_2 = dataclasses.replace(FWD_D128_CAUSAL, min_ctas=2)
+CACHE_D128_CAUSAL_2 = dataclasses.replace(CACHE_D128_CAUSAL, min_ctas=2)
 # The "_feat" entries' tile, by (kind, the row's tile), where the plain tile does not suit the score features: the
 # 168-register D=128 causal cache tile (2 CTAs/SM); the dynamic D=96 and 192 tiles spill 12-52 bytes with them unless
 # they take the lazy rescale.  D=256's dynamic tile takes them eager (255 registers, no spill; 1.08-1.10x its plain
-# time on an H200 where the lazy rescale took 1.13-1.15x: bench/results/h200-2026-11-26-softcap-feat-tiles.md).
+# time on an H200 where the lazy rescale took 1.13-1.16x: bench/results/h200-2026-11-26-softcap-feat-tiles.md).
 FEAT_TILES = {
-    ("cache-prefill", FWD_D128_CAUSAL): FWD_D128_CAUSAL_2,
+    ("cache-prefill", CACHE_D128_CAUSAL): CACHE_D128_CAUSAL_2,
     ("prefill", FWD_D96_DYN): dataclasses.replace(FWD_D96_DYN, opt=LAZY),
     ("prefill", FWD_D192_DYN): dataclasses.replace(FWD_D192_DYN, opt=LAZY),
 }
@@ -287,8 +287,8 @@ def cache_prefill_tile(tile, layout, abi):
     non-causal one takes the lazy rescale (249 registers), the causal TornadoVM twin 2 CTAs/SM."""
     if layout == "contiguous" and tile is FWD_D128:
         return FWD_D128_LAZY
-    if layout == "contiguous" and abi == "tornado" and tile is FWD_D128_CAUSAL:
-        return FWD_D128_CAUSAL_2
+    if layout == "contiguous" and abi == "tornado" and tile is CACHE_D128_CAUSAL:
+        return CACHE_D128_CAUSAL_2
     return tile
 
 ROWS = []
@@ -352,7 +352,7 @@ for _kind in ("cache-append-decode-fused", "cache-staged-decode-fused"):
 
 # flash_fwd_ablation (benchmark only): each shipped dense prefill tile with exactly one
 # optimisation switched off (the lazy rescale follows the shipped tile).
-for _tile in (FWD_D64, FWD_D128_CAUSAL_SPLIT):
+for _tile in (FWD_D64, FWD_D128_CAUSAL):
     for _switch in ABLATIONS:
         rows(Row("flash_fwd_ablation", "prefill", ablation(_tile, _switch), suffix="_" + _switch))
 
@@ -370,7 +370,7 @@ rows(
         why="2-stage ring, Bc=32: 64 KB"),
     Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=64, stages=2, dyn_smem=True), suffix="_qs_dyn",
         why="2-stage ring, Bc=64: 96 KB"),
-    Row("flash_fwd_tuning", "prefill", dataclasses.replace(FWD_D128_CAUSAL_SPLIT, opt=LAZY), suffix="_lazy",
+    Row("flash_fwd_tuning", "prefill", dataclasses.replace(FWD_D128_CAUSAL, opt=LAZY), suffix="_lazy",
         why="the shipped causal tile with the lazy rescale"),
     Row("flash_fwd_tuning", "prefill", Tile(128, 128, 32, 8, 2, 1, opt=LAZY),
         why="8 warps x 1 row group, Q in registers overlapping ring stage 1, 48 KB"),
