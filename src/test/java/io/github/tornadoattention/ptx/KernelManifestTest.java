@@ -83,7 +83,7 @@ class KernelManifestTest {
     }
 
     @Test
-    void sinksAloneKeepThePlainTileWhileAWindowOrSoftcapTakesTheFeatureEntry() {
+    void sinksAloneKeepThePlainEntryWhileAWindowOrSoftcapTakesTheFeatureEntryOfTheSameTile() {
         // Sinks are a prefill tile's softmax starting state or join in the combine, so the shipped tile entries list
         // them (but those whose row leaves them to "_feat"); the window and the softcap change the loop and live in
         // the "_feat" entries only.
@@ -100,6 +100,11 @@ class KernelManifestTest {
                 assertEquals(Set.of(Feature.WINDOW, Feature.SOFTCAP, Feature.SINKS), feat.features(), feat.entry());
                 assertTrue(feat.kind() == k.kind() && feat.headDim() == k.headDim() && feat.headerBytes() == k.headerBytes(),
                         feat.entry());
+                // A window or softcap keeps the call on the plain entry's tile (its rows and keys per block, its
+                // threads): the table picks tiles that fit the features' registers rather than falling back to another
+                // shape (the D=128 causal prefill ran the non-causal tile with them, 1.28x the time with a softcap).
+                assertEquals(List.of(k.rowsPerBlock(), k.keysPerTile(), k.threads()),
+                        List.of(feat.rowsPerBlock(), feat.keysPerTile(), feat.threads()), feat.entry() + " beside " + k.entry());
             }
             checked++;
         }
