@@ -363,7 +363,8 @@ for _tile in (FWD_D64, FWD_D128_CAUSAL):
 _T = Tile(128, 128, 32, 4, 1, 2, q_in_regs=False, opt=LAZY)
 rows(
     Row("flash_fwd_tuning", "prefill", _T, suffix="_qs",
-        why="2 row groups, Q in shared memory, split K/V pipeline, 48 KB static (its eager twin ships)"),
+        why="2 row groups, Q in shared memory, split K/V pipeline, 48 KB static (its eager twin ships for TornadoVM, "
+            "its Bc=48 dynamic twin for the CUDA driver)"),
     Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, bc=64, dyn_smem=True), suffix="_qs_dyn",
         why="split pipeline, Bc=64 (FA2 sm80/sm90): 64 KB"),
     Row("flash_fwd_tuning", "prefill", dataclasses.replace(_T, stages=2, dyn_smem=True), suffix="_qs_dyn",
