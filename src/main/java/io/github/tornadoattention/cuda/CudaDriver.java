@@ -55,6 +55,7 @@ public final class CudaDriver {
     private final MethodHandle cuEventSynchronize;
     private final MethodHandle cuEventElapsedTime;
     private final MethodHandle cuEventDestroy;
+    private final MethodHandle cuStreamIsCapturing;
     private final MethodHandle cuLaunchKernel;
     private final MethodHandle cuMemcpyDtoDAsync;
     private final MethodHandle cuMemHostAlloc;
@@ -124,6 +125,7 @@ public final class CudaDriver {
         cuEventSynchronize = bind("cuEventSynchronize", JAVA_LONG);
         cuEventElapsedTime = bind("cuEventElapsedTime", ADDRESS, JAVA_LONG, JAVA_LONG);
         cuEventDestroy = bind("cuEventDestroy_v2", JAVA_LONG);
+        cuStreamIsCapturing = bind("cuStreamIsCapturing", JAVA_LONG, ADDRESS);
         cuMemcpyDtoDAsync = bind("cuMemcpyDtoDAsync_v2", JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG);
         cuMemHostAlloc = bind("cuMemHostAlloc", ADDRESS, JAVA_LONG, JAVA_INT);
         cuMemFreeHost = bind("cuMemFreeHost", ADDRESS);
@@ -375,6 +377,15 @@ public final class CudaDriver {
             MemorySegment out = arena.allocate(JAVA_FLOAT);
             call("cuEventElapsedTime", () -> (int) cuEventElapsedTime.invokeExact(out, start, end));
             return out.get(JAVA_FLOAT, 0);
+        }
+    }
+
+    /** Whether {@code stream} is being captured into a CUDA graph (cuStreamIsCapturing: any status but NONE). */
+    public boolean isCapturing(long stream) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            call("cuStreamIsCapturing", () -> (int) cuStreamIsCapturing.invokeExact(stream, out));
+            return out.get(JAVA_INT, 0) != 0;
         }
     }
 

@@ -28,7 +28,8 @@ import java.util.Objects;
  * least recently used dropped first): entry handles, grids and each launch's {@code kernelParams}, marshalled into
  * host memory the set owns. TornadoVM keeps its buffers in place between executions, so a steady-state dispatch is the
  * arguments' type and size checks, one lookup, one cuCtxGetCurrent (TornadoVM's context is current on its thread:
- * pushed and popped only where it is not) and the cuLaunchKernel calls; nothing is allocated. New pointers are checked
+ * pushed and popped only where it is not) and the cuLaunchKernel calls; nothing is allocated. With {@link DispatchTimer} on, a
+ * dispatch outside a capture also records an event before and after its launches. New pointers are checked
  * (present, aligned) before their set is made, so a set only ever holds checked pointers. cuLaunchKernel copies the
  * argument values during the call, also when a CUDA graph captures it, so reusing (or, once dropped, freeing) the
  * marshalled arguments never changes a launch already enqueued or captured.
@@ -66,6 +67,9 @@ public final class AttentionLibraryContext implements AutoCloseable {
     private final LaunchKey probe = new LaunchKey();
     /** Hand-made descriptors' calls with the scalars they were made from, newest last. */
     private final List<HandMade> handMade = new java.util.ArrayList<>();
+    /** Event pairs of timed dispatches ({@link DispatchTimer}): all made, and those not awaiting a drain. */
+    private final List<long[]> eventPairs = new java.util.ArrayList<>();
+    private final java.util.ArrayDeque<long[]> freeEventPairs = new java.util.ArrayDeque<>();
     private boolean closed;
 
     /** A call and the device pointers of its arguments; compared by call identity and pointer values. */
@@ -251,10 +255,18 @@ public final class AttentionLibraryContext implements AutoCloseable {
             cuda.pushContext(context);
         }
         try {
+            long[] timed = DispatchTimer.enabled() && !cuda.isCapturing(stream) ? eventPair() : null;
+            if (timed != null) {
+                cuda.recordEvent(timed[0], stream);
+            }
             int[] g = set.geometry();
             for (int i = 0; i < set.functions().length; i++) {
                 cuda.launch(set.functions()[i], g[4 * i], g[4 * i + 1], g[4 * i + 2], g[4 * i + 3], stream,
                         set.kernelParams()[i]);
+            }
+            if (timed != null) {
+                cuda.recordEvent(timed[1], stream);
+                DispatchTimer.add(new DispatchTimer.Timed(this, call.function(), timed));
             }
         } finally {
             if (push) {
@@ -264,6 +276,27 @@ public final class AttentionLibraryContext implements AutoCloseable {
     }
 
     private static final long[] EMPTY = {};
+
+    /** A free (start, end) event pair for a timed dispatch ({@link DispatchTimer}); made in the current context. */
+    private long[] eventPair() {
+        long[] pair = freeEventPairs.poll();
+        if (pair == null) {
+            pair = new long[] {cuda.createEvent(), cuda.createEvent()};
+            eventPairs.add(pair);
+        }
+        return pair;
+    }
+
+    /** The device milliseconds between a timed dispatch's events (waits for it), NaN once closed; the pair is reused. */
+    synchronized double elapsedAndRecycle(long[] pair) {
+        if (closed) {
+            return Double.NaN;
+        }
+        double[] ms = new double[1];
+        inContext(() -> ms[0] = cuda.elapsedMillis(pair[0], pair[1]));
+        freeEventPairs.push(pair);
+        return ms[0];
+    }
 
     /** Checks the pointers, then makes and keeps the call's launches on them. */
     private LaunchSet launchSet(LibraryCall call, long[] pointers) {
@@ -359,6 +392,7 @@ public final class AttentionLibraryContext implements AutoCloseable {
             return;
         }
         closed = true;
+        DispatchTimer.forget(this);
         launchSets.values().forEach(s -> s.arena().close());
         launchSets.clear();
         preparedCalls.clear();
@@ -372,6 +406,12 @@ public final class AttentionLibraryContext implements AutoCloseable {
                 }
             }
             prepared.clear();
+            for (long[] pair : eventPairs) {
+                cuda.destroyEvent(pair[0]);
+                cuda.destroyEvent(pair[1]);
+            }
+            eventPairs.clear();
+            freeEventPairs.clear();
             modules.values().forEach(cuda::unloadModule);
             modules.clear();
             functions.clear();

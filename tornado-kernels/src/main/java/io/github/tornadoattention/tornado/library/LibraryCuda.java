@@ -60,6 +60,19 @@ public interface LibraryCuda {
      */
     void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, MemorySegment kernelParams);
 
+    /** Whether {@code stream} is being captured into a CUDA graph (events recorded then cannot be timed). */
+    boolean isCapturing(long stream);
+
+    /** A CUDA event of the current context, with timing. */
+    long createEvent();
+
+    void recordEvent(long event, long stream);
+
+    /** Waits for {@code end}; the milliseconds of device time from {@code start} to it. */
+    float elapsedMillis(long start, long end);
+
+    void destroyEvent(long event);
+
     /**
      * One allocation: an 8-byte slot per argument (an int argument is the low 4 bytes of its slot, little-endian
      * hosts) and the {@code void*} array cuLaunchKernel takes, pointing at them; the array is returned.
@@ -152,6 +165,31 @@ public interface LibraryCuda {
         @Override
         public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, MemorySegment kernelParams) {
             cuda.launch(function, gridX, gridY, gridZ, blockX, 0, stream, kernelParams);
+        }
+
+        @Override
+        public boolean isCapturing(long stream) {
+            return cuda.isCapturing(stream);
+        }
+
+        @Override
+        public long createEvent() {
+            return cuda.createEvent();
+        }
+
+        @Override
+        public void recordEvent(long event, long stream) {
+            cuda.recordEvent(event, stream);
+        }
+
+        @Override
+        public float elapsedMillis(long start, long end) {
+            return cuda.elapsedMillis(start, end);
+        }
+
+        @Override
+        public void destroyEvent(long event) {
+            cuda.destroyEvent(event);
         }
     }
 }

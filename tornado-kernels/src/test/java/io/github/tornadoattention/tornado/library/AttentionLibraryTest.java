@@ -560,6 +560,54 @@ class AttentionLibraryTest {
         assertEquals(1, s.cuda().arenasMade);
     }
 
+    /**
+     * DispatchTimer: off, a dispatch records nothing; on, it brackets its launches with two events on TornadoVM's
+     * stream, a drain returns the device time per function and the events are reused; a capture is not timed; a
+     * closed context's pending dispatches are dropped and its events destroyed.
+     */
+    @Test
+    void theDispatchTimerBracketsTheLaunchesWithEventsOnlyWhenOnAndOutsideACapture() {
+        Steady s = steady();
+        FakeCuda cuda = s.cuda();
+        s.dispatch(P);
+        List<String> launches = List.copyOf(cuda.calls);
+        cuda.calls.clear();
+        s.dispatch(P);
+        assertEquals(launches, cuda.calls, "off: only the launches");
+        String function = s.call().function();
+        try {
+            DispatchTimer.enable(true);
+            cuda.calls.clear();
+            s.dispatch(P);
+            assertEquals(6, cuda.calls.size(), cuda.calls.toString());
+            String start = cuda.calls.get(0).substring("event ".length()), end = cuda.calls.get(1).substring("event ".length());
+            assertEquals(List.of("record " + start + " stream 5eed"), cuda.calls.subList(2, 3));
+            assertEquals(launches, cuda.calls.subList(3, 5), "the launches between the two records");
+            assertEquals("record " + end + " stream 5eed", cuda.calls.get(5));
+            cuda.calls.clear();
+            s.dispatch(P);   // a second pair: the first awaits its drain
+            assertEquals(2, cuda.calls.stream().filter(c -> c.startsWith("event ")).count());
+            cuda.calls.clear();
+            assertEquals(java.util.Map.of(function, new DispatchTimer.Totals(2, 0.25 + 0.5)), DispatchTimer.drain());
+            assertEquals("elapsed " + start + " " + end + " in c0ffee", cuda.calls.get(1), "timed in the dispatch's context");
+            assertEquals(java.util.Map.of(), DispatchTimer.drain(), "drained once");
+            cuda.calls.clear();
+            s.dispatch(P);
+            assertTrue(cuda.calls.stream().noneMatch(c -> c.startsWith("event ")), "a drained pair is reused");
+            cuda.capturing = true;
+            cuda.calls.clear();
+            s.dispatch(P);
+            assertEquals(launches, cuda.calls, "captured into a CUDA graph: not timed");
+            cuda.capturing = false;
+            s.context().close();
+            assertEquals(4, cuda.calls.stream().filter(c -> c.startsWith("destroy ")).count(), "both pairs destroyed");
+            assertEquals(java.util.Map.of(), DispatchTimer.drain(), "the closed context's pending dispatch is dropped");
+        } finally {
+            DispatchTimer.enable(false);
+            DispatchTimer.drain();
+        }
+    }
+
     @Test
     void aContextNotCurrentIsPushedAndPoppedAroundTheLaunches() {
         Steady s = steady();
@@ -826,6 +874,40 @@ class AttentionLibraryTest {
             calls.add("launch " + entries.get(function) + " grid " + gridX + "x" + gridY + "x" + gridZ + " block " + blockX
                     + " stream " + Long.toHexString(stream) + " args "
                     + java.util.Arrays.toString(LibraryCuda.arguments(kernelParams)));
+        }
+
+        /** Whether the stream is being captured (set by a test). */
+        boolean capturing;
+        /** The device time each elapsedMillis reports (the n-th pair drained gets n + 1 of these). */
+        int elapsedCalls;
+
+        @Override
+        public boolean isCapturing(long stream) {
+            return capturing;
+        }
+
+        @Override
+        public long createEvent() {
+            long event = 0xe000L + next++;
+            calls.add("event " + Long.toHexString(event));
+            return event;
+        }
+
+        @Override
+        public void recordEvent(long event, long stream) {
+            calls.add("record " + Long.toHexString(event) + " stream " + Long.toHexString(stream));
+        }
+
+        @Override
+        public float elapsedMillis(long start, long end) {
+            calls.add("elapsed " + Long.toHexString(start) + " " + Long.toHexString(end) + " in "
+                    + Long.toHexString(contexts.isEmpty() ? current : contexts.peek()));
+            return 0.25f * ++elapsedCalls;
+        }
+
+        @Override
+        public void destroyEvent(long event) {
+            calls.add("destroy " + Long.toHexString(event));
         }
     }
 }
