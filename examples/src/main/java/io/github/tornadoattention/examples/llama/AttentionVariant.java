@@ -1,6 +1,7 @@
 package io.github.tornadoattention.examples.llama;
 
 import io.github.tornadoattention.cpu.CpuReference;
+import java.util.Map;
 import java.util.SplittableRandom;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.KernelContext;
@@ -64,6 +65,18 @@ interface AttentionVariant {
 
     /** Whether the task named {@code task} (without the graph prefix) is attention proper, for the timing table. */
     boolean isAttentionTask(String task);
+
+    /**
+     * Turns this variant's own device timing on or off for the next steps: for tasks TornadoVM's profiler cannot time
+     * on the device (the library task). None by default.
+     */
+    default void timeOnDevice(boolean on) {
+    }
+
+    /** Device nanoseconds per task name (without the graph prefix) timed since the last call ({@link #timeOnDevice}). */
+    default Map<String, Long> drainDeviceNanos() {
+        return Map.of();
+    }
 
     /**
      * Right after layer {@code layer}'s graph that holds {@code part} ran (result {@code result}, still the

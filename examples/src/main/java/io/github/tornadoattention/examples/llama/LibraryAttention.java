@@ -5,8 +5,11 @@ import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.KvCacheSpec;
 import io.github.tornadoattention.tornado.engine.CacheAttentionTasks;
 import io.github.tornadoattention.tornado.library.CacheLibraryTasks;
+import io.github.tornadoattention.tornado.library.DispatchTimer;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import uk.ac.manchester.tornado.api.GridScheduler;
 import uk.ac.manchester.tornado.api.KernelContext;
 import uk.ac.manchester.tornado.api.TaskGraph;
@@ -95,6 +98,20 @@ final class LibraryAttention implements AttentionVariant {
     @Override
     public void fillPrefix(int positions, PrefixRows rows) {
         OursAttention.fillPrefix(config, layers, positions, rows);
+    }
+
+    /** The library task's device time: CUDA events around its launches ({@link DispatchTimer}). */
+    @Override
+    public void timeOnDevice(boolean on) {
+        DispatchTimer.enable(on);
+    }
+
+    @Override
+    public Map<String, Long> drainDeviceNanos() {
+        Map<String, Long> nanos = new LinkedHashMap<>();
+        DispatchTimer.drain().forEach((function, t) -> nanos.merge(function.equals(CacheLibraryTasks.DECODE)
+                ? OursAttention.PREFIX + "decode" : function, Math.round(t.millis() * 1e6), Long::sum));
+        return nanos;
     }
 
     @Override

@@ -54,7 +54,11 @@ final class LlamaDecoder implements AutoCloseable {
     private final int[] profileLogRead;
     private boolean profiling;
 
-    LlamaDecoder(LlamaWeights weights, AttentionVariant attention) {
+    /**
+     * The decoder's plan for {@code attention}; {@code cudaGraph}: the plan runs {@code withCUDAGraph()} (each graph
+     * captured at its first execution and replayed after: no per-task host work, and no per-task profiler times).
+     */
+    LlamaDecoder(LlamaWeights weights, AttentionVariant attention, boolean cudaGraph) {
         this.config = weights.config;
         this.attention = attention;
         int dim = config.dim();
@@ -99,7 +103,11 @@ final class LlamaDecoder implements AutoCloseable {
         profileLogRead = new int[graphs];
         plan = new TornadoExecutionPlan(all.toArray(new ImmutableTaskGraph[0]));
         try {
-            plan.withGridScheduler(scheduler).withPreCompilation();
+            plan.withGridScheduler(scheduler);
+            if (cudaGraph) {
+                plan.withCUDAGraph();
+            }
+            plan.withPreCompilation();
         } catch (RuntimeException | Error e) {
             close();
             throw e;

@@ -107,6 +107,11 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                     + "(default: ${DEFAULT-VALUE})")
     int profileSteps;
 
+    @Option(names = "--cuda-graph", description = "run the plan withCUDAGraph(): each task graph captured once and "
+            + "replayed (TornadoVM's per-task host work gone; its profiler then times no task, so --profile-steps "
+            + "must be 0)")
+    boolean cudaGraph;
+
     @Option(names = "--seed", defaultValue = "20261201", description = "seed of the weights and the prompt (default: ${DEFAULT-VALUE})")
     long seed;
 
@@ -162,6 +167,10 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         }
         if (profileSteps < 0 || profileSteps >= generate) {
             throw bad("--profile-steps", profileSteps, "must be in [0, --generate = " + generate + ")");
+        }
+        if (cudaGraph && profileSteps != 0) {
+            throw bad("--profile-steps", profileSteps, "must be 0 with --cuda-graph (TornadoVM's profiler times no task "
+                    + "inside a CUDA graph)");
         }
         if (checkSteps < 0 || checkSteps > 64) {
             throw bad("--check-steps", checkSteps, "must be in [0, 64]");
@@ -239,6 +248,10 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         /** Per task name: kernel ms per token, summed over the layers (profiled steps). */
         Map<String, Double> kernelMsPerToken = new LinkedHashMap<>();
         double attentionMsPerToken;
+        /** Per task the variant times itself ({@link AttentionVariant#timeOnDevice}): device ms per token. */
+        Map<String, Double> deviceMsPerToken = new LinkedHashMap<>();
+        /** Attention's device time per token: {@link #deviceMsPerToken} where present, else the profiler's. */
+        double attentionDeviceMsPerToken;
         /** The plan's graphs in run order, each with the tasks the profiler timed in it (in the report's order). */
         Map<String, List<String>> graphTasks = new LinkedHashMap<>();
         List<Check> checks = new ArrayList<>();
@@ -259,7 +272,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         List<Double> decodeMs = new ArrayList<>();
         Map<String, Long> kernelNanos = new LinkedHashMap<>();
         long t0 = System.nanoTime();
-        try (LlamaDecoder decoder = new LlamaDecoder(weights, variant)) {
+        Map<String, Long> deviceNanos = new LinkedHashMap<>();
+        try (LlamaDecoder decoder = new LlamaDecoder(weights, variant, cudaGraph)) {
             run.buildSeconds = (System.nanoTime() - t0) / 1e9;
             if (prefix > 0) {
                 variant.fillPrefix(prefix, new AttentionVariant.PrefixRows(seed, config.kvHeads(), config.headDim()));
@@ -277,6 +291,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                 boolean sample = sampled.contains(s);
                 boolean profiled = s >= firstProfiled;
                 decoder.profile(profiled);
+                variant.timeOnDevice(profiled && !sample);
                 long begin = System.nanoTime();
                 LlamaDecoder.StepResult result = decoder.step(tok, prefix + s + 1, withLogits, sample);
                 if (withLogits) {
@@ -291,6 +306,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                     check(config, s, result.samples(), run.checks, out, run.name);
                 } else if (profiled) {
                     result.kernelNanos().forEach((task, ns) -> kernelNanos.merge(task, ns, Long::sum));
+                    variant.drainDeviceNanos().forEach((task, ns) -> deviceNanos.merge(task, ns, Long::sum));
                 } else if (s < prompt - 1) {
                     promptMs[s] = ms;
                 } else {
@@ -298,6 +314,9 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                 }
             }
             run.runSeconds = (System.nanoTime() - start) / 1e9;
+        } finally {
+            variant.timeOnDevice(false);
+            variant.drainDeviceNanos();
         }
         // The last generated token comes from the last step's logits; the loop never feeds it back.
         run.promptMsPerToken = mean(promptMs, Math.min(PROMPT_WARMUP_STEPS, prompt - 1), prompt - 1, sampled);
@@ -318,6 +337,13 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                 });
         run.attentionMsPerToken = perTask.entrySet().stream().filter(e -> variant.isAttentionTask(e.getKey()))
                 .mapToDouble(Map.Entry::getValue).sum();
+        if (profileSteps == 0) {
+            run.attentionMsPerToken = Double.NaN;   // nothing timed
+        }
+        deviceNanos.forEach((task, ns) -> run.deviceMsPerToken.put(task, ns / 1e6 / Math.max(1, profileSteps)));
+        // Attention on the device: the variant's own device time where it has one, else the profiler's.
+        run.attentionDeviceMsPerToken = perTask.entrySet().stream().filter(e -> variant.isAttentionTask(e.getKey()))
+                .mapToDouble(e -> run.deviceMsPerToken.getOrDefault(e.getKey(), e.getValue())).sum();
         return run;
     }
 
@@ -432,35 +458,46 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
 
     private void report(List<VariantRun> runs, PrintWriter out) {
         for (VariantRun run : runs) {
-            out.printf("%n[%s] kernel time per token over the last %d generated tokens (TornadoVM profiler, "
-                    + "summed over %d layers; launch latency included):%n", run.name, profileSteps, layers);
-            double total = run.kernelMsPerToken.values().stream().mapToDouble(Double::doubleValue).sum();
-            out.printf("  %-20s %10s %7s%n", "task", "ms/token", "share");
-            run.kernelMsPerToken.forEach((task, ms) -> out.printf("  %-20s %10.4f %6.1f%%%n", task, ms,
-                    total > 0 ? 100 * ms / total : 0));
-            out.printf("  %-20s %10.4f%n", "all kernels", total);
+            if (profileSteps == 0) {
+                out.printf("%n[%s] no kernel times (--profile-steps 0%s)%n", run.name, cudaGraph ? ", --cuda-graph" : "");
+            } else {
+                out.printf("%n[%s] kernel time per token over the last %d generated tokens (TornadoVM profiler, "
+                        + "summed over %d layers; launch latency included):%n", run.name, profileSteps, layers);
+                double total = run.kernelMsPerToken.values().stream().mapToDouble(Double::doubleValue).sum();
+                out.printf("  %-20s %10s %7s%n", "task", "ms/token", "share");
+                run.kernelMsPerToken.forEach((task, ms) -> out.printf("  %-20s %10.4f %6.1f%%%n", task, ms,
+                        total > 0 ? 100 * ms / total : 0));
+                out.printf("  %-20s %10.4f%n", "all kernels", total);
+                run.deviceMsPerToken.forEach((task, ms) -> out.printf("  %-20s %10.4f on the device (CUDA events "
+                        + "around its launches; the profiler's time above is the host's, between two markers it "
+                        + "waits for)%n", task, ms));
+            }
             out.printf("[%s] tokens: hash %s, first 32 %s%n", run.name, Greedy.hash(run.tokens),
                     Arrays.toString(Arrays.copyOf(run.tokens, Math.min(32, run.tokens.length))));
         }
         VariantRun first = runs.get(0);
-        out.printf("%n%-20s %10s %10s %12s %12s %16s %12s%n", "variant", "prompt", "decode", "attention", "kernels",
-                "tokens", "check");
-        out.printf("%-20s %10s %10s %12s %12s %16s %12s%n", "", "ms/token", "ms/token", "ms/token", "ms/token", "hash",
-                "max abs err");
+        out.printf("%n%-20s %10s %10s %12s %12s %12s %16s %12s%n", "variant", "prompt", "decode", "attention",
+                "attention", "kernels", "tokens", "check");
+        out.printf("%-20s %10s %10s %12s %12s %12s %16s %12s%n", "", "ms/token", "ms/token", "ms/token",
+                "device ms", "ms/token", "hash", "max abs err");
         for (VariantRun run : runs) {
             double kernels = run.kernelMsPerToken.values().stream().mapToDouble(Double::doubleValue).sum();
             double worst = run.checks.stream().mapToDouble(Check::maxAbsError).max().orElse(Double.NaN);
             boolean pass = run.checks.stream().allMatch(Check::passes);
-            out.printf("%-20s %10.3f %10.3f %12.4f %12.4f %16s %12s%n", run.name, run.promptMsPerToken,
-                    run.decodeMsPerToken, run.attentionMsPerToken, kernels, Greedy.hash(run.tokens),
+            out.printf("%-20s %10.3f %10.3f %12.4f %12.4f %12.4f %16s %12s%n", run.name, run.promptMsPerToken,
+                    run.decodeMsPerToken, run.attentionMsPerToken, run.attentionDeviceMsPerToken, kernels,
+                    Greedy.hash(run.tokens),
                     run.checks.isEmpty() ? "-" : String.format("%.2e %s", worst, pass ? "ok" : "FAIL"));
         }
-        out.printf("(decode: median wall time of %d unprofiled generated steps at context %d..%d; attention: its "
-                        + "tasks' kernel time at context ~%d)%n", first.timedDecodeSteps, prefix + prompt + 1,
-                prefix + prompt + generate - profileSteps - 1, prefix + prompt + generate - profileSteps / 2);
+        out.printf("(decode: median wall time of %d unprofiled generated steps at context %d..%d%s; attention: its "
+                        + "tasks' kernel time at context ~%d, TornadoVM's profiler; device: the library task's own CUDA "
+                        + "events where it has them)%n", first.timedDecodeSteps, prefix + prompt + 1,
+                prefix + prompt + generate - profileSteps - 1, cudaGraph ? ", CUDA graphs" : "",
+                prefix + prompt + generate - profileSteps / 2);
         for (VariantRun run : runs.subList(1, runs.size())) {
-            out.printf("%n%s / %s attention time: %.2fx%n", run.name, first.name,
-                    run.attentionMsPerToken / first.attentionMsPerToken);
+            out.printf("%n%s / %s attention time: %.2fx (profiler), %.2fx (device)%n", run.name, first.name,
+                    run.attentionMsPerToken / first.attentionMsPerToken,
+                    run.attentionDeviceMsPerToken / first.attentionDeviceMsPerToken);
             out.print(agreement(first, run));
         }
     }
@@ -503,6 +540,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         configJson.put("seed", seed);
         root.put("config", configJson);
         root.put("backend", backend);
+        root.put("cuda_graph", cudaGraph);
         List<Object> variants = new ArrayList<>();
         for (VariantRun run : runs) {
             Map<String, Object> v = new LinkedHashMap<>();
@@ -515,6 +553,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
             v.put("decode_steps_timed", run.timedDecodeSteps);
             v.put("kernel_ms_per_token", run.kernelMsPerToken);
             v.put("attention_ms_per_token", run.attentionMsPerToken);
+            v.put("device_ms_per_token", run.deviceMsPerToken);
+            v.put("attention_device_ms_per_token", run.attentionDeviceMsPerToken);
             v.put("graphs", run.graphTasks);
             v.put("tokens_hash", Greedy.hash(run.tokens));
             v.put("tokens", Arrays.stream(run.tokens).boxed().toList());
@@ -530,6 +570,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         root.put("variants", variants);
         if (runs.size() > 1) {
             root.put("attention_ratio", runs.get(1).attentionMsPerToken / runs.get(0).attentionMsPerToken);
+            root.put("attention_device_ratio", runs.get(1).attentionDeviceMsPerToken
+                    / runs.get(0).attentionDeviceMsPerToken);
         }
         String text = JSON.std.with(JSON.Feature.PRETTY_PRINT_OUTPUT).asString(root);
         if (json.equals("-")) {
