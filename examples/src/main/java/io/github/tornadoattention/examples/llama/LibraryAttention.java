@@ -23,15 +23,19 @@ import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 /**
  * Our attention as a TornadoVM library task ({@link CacheLibraryTasks}: the ptx-cuda cache kernels on TornadoVM's
  * buffers and stream; TornadoVM's CUDA backend only), each layer ONE task graph as GPULlama3.java builds it: RoPE
- * writes q, k and v as fp16 ({@link LlamaKernels#ropeHalf}), the Java append kernel writes k and v to the layer's
- * fp16 cache [1, Hkv, maxLength, D] at position L - 1 ({@code attn_Append}), the library task decodes
- * ({@code attn_decode}: split pass + combine of the cache kernels), then the output projection reads O fp16. A library
- * task may sit anywhere in a graph (unlike a prebuilt one), so nothing is split or relayed between graphs.
+ * writes q, k and v as fp16 ({@link LlamaKernels#ropeHalf}), ONE library task appends k and v to the layer's fp16 cache
+ * [1, Hkv, maxLength, D] at position L - 1 and decodes ({@code attn_append_decode}: {@link
+ * CacheLibraryTasks#appendAndDecode}, the launches ptx-cuda's cache decode makes: its append kernel, the split pass,
+ * the combine), then the output projection reads O fp16. A library task may sit anywhere in a graph (unlike a prebuilt
+ * one), so nothing is split or relayed between graphs.
  */
 final class LibraryAttention implements AttentionVariant {
     private final LlamaConfig config;
-    private final CacheAttentionTasks append;
+    /** Makes the caches and block table (as ours does); no task of it is added. */
+    private final CacheAttentionTasks cacheArrays;
     private final CacheLibraryTasks library;
+    /** The layer's attention task: the library's append + decode. */
+    static final String TASK = OursAttention.PREFIX + "append_decode";
     private final IntArray step = CacheAttentionTasks.newStepArray(1);
     private final List<OursAttention.Layer> layers = new ArrayList<>();
 
@@ -40,8 +44,7 @@ final class LibraryAttention implements AttentionVariant {
         CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(1).heads(config.heads()).kvHeads(config.kvHeads())
                 .headDim(config.headDim()).maxQueryLength(1).maxLength(config.maxLength()).causal(true).build();
         KvCacheSpec cacheSpec = KvCacheSpec.contiguous(1, config.kvHeads(), config.maxLength(), config.headDim());
-        // The append is the Java cache kernel (compiled by TornadoVM on any backend); attention is the library task.
-        this.append = CacheAttentionTasks.create(Backends.TORNADO_SIMT, spec, cacheSpec, device);
+        this.cacheArrays = CacheAttentionTasks.create(Backends.TORNADO_SIMT, spec, cacheSpec, device);
         this.library = CacheLibraryTasks.create(spec, cacheSpec);
     }
 
@@ -70,7 +73,7 @@ final class LibraryAttention implements AttentionVariant {
                         FloatArray qkv, FloatArray ropeCos, FloatArray ropeSin) {
         int dim = config.dim();
         int kvDim = config.kvDim();
-        OursAttention.Layer arrays = OursAttention.Layer.allocate(config, append);
+        OursAttention.Layer arrays = OursAttention.Layer.allocate(config, cacheArrays);
         layers.add(arrays);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.q(), arrays.newK(), arrays.newV());
         graph.task("rope", LlamaKernels::ropeHalf, context, step, qkv, ropeCos, ropeSin, arrays.q(), arrays.newK(),
@@ -85,10 +88,8 @@ final class LibraryAttention implements AttentionVariant {
         OursAttention.Layer arrays = layers.get(layer);
         graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, arrays.kCache(), arrays.vCache(), arrays.blockTable(),
                 arrays.out());
-        append.addAppend(graph, graphName, scheduler, OursAttention.PREFIX, arrays.newK(), arrays.newV(), arrays.kCache(),
-                arrays.vCache(), step, arrays.blockTable());
-        graph.libraryTask(OursAttention.PREFIX + "decode", library::decode, arrays.q(), arrays.kCache(), arrays.vCache(),
-                step, arrays.blockTable(), arrays.out());
+        graph.libraryTask(TASK, library::appendAndDecode, arrays.newK(), arrays.newV(), arrays.q(), arrays.kCache(),
+                arrays.vCache(), step, arrays.blockTable(), arrays.out());
         graph.task("out_proj", LlamaKernels::matvecResidualHalf, context, arrays.out(), wo, x, dim);
         scheduler.addWorkerGrid(graphName + ".out_proj", LlamaDecoder.grid(dim * LlamaKernels.MATVEC_THREADS,
                 LlamaKernels.MATVEC_THREADS));
@@ -109,8 +110,8 @@ final class LibraryAttention implements AttentionVariant {
     @Override
     public Map<String, Long> drainDeviceNanos() {
         Map<String, Long> nanos = new LinkedHashMap<>();
-        DispatchTimer.drain().forEach((function, t) -> nanos.merge(function.equals(CacheLibraryTasks.DECODE)
-                ? OursAttention.PREFIX + "decode" : function, Math.round(t.millis() * 1e6), Long::sum));
+        DispatchTimer.drain().forEach((function, t) -> nanos.merge(function.equals(CacheLibraryTasks.APPEND_DECODE)
+                ? TASK : function, Math.round(t.millis() * 1e6), Long::sum));
         return nanos;
     }
 

@@ -103,8 +103,9 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
     int checkSteps;
 
     @Option(names = "--profile-steps", defaultValue = "16",
-            description = "last generated steps run under TornadoVM's profiler for per-task kernel times "
-                    + "(default: ${DEFAULT-VALUE})")
+            description = "last generated steps run under TornadoVM's profiler for per-task kernel times; as many "
+                    + "steps before them, with the profiler off, time the library task on the device (its own CUDA "
+                    + "events) (default: ${DEFAULT-VALUE})")
     int profileSteps;
 
     @Option(names = "--cuda-graph", description = "run the plan withCUDAGraph(): each task graph captured once and "
@@ -165,8 +166,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         if (generate < 1 || (long) prefix + prompt + generate > 1 << 20) {
             throw bad("--generate", generate, "must be >= 1, with --prefix + --prompt + --generate <= 2^20");
         }
-        if (profileSteps < 0 || profileSteps >= generate) {
-            throw bad("--profile-steps", profileSteps, "must be in [0, --generate = " + generate + ")");
+        if (profileSteps < 0 || 2L * profileSteps >= generate) {
+            throw bad("--profile-steps", profileSteps, "must be >= 0 with 2 x --profile-steps < --generate = " + generate);
         }
         if (cudaGraph && profileSteps != 0) {
             throw bad("--profile-steps", profileSteps, "must be 0 with --cuda-graph (TornadoVM's profiler times no task "
@@ -264,7 +265,10 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         run.forced = forced != null;
         int steps = prompt + generate - 1;   // the last generated token is not fed back
         int firstProfiled = steps - profileSteps;
-        TreeSet<Integer> sampled = sampledSteps(firstProfiled);
+        // The library task's device timing runs without TornadoVM's profiler, whose waits around a library call
+        // would leave the GPU idle at its first launch.
+        int firstDeviceTimed = firstProfiled - profileSteps;
+        TreeSet<Integer> sampled = sampledSteps(firstDeviceTimed);
         run.tokens = new int[generate];
         run.margins = new float[generate];
         run.runnerUps = new int[generate];
@@ -290,8 +294,9 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                 boolean withLogits = s >= prompt - 1;
                 boolean sample = sampled.contains(s);
                 boolean profiled = s >= firstProfiled;
+                boolean deviceTimed = s >= firstDeviceTimed && !profiled;
                 decoder.profile(profiled);
-                variant.timeOnDevice(profiled && !sample);
+                variant.timeOnDevice(deviceTimed);
                 long begin = System.nanoTime();
                 LlamaDecoder.StepResult result = decoder.step(tok, prefix + s + 1, withLogits, sample);
                 if (withLogits) {
@@ -306,6 +311,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                     check(config, s, result.samples(), run.checks, out, run.name);
                 } else if (profiled) {
                     result.kernelNanos().forEach((task, ns) -> kernelNanos.merge(task, ns, Long::sum));
+                } else if (deviceTimed) {
                     variant.drainDeviceNanos().forEach((task, ns) -> deviceNanos.merge(task, ns, Long::sum));
                 } else if (s < prompt - 1) {
                     promptMs[s] = ms;
@@ -350,9 +356,9 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
     /** The order tasks run in a token (the profiler's log has none); our attention's tasks sit where attention is. */
     private static final List<String> TASK_ORDER = List.of("embed", "rms_att", "qkv", "rope", "attention", "out_proj",
             "rms_ffn", "ffn_gate_up", "ffn_down", "final_norm", "lm_head");
-    /** Our attention's tasks in the order they run (ptx-tornado: the fused one; Java backends: three). */
-    private static final List<String> OUR_ATTENTION_ORDER = List.of("attn_decode", "attn_Append", "attn_DecodeSplit",
-            "attn_DecodeCombine");
+    /** Our attention's tasks in the order they run (library: one; ptx-tornado: the fused one; Java backends: three). */
+    private static final List<String> OUR_ATTENTION_ORDER = List.of("attn_append_decode", "attn_decode", "attn_Append",
+            "attn_DecodeSplit", "attn_DecodeCombine");
 
     static int graphOrder(String a, String b) {
         int c = Integer.compare(rank(a), rank(b));
@@ -469,8 +475,8 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
                         total > 0 ? 100 * ms / total : 0));
                 out.printf("  %-20s %10.4f%n", "all kernels", total);
                 run.deviceMsPerToken.forEach((task, ms) -> out.printf("  %-20s %10.4f on the device (CUDA events "
-                        + "around its launches; the profiler's time above is the host's, between two markers it "
-                        + "waits for)%n", task, ms));
+                        + "around its launches, the %d steps before, profiler off; the profiler's time above is the "
+                        + "host's, between two markers it waits for)%n", task, ms, profileSteps));
             }
             out.printf("[%s] tokens: hash %s, first 32 %s%n", run.name, Greedy.hash(run.tokens),
                     Arrays.toString(Arrays.copyOf(run.tokens, Math.min(32, run.tokens.length))));
@@ -492,7 +498,7 @@ public final class LlamaDecoderDemo implements Callable<Integer> {
         out.printf("(decode: median wall time of %d unprofiled generated steps at context %d..%d%s; attention: its "
                         + "tasks' kernel time at context ~%d, TornadoVM's profiler; device: the library task's own CUDA "
                         + "events where it has them)%n", first.timedDecodeSteps, prefix + prompt + 1,
-                prefix + prompt + generate - profileSteps - 1, cudaGraph ? ", CUDA graphs" : "",
+                prefix + prompt + generate - 2 * profileSteps - 1, cudaGraph ? ", CUDA graphs" : "",
                 prefix + prompt + generate - profileSteps / 2);
         for (VariantRun run : runs.subList(1, runs.size())) {
             out.printf("%n%s / %s attention time: %.2fx (profiler), %.2fx (device)%n", run.name, first.name,

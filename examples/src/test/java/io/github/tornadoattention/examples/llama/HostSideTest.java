@@ -128,7 +128,7 @@ class HostSideTest {
             {"--prompt=0", "--prompt = 0: must be >= 1"},
             {"--prefix=-1", "--prefix = -1: must be in [0, 2^20]"},
             {"--prefix=1048000", "--generate = 256: must be >= 1, with --prefix + --prompt + --generate <= 2^20"},
-            {"--generate=16", "--profile-steps = 16: must be in [0, --generate = 16)"},
+            {"--generate=32", "--profile-steps = 16: must be >= 0 with 2 x --profile-steps < --generate = 32"},
             {"--cuda-graph", "--profile-steps = 16: must be 0 with --cuda-graph"},
             {"--check-steps=-1", "--check-steps = -1"},
             {"--ffn-dim=-2", "--ffn-dim = -2"},

@@ -142,7 +142,8 @@ public final class AttentionLibraryContext implements AutoCloseable {
         }
         throw new InvalidArgumentException("function", function, "the " + AttentionLibraryTasks.LIBRARY_NAME + " library has "
                 + AttentionLibraryTasks.DECODE + " (AttentionLibraryTasks) and " + String.join(", ", CacheLibraryTasks.DECODE,
-                CacheLibraryTasks.DECODE_LSE, CacheLibraryTasks.PREFILL, CacheLibraryTasks.PREFILL_LSE)
+                CacheLibraryTasks.DECODE_LSE, CacheLibraryTasks.PREFILL, CacheLibraryTasks.PREFILL_LSE,
+                CacheLibraryTasks.APPEND_DECODE, CacheLibraryTasks.APPEND_DECODE_LSE)
                 + " (CacheLibraryTasks, whose descriptors carry their call)");
     }
 

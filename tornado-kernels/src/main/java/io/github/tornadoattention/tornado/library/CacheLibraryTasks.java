@@ -25,7 +25,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * // per step: CacheAttentionTasks.setStep(step, lengthsAfterAppend, newTokens); plan.execute();
  * }</pre>
  *
- * <p><b>Arrays</b> (the order of every function: q, keys, values, step, blockTable, o[, lse]):
+ * <p><b>Arrays</b> (the order of every function: q, keys, values, step, blockTable, o[, lse]; append-decode puts
+ * newKeys, newValues first):
  * <ul>
  * <li>16-bit tensors (q, K, V, o): {@code HalfFloatArray} for fp16, {@code BFloat16Array} for bf16, or the bits in a
  *     {@code ShortArray}.</li>
@@ -42,12 +43,14 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * Query j of slot b sits at position L_b - n_b + j (bottom-right: new tokens at the end of each sequence's keys) and
  * sees key k iff k &lt; L_b, causal k &lt;= L_b - n_b + j, inside the spec's window; GQA/MQA read each KV head once for
  * its query heads. Rows past n_b, idle slots and rows that see no key give O = 0 and lse = -inf (or the head's sink).
- * Only o and lse are written (write-only: TornadoVM copies neither in).
+ * Only o and lse are written (write-only: TornadoVM copies neither in), and by append-decode the new rows of keys and
+ * values.
  */
 public final class CacheLibraryTasks {
     /** Function names (the descriptor's; TornadoVM shows them in its logs and NVTX ranges). */
     public static final String DECODE = "cacheDecode", DECODE_LSE = "cacheDecodeLse", PREFILL = "cachePrefill",
-            PREFILL_LSE = "cachePrefillLse";
+            PREFILL_LSE = "cachePrefillLse", APPEND_DECODE = "cacheAppendDecode",
+            APPEND_DECODE_LSE = "cacheAppendDecodeLse";
 
     private final CacheAttentionSpec spec;
     private final KvCacheSpec cacheSpec;
@@ -55,6 +58,8 @@ public final class CacheLibraryTasks {
     private final LibraryCall decodeLse;
     private final LibraryCall prefill;
     private final LibraryCall prefillLse;
+    private final LibraryCall appendDecode;
+    private final LibraryCall appendDecodeLse;
 
     private CacheLibraryTasks(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         this.spec = spec;
@@ -63,6 +68,8 @@ public final class CacheLibraryTasks {
         this.decodeLse = LibraryCall.of(DECODE_LSE, LibraryCall.Op.DECODE, true, spec, cacheSpec);
         this.prefill = LibraryCall.of(PREFILL, LibraryCall.Op.PREFILL, false, spec, cacheSpec);
         this.prefillLse = LibraryCall.of(PREFILL_LSE, LibraryCall.Op.PREFILL, true, spec, cacheSpec);
+        this.appendDecode = LibraryCall.of(APPEND_DECODE, LibraryCall.Op.APPEND_DECODE, false, spec, cacheSpec);
+        this.appendDecodeLse = LibraryCall.of(APPEND_DECODE_LSE, LibraryCall.Op.APPEND_DECODE, true, spec, cacheSpec);
     }
 
     /**
@@ -95,6 +102,26 @@ public final class CacheLibraryTasks {
     }
 
     /**
+     * The step's new K/V rows appended to the cache, then {@link #decode}, in one task: the launches ptx-cuda's cache
+     * decode makes (its append kernel, the split pass, the combine). newKeys, newValues: [batch, kvHeads,
+     * min(maxQueryLength, 16), headDim] (BHSD), slot b's n_b rows first; they go to positions L_b - n_b .. L_b - 1.
+     * The arguments in {@code CacheAttentionTasks.addAppendAndDecode}'s order; keys and values are read and written.
+     */
+    public LibraryTaskDescriptor appendAndDecode(TornadoNativeArray newKeys, TornadoNativeArray newValues,
+                                                 TornadoNativeArray q, TornadoNativeArray keys, TornadoNativeArray values,
+                                                 IntArray step, IntArray blockTable, TornadoNativeArray o) {
+        return descriptor(appendDecode, newKeys, newValues, q, keys, values, step, blockTable, o);
+    }
+
+    /** {@link #appendAndDecode} that also writes the logsumexp (fp32, natural log) per query row. */
+    public LibraryTaskDescriptor appendAndDecodeWithLse(TornadoNativeArray newKeys, TornadoNativeArray newValues,
+                                                        TornadoNativeArray q, TornadoNativeArray keys,
+                                                        TornadoNativeArray values, IntArray step, IntArray blockTable,
+                                                        TornadoNativeArray o, FloatArray lse) {
+        return descriptor(appendDecodeLse, newKeys, newValues, q, keys, values, step, blockTable, o, lse);
+    }
+
+    /**
      * Varlen (packed) prefill over the cache: each slot's n_b new tokens (prompts or chunks of them, up to
      * maxQueryLength per slot and maxTotalQueries in all) against its L_b keys, bottom-right causal when the spec is.
      * Append the tokens' K/V first (the engine's task).
@@ -117,6 +144,8 @@ public final class CacheLibraryTasks {
             case DECODE_LSE -> decodeLse;
             case PREFILL -> prefill;
             case PREFILL_LSE -> prefillLse;
+            case APPEND_DECODE -> appendDecode;
+            case APPEND_DECODE_LSE -> appendDecodeLse;
             default -> throw new IllegalArgumentException(function);
         };
     }
@@ -128,6 +157,10 @@ public final class CacheLibraryTasks {
         access[call.positions().o()] = Access.WRITE_ONLY;
         if (call.positions().lse() >= 0) {
             access[call.positions().lse()] = Access.WRITE_ONLY;
+        }
+        if (call.op() == LibraryCall.Op.APPEND_DECODE) {
+            access[call.positions().keys()] = Access.READ_WRITE;   // the append writes the cache
+            access[call.positions().values()] = Access.READ_WRITE;
         }
         return new LibraryTaskDescriptor().withLibrary(AttentionLibraryTasks.LIBRARY_NAME).withFunction(call.function())
                 .withParameters(args).withAccess(access).withTuning(call);

@@ -38,13 +38,17 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * descriptor (its {@code tuning}); the provider reads it back and checks the arguments against it.
  */
 public final class LibraryCall {
-    /** What a function computes. */
-    public enum Op { DECODE, PREFILL }
+    /**
+     * What a function computes. APPEND_DECODE: the step's new K/V rows written into the cache (ptx-cuda's append
+     * kernel), then DECODE; the launches ptx-cuda's cache decode makes.
+     */
+    public enum Op { DECODE, PREFILL, APPEND_DECODE }
 
     /** Argument positions in the task's parameters; -1: the function has no such argument. */
-    public record Positions(int q, int keys, int values, int step, int blockTable, int o, int lse) {
+    public record Positions(int q, int keys, int values, int step, int blockTable, int o, int lse, int newKeys,
+                            int newValues) {
         int[] arrays() {
-            return new int[] {q, keys, values, step, blockTable, o, lse};
+            return new int[] {q, keys, values, step, blockTable, o, lse, newKeys, newValues};
         }
     }
 
@@ -66,7 +70,10 @@ public final class LibraryCall {
     static final int ALIGNMENT = 16;
     /** What refusals call this host. */
     static final String HOST = "the " + AttentionLibraryTasks.LIBRARY_NAME + " library task";
-    private static final String[] ROLE_NAMES = {"q", "keys", "values", "step", "blockTable", "o", "lse"};
+    private static final String[] ROLE_NAMES = {"q", "keys", "values", "step", "blockTable", "o", "lse", "newKeys",
+        "newValues"};
+    /** The append kernel's int arguments after its 7 pointers (ptx-overrides/src/flash_cache.cu's append ABI). */
+    private static final int APPEND_INTS = 12;
 
     private final String function;
     private final Op op;
@@ -82,6 +89,10 @@ public final class LibraryCall {
     private final int[] params;
     private final KernelManifest.Kernel main;
     private final KernelManifest.Kernel combine;
+    /** APPEND_DECODE: the cache's append entry, its grid x and its int arguments; else null. */
+    private final KernelManifest.Kernel append;
+    private final int appendGridX;
+    private final long[] appendInts;
     private final int keysPerSplit;
     private final int splits;
     private final int gridX;
@@ -105,7 +116,24 @@ public final class LibraryCall {
         this.stepInts = stepInts;
         check(spec, cacheSpec);
         KernelManifest manifest = KernelManifest.shipped();
-        if (op == Op.DECODE) {
+        if (op == Op.APPEND_DECODE) {
+            // The append entry of the cache's element type, head dim and layout (no score features: it only copies).
+            append = manifest.select(KernelVariant.of(Kind.CACHE_APPEND, spec.dtype(), spec.headDim())
+                    .paged(cacheSpec.paged()));
+            int maxNew = denseQueries(spec);
+            int rowsPerBlock = append.threads() / (spec.headDim() / 8);
+            appendGridX = Math.ceilDiv(maxNew, rowsPerBlock);
+            // New K/V [slots, Hkv, maxNew, D] (BHSD); the cache's storage strides; page size and pages per sequence.
+            var storage = cacheSpec.strides();
+            appendInts = new long[] {spec.batch(), spec.kvHeads(), spec.headDim(), maxNew,
+                (long) spec.kvHeads() * maxNew * spec.headDim(), (long) maxNew * spec.headDim(), spec.headDim(),
+                storage.batch(), storage.head(), storage.row(), cacheSpec.pageSize(), cacheSpec.pagesPerSequence()};
+        } else {
+            append = null;
+            appendGridX = 0;
+            appendInts = null;
+        }
+        if (op != Op.PREFILL) {
             main = select(manifest, Kind.CACHE_DECODE_SPLIT, spec, cacheSpec);
             combine = select(manifest, Kind.CACHE_DECODE_COMBINE, spec, cacheSpec);
             params = KernelParams.forCache(spec, cacheSpec, false);
@@ -143,7 +171,12 @@ public final class LibraryCall {
     static LibraryCall of(String function, Op op, boolean lse, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         InvalidArgumentException.requireNonNull("spec", spec);
         InvalidArgumentException.requireNonNull("cacheSpec", cacheSpec);
-        Positions at = new Positions(0, 1, 2, 3, 4, 5, lse ? 6 : -1);
+        if (op == Op.APPEND_DECODE) {
+            // (newKeys, newValues, q, keys, values, step, blockTable, o[, lse]): CacheAttentionTasks.addAppendAndDecode's order.
+            Positions at = new Positions(2, 3, 4, 5, 6, 7, lse ? 8 : -1, 0, 1);
+            return new LibraryCall(function, op, spec, cacheSpec, at, lse ? 9 : 8, ROLE_NAMES, true, 3L * spec.batch() + 1);
+        }
+        Positions at = new Positions(0, 1, 2, 3, 4, 5, lse ? 6 : -1, -1, -1);
         return new LibraryCall(function, op, spec, cacheSpec, at, lse ? 7 : 6, ROLE_NAMES, true, 3L * spec.batch() + 1);
     }
 
@@ -184,8 +217,8 @@ public final class LibraryCall {
                 .layout(Layout.BHSD).dtype(DType.FP16).build();
         KvCacheSpec cache = KvCacheSpec.contiguous(batch, kvHeads, capacity, headDim);
         Positions at = new Positions(AttentionLibraryTasks.ARG_Q, AttentionLibraryTasks.ARG_K,
-                AttentionLibraryTasks.ARG_V, AttentionLibraryTasks.ARG_LENS, -1, AttentionLibraryTasks.ARG_O, -1);
-        String[] names = {"q", "keys", "values", "lens", "blockTable", "o", "lse"};
+                AttentionLibraryTasks.ARG_V, AttentionLibraryTasks.ARG_LENS, -1, AttentionLibraryTasks.ARG_O, -1, -1, -1);
+        String[] names = {"q", "keys", "values", "lens", "blockTable", "o", "lse", "newKeys", "newValues"};
         LibraryCall call = new LibraryCall(AttentionLibraryTasks.DECODE, Op.DECODE, spec, cache, at,
                 AttentionLibraryTasks.DECODE_ARGS, names, false, 2L * batch);
         call.checkArguments(args);
@@ -204,16 +237,21 @@ public final class LibraryCall {
             throw new InvalidArgumentException("arguments", args == null ? null : args.length,
                     function + " takes " + argumentCount + " arguments");
         }
-        long q = op == Op.DECODE ? denseElements() : spec.packedQueryElements();
-        requireTensor(args, at.q(), q, op == Op.DECODE ? "batch*heads*min(maxQueryLength,16)*headDim"
-                : "maxTotalQueries*heads*headDim");
+        boolean dense = op != Op.PREFILL;
+        long q = dense ? denseElements() : spec.packedQueryElements();
+        String qShape = dense ? "batch*heads*min(maxQueryLength,16)*headDim" : "maxTotalQueries*heads*headDim";
+        requireTensor(args, at.q(), q, qShape);
+        if (at.newKeys() >= 0) {
+            long rows = (long) spec.batch() * spec.kvHeads() * denseQueries(spec) * spec.headDim();
+            requireTensor(args, at.newKeys(), rows, "batch*kvHeads*min(maxQueryLength,16)*headDim");
+            requireTensor(args, at.newValues(), rows, "batch*kvHeads*min(maxQueryLength,16)*headDim");
+        }
         requireTensor(args, at.keys(), cacheSpec.elements(), "cacheSpec.elements()");
         requireTensor(args, at.values(), cacheSpec.elements(), "cacheSpec.elements()");
         if (args[at.keys()] == args[at.values()]) {
             throw new InvalidArgumentException(names[2], "the " + names[1] + " array", "must be another array than " + names[1]);
         }
-        requireTensor(args, at.o(), q, op == Op.DECODE ? "batch*heads*min(maxQueryLength,16)*headDim"
-                : "maxTotalQueries*heads*headDim");
+        requireTensor(args, at.o(), q, qShape);
         require(args, at.step(), IntArray.class, "an IntArray", stepInts,
                 exactSizes ? "3*batch+1 ints (CacheAttentionTasks.newStepArray)" : "2*batch ints (fillLens)");
         if (at.blockTable() >= 0) {
@@ -222,7 +260,7 @@ public final class LibraryCall {
         }
         if (at.lse() >= 0) {
             require(args, at.lse(), FloatArray.class, "a FloatArray", lseFloats(),
-                    op == Op.DECODE ? "batch*heads*min(maxQueryLength,16)" : "heads*maxTotalQueries");
+                    dense ? "batch*heads*min(maxQueryLength,16)" : "heads*maxTotalQueries");
         }
     }
 
@@ -254,15 +292,25 @@ public final class LibraryCall {
      * The launches, in order, for the arrays at {@code pointers} (as {@link #checkPointers} accepts them) and the
      * call's {@code workspace}. Decode: the split pass (q, k, v, o_partial, lse_partial, params, lens, block_table,
      * keys_per_split), then the combine (o_partial, lse_partial, o, lse, params, num_splits). Prefill: (q, k, v, o,
-     * lse, params, q_offsets = the step's offsets, lens = the step, block_table). A contiguous cache's block table and
-     * an absent lse are passed as null.
+     * lse, params, q_offsets = the step's offsets, lens = the step, block_table). Append-decode: first the append (k,
+     * v, new_k, new_v, lens = the step, block_table, packed_offsets = null, then its ints: slots, Hkv, D, max_new, the new
+     * rows' and the cache's batch/head/row strides, page size, pages per sequence), then the decode's two. A contiguous
+     * cache's block table and an absent lse are passed as null.
      */
     public List<Launch> launches(long[] pointers, Workspace workspace) {
         long blocks = cacheSpec.paged() ? pointers[at.blockTable()] : 0;
         long lse = at.lse() >= 0 ? pointers[at.lse()] : 0;
         long step = pointers[at.step()];
-        List<Launch> launches = new ArrayList<>(2);
-        if (op == Op.DECODE) {
+        List<Launch> launches = new ArrayList<>(3);
+        if (append != null) {
+            long[] arguments = new long[7 + APPEND_INTS];
+            long[] pointerArguments = {pointers[at.keys()], pointers[at.values()], pointers[at.newKeys()],
+                pointers[at.newValues()], step, blocks, 0};
+            System.arraycopy(pointerArguments, 0, arguments, 0, 7);
+            System.arraycopy(appendInts, 0, arguments, 7, APPEND_INTS);
+            launches.add(new Launch(append, appendGridX, spec.kvHeads(), spec.batch(), arguments));
+        }
+        if (op != Op.PREFILL) {
             launches.add(new Launch(main, gridX, gridY, gridZ, new long[] {pointers[at.q()], pointers[at.keys()],
                     pointers[at.values()], workspace.partialO(), workspace.partialLse(), workspace.params(), step, blocks,
                     keysPerSplit}));
@@ -278,6 +326,9 @@ public final class LibraryCall {
 
     /** The entries the launches use, in launch order (loaded once each by the provider). */
     public List<KernelManifest.Kernel> kernels() {
+        if (append != null) {
+            return List.of(append, main, combine);
+        }
         return combine == null ? List.of(main) : List.of(main, combine);
     }
 
@@ -347,7 +398,7 @@ public final class LibraryCall {
     }
 
     private long lseFloats() {
-        return op == Op.DECODE ? (long) spec.batch() * spec.heads() * denseQueries(spec) : spec.packedLseElements();
+        return op != Op.PREFILL ? (long) spec.batch() * spec.heads() * denseQueries(spec) : spec.packedLseElements();
     }
 
     private long blockTableInts() {

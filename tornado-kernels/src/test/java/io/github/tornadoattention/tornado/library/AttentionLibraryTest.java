@@ -240,6 +240,51 @@ class AttentionLibraryTest {
         assertEquals(Access.WRITE_ONLY, prefill.getAccess()[5]);
     }
 
+    /**
+     * Append-decode: ptx-cuda's append kernel (the arguments CudaDevice.appendToCache passes: caches, new rows, step,
+     * block table, no packed offsets, slots, Hkv, D, max new rows, the new rows' BHSD strides, the cache's storage
+     * strides, page size, pages per sequence; grid (rows / (128 / (D / 8)), Hkv, slots)), then the decode's two
+     * launches; the caches read and written, the new rows read; new rows of the wrong size refused by name.
+     */
+    @Test
+    void appendAndDecodeLaunchesTheCachesAppendKernelThenTheDecode() {
+        CacheAttentionSpec spec = spec(DType.FP16, D).build();
+        KvCacheSpec cache = paged(DType.FP16, D);
+        CacheLibraryTasks att = CacheLibraryTasks.create(spec, cache);
+        Arrays7 a = arrays(spec, cache, false);
+        int maxNew = 2;
+        TornadoNativeArray newK = tensor(DType.FP16, (long) B * HKV * maxNew * D), newV = tensor(DType.FP16, (long) B * HKV * maxNew * D);
+        LibraryTaskDescriptor d = att.appendAndDecodeWithLse(newK, newV, a.q(), a.k(), a.v(), a.step(), a.blocks(), a.o(), a.lse());
+        assertEquals(CacheLibraryTasks.APPEND_DECODE_LSE, d.getFunctionName());
+        assertEquals(List.of(Access.READ_ONLY, Access.READ_ONLY, Access.READ_ONLY, Access.READ_WRITE, Access.READ_WRITE,
+                Access.READ_ONLY, Access.READ_ONLY, Access.WRITE_ONLY, Access.WRITE_ONLY), List.of(d.getAccess()));
+        LibraryCall c = (LibraryCall) d.getTuning();
+        long[] ptr = {0x100, 0x200, 0x300, 0x400, 0x500, 0x600, 0x700, 0x800, 0x900};
+        List<LibraryCall.Launch> l = c.launches(ptr, new LibraryCall.Workspace(0xc0, 0xa0, 0xb0));
+        assertEquals(3, l.size());
+        assertEquals(KernelManifest.shipped().select(io.github.tornadoattention.ptx.KernelVariant.of(
+                io.github.tornadoattention.ptx.KernelVariant.Kind.CACHE_APPEND, DType.FP16, D).paged(true)).entry(),
+                l.get(0).kernel().entry());
+        var storage = cache.strides();
+        assertArrayEquals(new long[] {0x400, 0x500, 0x100, 0x200, 0x600, 0x700, 0, B, HKV, D, maxNew,
+            (long) HKV * maxNew * D, (long) maxNew * D, D, storage.batch(), storage.head(), storage.row(), PAGE,
+            cache.pagesPerSequence()}, l.get(0).arguments());
+        assertEquals(List.of(1, HKV, B), List.of(l.get(0).gridX(), l.get(0).gridY(), l.get(0).gridZ()), "16 rows a block");
+        // The decode's launches are decodeWithLse's on the same arrays.
+        List<LibraryCall.Launch> decode = att.call(CacheLibraryTasks.DECODE_LSE).launches(
+                new long[] {0x300, 0x400, 0x500, 0x600, 0x700, 0x800, 0x900}, new LibraryCall.Workspace(0xc0, 0xa0, 0xb0));
+        for (int i = 0; i < 2; i++) {
+            assertEquals(decode.get(i).kernel(), l.get(i + 1).kernel());
+            assertArrayEquals(decode.get(i).arguments(), l.get(i + 1).arguments());
+        }
+        assertEquals(List.of(l.get(0).kernel(), l.get(1).kernel(), l.get(2).kernel()), c.kernels());
+        InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> att.appendAndDecode(
+                tensor(DType.FP16, 5), newV, a.q(), a.k(), a.v(), a.step(), a.blocks(), a.o()));
+        assertEquals("newKeys", e.argument());
+        assertEquals("newValues", name(() -> att.appendAndDecode(newK, tensor(DType.FP16, 7), a.q(), a.k(), a.v(),
+                a.step(), a.blocks(), a.o())));
+    }
+
     @Test
     void pagedDecodeReadsThePoolThroughTheBlockTable() {
         CacheAttentionSpec spec = spec(DType.FP16, D).build();
@@ -367,8 +412,11 @@ class AttentionLibraryTest {
         for (LibraryGpuCheck.CacheCase c : LibraryGpuCheck.CACHE_CASES) {
             CacheAttentionSpec spec = c.spec(new java.util.SplittableRandom(1));
             CacheLibraryTasks att = CacheLibraryTasks.create(spec, c.cacheSpec());
-            String function = c.op() == LibraryCall.Op.PREFILL ? (c.lse() ? CacheLibraryTasks.PREFILL_LSE : CacheLibraryTasks.PREFILL)
-                    : (c.lse() ? CacheLibraryTasks.DECODE_LSE : CacheLibraryTasks.DECODE);
+            String function = switch (c.op()) {
+                case PREFILL -> c.lse() ? CacheLibraryTasks.PREFILL_LSE : CacheLibraryTasks.PREFILL;
+                case DECODE -> c.lse() ? CacheLibraryTasks.DECODE_LSE : CacheLibraryTasks.DECODE;
+                case APPEND_DECODE -> c.lse() ? CacheLibraryTasks.APPEND_DECODE_LSE : CacheLibraryTasks.APPEND_DECODE;
+            };
             assertEquals(c.op(), att.call(function).op(), c.name());
             assertEquals(c.initialLengths().length, c.batch(), c.name());
             assertTrue(spec.maxQueryLength() <= CacheAttentionSpec.MAX_DENSE_QUERIES || c.op() == LibraryCall.Op.PREFILL, c.name());
@@ -383,6 +431,8 @@ class AttentionLibraryTest {
         assertTrue(cases.stream().anyMatch(c -> c.features().sinks() && c.features().softcap() > 0), "features");
         assertTrue(cases.stream().anyMatch(c -> c.cudaGraph() && c.op() == LibraryCall.Op.DECODE), "graph decode");
         assertTrue(cases.stream().anyMatch(c -> c.cudaGraph() && c.op() == LibraryCall.Op.PREFILL), "graph prefill");
+        assertTrue(cases.stream().anyMatch(c -> c.op() == LibraryCall.Op.APPEND_DECODE && c.pageSize() > 0), "paged append-decode");
+        assertTrue(cases.stream().anyMatch(c -> c.op() == LibraryCall.Op.APPEND_DECODE && c.cudaGraph()), "graph append-decode");
         assertEquals(cases.size(), cases.stream().map(LibraryGpuCheck.CacheCase::name).distinct().count(), "unique names");
     }
 
@@ -411,6 +461,19 @@ class AttentionLibraryTest {
         }
         identityPages[((LibraryCall) d.getTuning()).positions().blockTable()] = identity;
         assertTrue(!run.step(0, () -> emulate(run, d, identityPages)), "pages read in pool order must not pass");
+        // An append-decode whose launches never write the new rows fails (its cache check and its output).
+        LibraryGpuCheck.CacheCase appendCase = LibraryGpuCheck.CACHE_CASES.stream()
+                .filter(c -> c.op() == LibraryCall.Op.APPEND_DECODE).findFirst().orElseThrow();
+        LibraryGpuCheck.CacheRun appendRun = new LibraryGpuCheck.CacheRun(appendCase, 1);
+        LibraryTaskDescriptor appendOnly = appendRun.descriptor();
+        LibraryCall decodeOnly = CacheLibraryTasks.create(appendRun.spec, appendRun.cacheSpec).call(
+                appendCase.lse() ? CacheLibraryTasks.DECODE_LSE : CacheLibraryTasks.DECODE);
+        Object[] decodeArgs = java.util.Arrays.copyOfRange(appendOnly.getParameters(), 2, appendOnly.getParameters().length);
+        assertTrue(!appendRun.step(0, () -> {
+            LibraryGpuCheck.fillNaN(appendRun.o);
+            appendRun.lse.init(Float.NaN);
+            LaunchEmulation.run(decodeOnly, decodeArgs);
+        }), "an append-decode that does not append must not pass");
     }
 
     /** One emulated execution: O and lse poisoned (as the GPU check's tasks do), then the launches' writes. */

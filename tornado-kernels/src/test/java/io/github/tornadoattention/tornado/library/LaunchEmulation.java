@@ -22,6 +22,9 @@ final class LaunchEmulation {
     }
 
     static void run(LibraryCall call, Object[] args) {
+        if (call.op() == LibraryCall.Op.APPEND_DECODE) {
+            append(call, args);
+        }
         int[] p = call.params();
         LibraryCall.Positions at = call.positions();
         TornadoNativeArray q = (TornadoNativeArray) args[at.q()], k = (TornadoNativeArray) args[at.keys()];
@@ -65,6 +68,49 @@ final class LaunchEmulation {
                 if (lse != null) {
                     int i = packed ? h * sq + r : ((r / sq) * heads + h) * sq + r % sq;
                     lse.set(i, (float) ref.logSumExp()[i]);
+                }
+            }
+        }
+    }
+
+    /**
+     * The append launch as flash_cache.cu's kv_cache_append reads its arguments (k, v, new_k, new_v, lens, block_table,
+     * new_offsets, B, Hkv, D, max_new, new strides b/h/r, cache strides b/h/r, page_size, pages_per_seq): the launch
+     * made on stand-in pointers (argument i at 16 (i + 1)) tells which array each pointer is; token j < n_b of slot b
+     * goes to position L_b - n_b + j.
+     */
+    private static void append(LibraryCall call, Object[] args) {
+        long[] pointers = new long[args.length];
+        for (int i = 0; i < pointers.length; i++) {
+            pointers[i] = 16L * (i + 1);
+        }
+        LibraryCall.Launch launch = call.launches(pointers, new LibraryCall.Workspace(0, 0, 0)).get(0);
+        long[] a = launch.arguments();
+        TornadoNativeArray k = (TornadoNativeArray) args[(int) (a[0] / 16 - 1)];
+        TornadoNativeArray v = (TornadoNativeArray) args[(int) (a[1] / 16 - 1)];
+        TornadoNativeArray newK = (TornadoNativeArray) args[(int) (a[2] / 16 - 1)];
+        TornadoNativeArray newV = (TornadoNativeArray) args[(int) (a[3] / 16 - 1)];
+        IntArray lens = (IntArray) args[(int) (a[4] / 16 - 1)];
+        IntArray blocks = a[5] == 0 ? null : (IntArray) args[(int) (a[5] / 16 - 1)];
+        if (a[6] != 0) {
+            throw new IllegalStateException("a dense append-decode passes no packed offsets");
+        }
+        int batch = (int) a[7], kvHeads = (int) a[8], d = (int) a[9];
+        long newSb = a[11], newSh = a[12], newSr = a[13], cacheSb = a[14], cacheSh = a[15], cacheSr = a[16];
+        int pageSize = (int) a[17], pagesPerSequence = (int) a[18];
+        for (int b = 0; b < batch; b++) {
+            int n = lens.get(batch + b);
+            for (int h = 0; h < kvHeads; h++) {
+                for (int j = 0; j < n; j++) {
+                    int pos = lens.get(b) - n + j;
+                    long src = b * newSb + h * newSh + j * newSr;
+                    long dst = pageSize > 0
+                            ? blocks.get(b * pagesPerSequence + pos / pageSize) * cacheSb + h * cacheSh + (pos % pageSize) * cacheSr
+                            : b * cacheSb + h * cacheSh + pos * cacheSr;
+                    for (int x = 0; x < d; x++) {
+                        LibraryGpuCheck.put(k, (int) (dst + x), LibraryGpuCheck.get(newK, (int) (src + x)));
+                        LibraryGpuCheck.put(v, (int) (dst + x), LibraryGpuCheck.get(newV, (int) (src + x)));
+                    }
                 }
             }
         }

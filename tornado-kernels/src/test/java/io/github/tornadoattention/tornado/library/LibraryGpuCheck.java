@@ -40,7 +40,8 @@ import uk.ac.manchester.tornado.runtime.library.spi.TornadoNativeStreamSupport;
  * <li>{@link #CACHE_CASES}: the functions of {@link CacheLibraryTasks}: paged decode over an engine-owned page pool with
  *     a shuffled block table, chunked (varlen) prefill with the bottom-right causal mask (each chunk's queries at the
  *     end of its sequence's keys), GQA and MQA, lse, bf16, window/softcap/sinks, and CUDA-graph capture; new rows
- *     written by the host into its cache (or pool), sent every execution;</li>
+ *     written by the host into its cache (or pool), sent every execution; and append-decode, whose task writes the new
+ *     rows into the device's cache itself (sent once, read back each step and compared bit for bit);</li>
  * <li>{@value LibraryTiming#NAME}: Llama 3 8B's decode attention through the library task beside ptx-cuda
  *     ({@link LibraryTiming}: the same kernels event-timed on the same buffers, and TornadoVM's wall time per
  *     execution), timings printed, outputs checked.</li>
@@ -130,6 +131,10 @@ public final class LibraryGpuCheck {
                     2048, 16, 3, true, new Features(128, 0, 30f, true), false, new int[] {50, 1500}),
             new CacheCase("chunked-prefill-window-softcap-d64", LibraryCall.Op.PREFILL, DType.FP16, 2, 8, 2, 64, 1024, 0, 128,
                     true, new Features(100, 0, 20f, false), false, new int[] {5, 600}),
+            new CacheCase("paged-append-decode-d128-gqa4-lse", LibraryCall.Op.APPEND_DECODE, DType.FP16, 4, 32, 8, 128,
+                    2048, 16, 1, true, Features.NONE, false, new int[] {0, 300, 1500, 2000}),
+            new CacheCase("contiguous-append-decode-bf16-d64-q4-cudagraph", LibraryCall.Op.APPEND_DECODE, DType.BF16, 3, 8,
+                    2, 64, 1024, 0, 4, false, Features.NONE, true, new int[] {5, 500, 1000}),
             new CacheCase("paged-decode-d128-gqa4-cudagraph-lse", LibraryCall.Op.DECODE, DType.FP16, 4, 32, 8, 128, 2048, 16,
                     1, true, Features.NONE, true, new int[] {1, 256, 777, 2000}),
             new CacheCase("paged-chunked-prefill-bf16-d128-cudagraph", LibraryCall.Op.PREFILL, DType.BF16, 2, 16, 4, 128,
@@ -483,7 +488,9 @@ public final class LibraryGpuCheck {
         final KvCacheSpec cacheSpec;
         final CacheLibraryTasks att;
         final boolean prefill;
-        final TornadoNativeArray q, o, k, v, nans;
+        /** Append-decode: the task writes the new rows (newK, newV) into the device's cache; kRef, vRef: what it must hold. */
+        final boolean append;
+        final TornadoNativeArray q, o, k, v, nans, newK, newV, kRef, vRef;
         final FloatArray lse, lseNans;
         final IntArray step, blocks;
         final RowIndex row;
@@ -499,6 +506,7 @@ public final class LibraryGpuCheck {
             this.cacheSpec = c.cacheSpec();
             this.att = CacheLibraryTasks.create(spec, cacheSpec);
             this.prefill = c.op() == LibraryCall.Op.PREFILL;
+            this.append = c.op() == LibraryCall.Op.APPEND_DECODE;
             int b0 = c.batch(), hkv = c.kvHeads(), d = c.headDim(), cap = c.capacity();
             DType dtype = c.dtype();
             int qSize = b0 * c.heads() * c.maxQueries() * d;  // dense [batch, heads, maxQ, D] and packed [batch*maxQ, heads, D] alike
@@ -549,10 +557,27 @@ public final class LibraryGpuCheck {
                     }
                 }
             }
+            int newRows = b0 * hkv * c.maxQueries() * d;
+            newK = append ? tensor(dtype, newRows) : null;
+            newV = append ? tensor(dtype, newRows) : null;
+            kRef = append ? copy(k) : null;
+            vRef = append ? copy(v) : null;
+        }
+
+        private static TornadoNativeArray copy(TornadoNativeArray a) {
+            TornadoNativeArray c = a instanceof ShortArray ? new ShortArray(a.getSize()) : new HalfFloatArray(a.getSize());
+            for (int i = 0; i < a.getSize(); i++) {
+                put(c, i, get(a, i));
+            }
+            return c;
         }
 
         /** The library task of the case (decode or prefill, with or without lse) over the arrays. */
         LibraryTaskDescriptor descriptor() {
+            if (append) {
+                return c.lse() ? att.appendAndDecodeWithLse(newK, newV, q, k, v, step, blocks, o, lse)
+                        : att.appendAndDecode(newK, newV, q, k, v, step, blocks, o);
+            }
             if (c.lse()) {
                 return prefill ? att.prefillWithLse(q, k, v, step, blocks, o, lse) : att.decodeWithLse(q, k, v, step, blocks, o, lse);
             }
@@ -565,12 +590,27 @@ public final class LibraryGpuCheck {
          */
         TaskGraph graph() {
             TaskGraph graph = new TaskGraph("lib_" + c.name().replace('-', '_'))
-                    .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.lse() ? new Object[] {nans, lseNans} : new Object[] {nans})
-                    .transferToDevice(DataTransferMode.EVERY_EXECUTION, q, k, v, step, blocks);
+                    .transferToDevice(DataTransferMode.FIRST_EXECUTION, c.lse() ? new Object[] {nans, lseNans} : new Object[] {nans});
+            if (append) {
+                // The cache lives on the device (the task appends); the new rows go up every step; the cache comes back.
+                graph.transferToDevice(DataTransferMode.FIRST_EXECUTION, k, v)
+                        .transferToDevice(DataTransferMode.EVERY_EXECUTION, q, newK, newV, step, blocks);
+            } else {
+                graph.transferToDevice(DataTransferMode.EVERY_EXECUTION, q, k, v, step, blocks);
+            }
             if (c.dtype() == DType.BF16) {
                 graph.task("poison_o", LibraryGpuCheck::poisonBits, (ShortArray) nans, (ShortArray) o);
             } else {
                 graph.task("poison_o", LibraryGpuCheck::poison, (HalfFloatArray) nans, (HalfFloatArray) o);
+            }
+            if (append) {
+                if (c.lse()) {
+                    graph.task("poison_lse", LibraryGpuCheck::poisonFloats, lseNans, lse);
+                    graph.libraryTask("attn", att::appendAndDecodeWithLse, newK, newV, q, k, v, step, blocks, o, lse);
+                    return graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o, lse, k, v);
+                }
+                graph.libraryTask("attn", att::appendAndDecode, newK, newV, q, k, v, step, blocks, o);
+                return graph.transferToHost(DataTransferMode.EVERY_EXECUTION, o, k, v);
             }
             if (c.lse()) {
                 graph.task("poison_lse", LibraryGpuCheck::poisonFloats, lseNans, lse);
@@ -605,6 +645,10 @@ public final class LibraryGpuCheck {
             }
             io.github.tornadoattention.tornado.engine.CacheAttentionTasks.setStep(step, lengths, n);
             fillNaN(q);
+            if (append) {
+                fillNaN(newK);
+                fillNaN(newV);
+            }
             int offset = 0;
             for (int b = 0; b < b0; b++) {
                 for (int j = 0; j < n[b]; j++) {
@@ -616,9 +660,15 @@ public final class LibraryGpuCheck {
                     }
                     for (int kh = 0; kh < hkv; kh++) {
                         long at = row.of(b, kh, lengths[b] - n[b] + j);
+                        int from = ((b * hkv + kh) * maxQ + j) * d;   // new rows [batch, Hkv, maxQ, D]
                         for (int x = 0; x < d; x++) {
-                            put(k, (int) (at + x), gaussian(random));
-                            put(v, (int) (at + x), gaussian(random));
+                            float kx = gaussian(random), vx = gaussian(random);
+                            put(append ? newK : k, append ? from + x : (int) (at + x), kx);
+                            put(append ? newV : v, append ? from + x : (int) (at + x), vx);
+                            if (append) {
+                                put(kRef, (int) (at + x), kx);
+                                put(vRef, (int) (at + x), vx);
+                            }
                         }
                     }
                 }
@@ -628,8 +678,10 @@ public final class LibraryGpuCheck {
             execute.run();
             double ms = (System.nanoTime() - t0) / 1e6;
             stepMs.add(ms);
-            CpuReference.Result ref = CpuReference.cached(spec, floats(q), prefill, rows(k, row), rows(v, row),
-                    lengths.clone(), n);
+            // Append-decode: every owned row of the cache as it came back must be the reference cache's, bit for bit.
+            long cacheMismatches = append ? mismatches(k, kRef) + mismatches(v, vRef) : 0;
+            CpuReference.Result ref = CpuReference.cached(spec, floats(q), prefill, rows(append ? kRef : k, row),
+                    rows(append ? vRef : v, row), lengths.clone(), n);
             // A packed call writes the rows of its total only.
             int rowsWritten = prefill ? offset : b0 * maxQ;
             double[] e = compare(o, ref.output(), (long) rowsWritten * h * d);
@@ -637,12 +689,31 @@ public final class LibraryGpuCheck {
             worstAbs = Math.max(worstAbs, e[1]);
             worstRel = Math.max(worstRel, e[2]);
             worstLse = Math.max(worstLse, lseErr);
-            boolean ok = e[0] == 0 && e[1] <= maxAbs() && e[2] <= maxRel() && lseErr <= MAX_LSE_ABS;
+            boolean ok = e[0] == 0 && e[1] <= maxAbs() && e[2] <= maxRel() && lseErr <= MAX_LSE_ABS && cacheMismatches == 0;
             System.out.println(String.format(Locale.ROOT,
-                    "  step %d lengths=%s new=%s %.3f ms nan=%d max_abs=%.2e rel_l2=%.2e%s %s", s, Arrays.toString(lengths),
+                    "  step %d lengths=%s new=%s %.3f ms nan=%d max_abs=%.2e rel_l2=%.2e%s%s %s", s, Arrays.toString(lengths),
                     Arrays.toString(n), ms, (long) e[0], e[1], e[2],
-                    c.lse() ? String.format(Locale.ROOT, " lse_err=%.2e", lseErr) : "", ok ? "ok" : "WRONG"));
+                    c.lse() ? String.format(Locale.ROOT, " lse_err=%.2e", lseErr) : "",
+                    append ? " cache_mismatches=" + cacheMismatches : "", ok ? "ok" : "WRONG"));
             return ok;
+        }
+
+        /** Elements of the owned cache rows (positions below each slot's length) where {@code a} differs from {@code ref}. */
+        private long mismatches(TornadoNativeArray a, TornadoNativeArray ref) {
+            long bad = 0;
+            for (int b = 0; b < c.batch(); b++) {
+                for (int kh = 0; kh < c.kvHeads(); kh++) {
+                    for (int p = 0; p < lengths[b]; p++) {
+                        long at = row.of(b, kh, p);
+                        for (int x = 0; x < c.headDim(); x++) {
+                            if (Float.floatToIntBits(get(a, (int) (at + x))) != Float.floatToIntBits(get(ref, (int) (at + x)))) {
+                                bad++;
+                            }
+                        }
+                    }
+                }
+            }
+            return bad;
         }
 
         double maxAbs() {
