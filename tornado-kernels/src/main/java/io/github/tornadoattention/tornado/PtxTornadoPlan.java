@@ -6,6 +6,7 @@ import io.github.tornadoattention.Backends;
 import io.github.tornadoattention.PlanOptions;
 import io.github.tornadoattention.ptx.KernelParams;
 import io.github.tornadoattention.ptx.LaunchTable;
+import io.github.tornadoattention.tornado.library.ForwardLibraryTask;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltLaunches;
 import io.github.tornadoattention.tornado.prebuilt.PrebuiltTasks;
 import java.io.IOException;
@@ -15,15 +16,17 @@ import java.util.ArrayList;
 import java.util.List;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
+import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
 import uk.ac.manchester.tornado.api.types.arrays.FloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.HalfFloatArray;
 import uk.ac.manchester.tornado.api.types.arrays.IntArray;
 import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 
 /**
- * The ptx-tornado task graph for one shape: the launch table's prefill kernel, or for decode shapes
- * the fused split-KV decode kernel ({@link PrebuiltLaunches}), as one prebuilt task inside the task
- * graph of {@link TornadoAttentionPlan}.
+ * The ptx-tornado task graph for one shape. On TornadoVM's PTX backend: the launch table's prefill kernel, or for
+ * decode shapes the fused split-KV decode kernel ({@link PrebuiltLaunches}), as one prebuilt task (the TornadoVM
+ * twins: 48 KB of static shared memory) inside the task graph of {@link TornadoAttentionPlan}. On its CUDA backend: a
+ * library task ({@link ForwardLibraryTask}) with ptx-cuda's own launches for the shape, dynamic shared memory included.
  *
  * <p>TornadoVM's prebuilt ABI, which the TornadoVM twins in ptx-overrides/ follow: the first kernel
  * parameter is TornadoVM's kernel context, every array arrives as a pointer to its header (data
@@ -42,6 +45,14 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
         HalfFloatArray k = new HalfFloatArray(Math.toIntExact(s.kvElements()));
         HalfFloatArray v = new HalfFloatArray(Math.toIntExact(s.kvElements()));
         this.o = new HalfFloatArray(Math.toIntExact(s.outputElements()));
+        if (device.getTornadoVMBackend() == TornadoVMBackendType.CUDA) {
+            // TornadoVM's CUDA backend launches a prebuilt task with no dynamic shared memory (48 KB tiles); a library
+            // task launches ptx-cuda's own entries, dynamic shared memory included, inside the same graphs.
+            ForwardLibraryTask task = ForwardLibraryTask.create(s, device.getPhysicalDevice().getDeviceMaxComputeUnits());
+            build(device, q, k, v, List.of(), (graph, name, scheduler) -> graph.libraryTask("flash", task::forward, q, k, v,
+                    o, lseArray), null);
+            return;
+        }
         long header = TornadoNativeArray.ARRAY_HEADER;
         if (!PrebuiltLaunches.headerBytes().contains((int) header)) {
             throw new BackendUnavailableException(Backends.PTX_TORNADO, "TornadoVM's array header is " + header

@@ -162,7 +162,10 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
         TornadoExecutionPlan plan = new TornadoExecutionPlan(sendK.snapshot(), sendV.snapshot(), attendNewQ.snapshot(),
                 attend.snapshot());
         try {
-            plan.withDevice(device).withGridScheduler(scheduler);
+            plan.withDevice(device);
+            if (!scheduler.keySet().isEmpty()) {   // a library task has no worker grid, and TornadoVM refuses an empty scheduler
+                plan.withGridScheduler(scheduler);
+            }
             if (ptxJitFlags != null) {
                 BackendTypes.PTX.ifPresent(ptx -> plan.withCompilerFlags(ptx, ptxJitFlags));
             }

@@ -176,7 +176,8 @@ final class FakeCuda {
             if (m.find()) {
                 String[] words = m.group(1).trim().split(" ");
                 for (int w : new int[] {1, 3}) {
-                    if (words.length > w && words[w].startsWith("#")) {
+                    // TornadoVM passes the regions themselves (+0); a library task's launches pass array data (+header).
+                    if (words.length > w && words[w].startsWith("#") && words[w].endsWith("+0")) {
                         regions.add(Integer.parseInt(words[w].substring(1, words[w].indexOf('+'))));
                     }
                 }

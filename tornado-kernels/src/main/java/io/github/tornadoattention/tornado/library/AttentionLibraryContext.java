@@ -100,7 +100,7 @@ public final class AttentionLibraryContext implements AutoCloseable {
         }
     }
 
-    /** A dispatch's launches, ready: entry handles, grid (x, y, z, block x per launch) and kernelParams. */
+    /** A dispatch's launches, ready: entry handles, grid (x, y, z, block x, dynamic shared bytes per launch) and kernelParams. */
     private record LaunchSet(long[] functions, int[] geometry, MemorySegment[] kernelParams, Arena arena) {
     }
 
@@ -141,10 +141,10 @@ public final class AttentionLibraryContext implements AutoCloseable {
             return LibraryCall.legacyDecode(args);
         }
         throw new InvalidArgumentException("function", function, "the " + AttentionLibraryTasks.LIBRARY_NAME + " library has "
-                + AttentionLibraryTasks.DECODE + " (AttentionLibraryTasks) and " + String.join(", ", CacheLibraryTasks.DECODE,
+                + AttentionLibraryTasks.DECODE + " (AttentionLibraryTasks), " + String.join(", ", CacheLibraryTasks.DECODE,
                 CacheLibraryTasks.DECODE_LSE, CacheLibraryTasks.PREFILL, CacheLibraryTasks.PREFILL_LSE,
-                CacheLibraryTasks.APPEND_DECODE, CacheLibraryTasks.APPEND_DECODE_LSE)
-                + " (CacheLibraryTasks, whose descriptors carry their call)");
+                CacheLibraryTasks.APPEND_DECODE, CacheLibraryTasks.APPEND_DECODE_LSE) + " (CacheLibraryTasks) and "
+                + ForwardLibraryTask.FORWARD + " (ForwardLibraryTask), whose descriptors carry their call");
     }
 
     /**
@@ -262,7 +262,7 @@ public final class AttentionLibraryContext implements AutoCloseable {
             }
             int[] g = set.geometry();
             for (int i = 0; i < set.functions().length; i++) {
-                cuda.launch(set.functions()[i], g[4 * i], g[4 * i + 1], g[4 * i + 2], g[4 * i + 3], stream,
+                cuda.launch(set.functions()[i], g[5 * i], g[5 * i + 1], g[5 * i + 2], g[5 * i + 3], g[5 * i + 4], stream,
                         set.kernelParams()[i]);
             }
             if (timed != null) {
@@ -307,17 +307,18 @@ public final class AttentionLibraryContext implements AutoCloseable {
         List<LibraryCall.Launch> launches = call.launches(pointers, workspace);
         int n = launches.size();
         long[] handles = new long[n];
-        int[] geometry = new int[4 * n];
+        int[] geometry = new int[5 * n];
         MemorySegment[] kernelParams = new MemorySegment[n];
         Arena arena = cuda.argumentArena();
         try {
             for (int i = 0; i < n; i++) {
                 LibraryCall.Launch l = launches.get(i);
                 handles[i] = functions.get(l.kernel().entry());
-                geometry[4 * i] = l.gridX();
-                geometry[4 * i + 1] = l.gridY();
-                geometry[4 * i + 2] = l.gridZ();
-                geometry[4 * i + 3] = l.kernel().threads();
+                geometry[5 * i] = l.gridX();
+                geometry[5 * i + 1] = l.gridY();
+                geometry[5 * i + 2] = l.gridZ();
+                geometry[5 * i + 3] = l.kernel().threads();
+                geometry[5 * i + 4] = l.kernel().dynamicSharedBytes();
                 kernelParams[i] = cuda.kernelParams(arena, l.arguments());
             }
         } catch (RuntimeException | Error e) {
@@ -335,7 +336,11 @@ public final class AttentionLibraryContext implements AutoCloseable {
         if (!functions.containsKey(entry)) {
             long module = cuda.loadModule(PtxEntries.module(KernelManifest.ptx(kernel.module()), entry));
             modules.put(entry, module);
-            functions.put(entry, cuda.function(module, entry));
+            long function = cuda.function(module, entry);
+            if (kernel.dynamicSharedBytes() > 0) {
+                cuda.allowDynamicShared(function, kernel.dynamicSharedBytes());   // past 48 KB only with the attribute
+            }
+            functions.put(entry, function);
         }
     }
 

@@ -1,5 +1,6 @@
 package io.github.tornadoattention.tornado.library;
 
+import io.github.tornadoattention.AttentionShape;
 import io.github.tornadoattention.CacheAttentionSpec;
 import io.github.tornadoattention.DType;
 import io.github.tornadoattention.InvalidArgumentException;
@@ -40,9 +41,11 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
 public final class LibraryCall {
     /**
      * What a function computes. APPEND_DECODE: the step's new K/V rows written into the cache (ptx-cuda's append
-     * kernel), then DECODE; the launches ptx-cuda's cache decode makes.
+     * kernel), then DECODE; the launches ptx-cuda's cache decode makes. FORWARD: dense attention of an
+     * {@link AttentionShape}, the launches ptx-cuda's plan makes (the prefill kernel, or for a decode shape the split
+     * pass + combine), dynamic shared memory included.
      */
-    public enum Op { DECODE, PREFILL, APPEND_DECODE }
+    public enum Op { DECODE, PREFILL, APPEND_DECODE, FORWARD }
 
     /** Argument positions in the task's parameters; -1: the function has no such argument. */
     public record Positions(int q, int keys, int values, int step, int blockTable, int o, int lse, int newKeys,
@@ -53,7 +56,7 @@ public final class LibraryCall {
     }
 
     /** What identifies a prepared call: equal keys map to equal launches, params and workspace. */
-    public record Key(String function, CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
+    public record Key(String function, CacheAttentionSpec spec, KvCacheSpec cacheSpec, AttentionShape shape, int splits) {
     }
 
     /** One kernel launch: its entry, grid and arguments (one 8-byte slot each, as cuLaunchKernel takes them). */
@@ -79,6 +82,9 @@ public final class LibraryCall {
     private final Op op;
     private final CacheAttentionSpec spec;
     private final KvCacheSpec cacheSpec;
+    /** FORWARD: the shape and ptx-cuda's launches for it; else null. */
+    private final AttentionShape shape;
+    private final List<LaunchTable.Launch> forward;
     private final Positions at;
     /** {@link Positions#arrays()}, made once: the per-dispatch checks allocate nothing. */
     private final int[] arrays;
@@ -114,6 +120,8 @@ public final class LibraryCall {
         this.names = names;
         this.exactSizes = exactSizes;
         this.stepInts = stepInts;
+        this.shape = null;
+        this.forward = null;
         check(spec, cacheSpec);
         KernelManifest manifest = KernelManifest.shipped();
         if (op == Op.APPEND_DECODE) {
@@ -180,6 +188,56 @@ public final class LibraryCall {
         return new LibraryCall(function, op, spec, cacheSpec, at, lse ? 7 : 6, ROLE_NAMES, true, 3L * spec.batch() + 1);
     }
 
+    /**
+     * Dense attention of {@code shape} (function {@code function}): arrays {@code (q, k, v, o, lse)} of exactly the
+     * shape's sizes; ptx-cuda's launches for the shape ({@link LaunchTable#launches}, a decode shape split
+     * {@code splits} ways), its params block ({@link KernelParams#of}) and decode workspace.
+     */
+    private LibraryCall(String function, AttentionShape shape, int splits) {
+        this.function = function;
+        this.op = Op.FORWARD;
+        this.spec = null;
+        this.cacheSpec = null;
+        this.shape = shape;
+        this.at = new Positions(0, 1, 2, -1, -1, 3, 4, -1, -1);
+        this.arrays = at.arrays();
+        this.argumentCount = 5;
+        this.names = ROLE_NAMES;
+        this.exactSizes = true;
+        this.stepInts = 0;
+        this.forward = List.copyOf(LaunchTable.launches(shape, splits, KernelManifest.shipped()));
+        this.params = KernelParams.of(shape, splits);
+        this.main = forward.get(0).kernel();
+        this.combine = forward.size() > 1 ? forward.get(1).kernel() : null;
+        this.append = null;
+        this.appendGridX = 0;
+        this.appendInts = null;
+        this.keysPerSplit = 0;
+        this.splits = splits;
+        this.gridX = forward.get(0).gridX();
+        this.gridY = forward.get(0).gridY();
+        this.gridZ = forward.get(0).gridZ();
+        this.combineGridX = combine == null ? 0 : forward.get(1).gridX();
+        LaunchTable.DecodeWorkspace workspace = splits > 0 ? LaunchTable.decodeWorkspace(shape, splits) : null;
+        this.partialOFloats = workspace == null ? 0 : workspace.partialOFloats();
+        this.partialLseFloats = workspace == null ? 0 : workspace.partialLseFloats();
+    }
+
+    /**
+     * The dense function of {@code shape} on a device of {@code multiprocessors} SMs (a decode shape's split count, as
+     * ptx-cuda picks it: {@link LaunchTable#decodeSplits}); a shape no shipped entry serves is refused by name.
+     */
+    static LibraryCall forward(String function, AttentionShape shape, int multiprocessors) {
+        InvalidArgumentException.requireNonNull("shape", shape);
+        if (multiprocessors < 1) {
+            throw new InvalidArgumentException("multiprocessors", multiprocessors, "must be >= 1 (the device's SM count)");
+        }
+        KernelManifest manifest = KernelManifest.shipped();
+        LaunchTable.checkSupported(HOST, shape, manifest);
+        int splits = LaunchTable.isDecode(shape) ? LaunchTable.decodeSplits(shape, multiprocessors, manifest) : 0;
+        return new LibraryCall(function, shape, splits);
+    }
+
     /** The spec and cache every function of the library serves: consistent, and within the kernels' grid limits. */
     static void check(CacheAttentionSpec spec, KvCacheSpec cacheSpec) {
         spec.checkCache(cacheSpec);
@@ -236,6 +294,14 @@ public final class LibraryCall {
         if (args == null || args.length != argumentCount) {
             throw new InvalidArgumentException("arguments", args == null ? null : args.length,
                     function + " takes " + argumentCount + " arguments");
+        }
+        if (op == Op.FORWARD) {
+            requireTensor(args, at.q(), shape.queryElements(), "the shape's query elements");
+            requireTensor(args, at.keys(), shape.kvElements(), "the shape's key/value elements");
+            requireTensor(args, at.values(), shape.kvElements(), "the shape's key/value elements");
+            requireTensor(args, at.o(), shape.outputElements(), "the shape's output elements");
+            require(args, at.lse(), FloatArray.class, "a FloatArray", shape.logSumExpElements(), "batch*heads*queryLength");
+            return;
         }
         boolean dense = op != Op.PREFILL;
         long q = dense ? denseElements() : spec.packedQueryElements();
@@ -298,6 +364,20 @@ public final class LibraryCall {
      * cache's block table and an absent lse are passed as null.
      */
     public List<Launch> launches(long[] pointers, Workspace workspace) {
+        if (op == Op.FORWARD) {
+            long q = pointers[at.q()], k = pointers[at.keys()], v = pointers[at.values()];
+            long o = pointers[at.o()], lse = pointers[at.lse()];
+            LaunchTable.Launch first = forward.get(0);
+            if (combine == null) {
+                return List.of(new Launch(main, first.gridX(), first.gridY(), first.gridZ(),
+                        new long[] {q, k, v, o, lse, workspace.params()}));
+            }
+            LaunchTable.Launch second = forward.get(1);
+            return List.of(new Launch(main, first.gridX(), first.gridY(), first.gridZ(),
+                            new long[] {q, k, v, workspace.partialO(), workspace.partialLse(), workspace.params()}),
+                    new Launch(combine, second.gridX(), second.gridY(), second.gridZ(),
+                            new long[] {workspace.partialO(), workspace.partialLse(), o, lse, workspace.params()}));
+        }
         long blocks = cacheSpec.paged() ? pointers[at.blockTable()] : 0;
         long lse = at.lse() >= 0 ? pointers[at.lse()] : 0;
         long step = pointers[at.step()];
@@ -333,7 +413,7 @@ public final class LibraryCall {
     }
 
     public Key key() {
-        return new Key(function, spec, cacheSpec);
+        return new Key(function, spec, cacheSpec, shape, splits);
     }
 
     public String function() {
@@ -350,6 +430,11 @@ public final class LibraryCall {
 
     public KvCacheSpec cacheSpec() {
         return cacheSpec;
+    }
+
+    /** FORWARD's shape; null for the cache functions. */
+    public AttentionShape shape() {
+        return shape;
     }
 
     public Positions positions() {
@@ -413,23 +498,20 @@ public final class LibraryCall {
                                                 KvCacheSpec cacheSpec) {
         KernelVariant variant = KernelVariant.of(kind, spec.dtype(), spec.headDim()).causal(spec.causal())
                 .paged(cacheSpec.paged());
-        KernelManifest.Kernel kernel = LaunchTable.require(HOST, manifest, variant, spec.features(), spec::featureValue);
-        if (kernel.dynamicSharedBytes() > 0) {
-            // LibraryCuda.launch passes no dynamic shared memory (every cache entry uses static shared memory only).
-            throw new IllegalStateException("the kernel manifest's " + kernel.entry() + " needs "
-                    + kernel.dynamicSharedBytes() + " bytes of dynamic shared memory; " + HOST + " launches with none");
-        }
-        return kernel;
+        return LaunchTable.require(HOST, manifest, variant, spec.features(), spec::featureValue);
     }
 
     /** A 16-bit tensor argument: its element type's array (or 16-bit bits in a ShortArray) of the right size. */
     private void requireTensor(Object[] args, int index, long elements, String what) {
-        Class<? extends TornadoNativeArray> typed = spec.dtype() == DType.BF16 ? BFloat16Array.class : HalfFloatArray.class;
+        DType dtype = op == Op.FORWARD ? shape.dtype() : spec.dtype();
+        Class<? extends TornadoNativeArray> typed = dtype == DType.BF16 ? BFloat16Array.class : HalfFloatArray.class;
         Object value = args[index];
-        if (!(typed.isInstance(value) || value instanceof ShortArray)) {
+        // FORWARD (ptx-tornado's plans) keeps bf16 bits in HalfFloatArrays too: any 16-bit array of the size.
+        boolean sixteenBits = op == Op.FORWARD && value instanceof HalfFloatArray;
+        if (!(typed.isInstance(value) || value instanceof ShortArray || sixteenBits)) {
             throw new InvalidArgumentException(names[roleOf(index)], value == null ? null : value.getClass().getSimpleName(),
                     "argument " + index + " must be a " + typed.getSimpleName() + " or a ShortArray ("
-                            + spec.dtype().label() + " bits)");
+                            + dtype.label() + " bits)");
         }
         requireSize(index, (TornadoNativeArray) value, elements, what);
     }
@@ -475,6 +557,6 @@ public final class LibraryCall {
 
     @Override
     public String toString() {
-        return HOST + " " + function + ": " + spec + " over " + cacheSpec;
+        return HOST + " " + function + ": " + (op == Op.FORWARD ? shape : spec + " over " + cacheSpec);
     }
 }

@@ -55,10 +55,14 @@ public interface LibraryCuda {
     }
 
     /**
-     * cuLaunchKernel with 1-D blocks and no dynamic shared memory; {@code kernelParams} as {@link #kernelParams} made it.
-     * Nothing is allocated.
+     * cuLaunchKernel with 1-D blocks and {@code sharedBytes} of dynamic shared memory; {@code kernelParams} as
+     * {@link #kernelParams} made it. Nothing is allocated.
      */
-    void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, MemorySegment kernelParams);
+    void launch(long function, int gridX, int gridY, int gridZ, int blockX, int sharedBytes, long stream,
+                MemorySegment kernelParams);
+
+    /** Lets {@code function} launch with {@code bytes} of dynamic shared memory (more than the default 48 KB). */
+    void allowDynamicShared(long function, int bytes);
 
     /** Whether {@code stream} is being captured into a CUDA graph (events recorded then cannot be timed). */
     boolean isCapturing(long stream);
@@ -163,8 +167,14 @@ public interface LibraryCuda {
         }
 
         @Override
-        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream, MemorySegment kernelParams) {
-            cuda.launch(function, gridX, gridY, gridZ, blockX, 0, stream, kernelParams);
+        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, int sharedBytes, long stream,
+                           MemorySegment kernelParams) {
+            cuda.launch(function, gridX, gridY, gridZ, blockX, sharedBytes, stream, kernelParams);
+        }
+
+        @Override
+        public void allowDynamicShared(long function, int bytes) {
+            cuda.setMaxDynamicSharedBytes(function, bytes);
         }
 
         @Override

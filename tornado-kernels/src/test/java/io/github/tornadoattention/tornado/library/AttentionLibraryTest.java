@@ -285,6 +285,65 @@ class AttentionLibraryTest {
                 a.step(), a.blocks(), a.o())));
     }
 
+    /**
+     * ForwardLibraryTask (ptx-tornado's plans on the CUDA backend): a prefill shape runs the launch table's entry with
+     * its dynamic shared memory (allowed once, when the entry is loaded; every launch passes it) on (q, k, v, o, lse,
+     * params); a decode shape the split pass on the workspace, then the combine, split as ptx-cuda splits it for the
+     * SM count; o and lse write-only; wrong arrays and SM counts refused by name.
+     */
+    @Test
+    void forwardRunsPtxCudasLaunchesWithTheirDynamicSharedMemory() {
+        io.github.tornadoattention.AttentionShape prefill = io.github.tornadoattention.AttentionShape.builder().batch(2)
+                .heads(4).kvHeads(2).queryLength(300).headDim(256).causal(true).build();
+        ForwardLibraryTask att = ForwardLibraryTask.create(prefill, 132);
+        List<io.github.tornadoattention.ptx.LaunchTable.Launch> table = io.github.tornadoattention.ptx.LaunchTable.launches(
+                prefill, 0, KernelManifest.shipped());
+        assertEquals(1, table.size());
+        int smem = table.get(0).dynamicSharedBytes();
+        assertTrue(smem > 48 * 1024, "D=256's ptx-cuda tile uses more than 48 KB: " + smem);
+        HalfFloatArray q = new HalfFloatArray((int) prefill.queryElements()), k = new HalfFloatArray((int) prefill.kvElements());
+        HalfFloatArray v = new HalfFloatArray((int) prefill.kvElements()), o = new HalfFloatArray((int) prefill.outputElements());
+        FloatArray lse = new FloatArray(prefill.logSumExpElements());
+        LibraryTaskDescriptor d = att.forward(q, k, v, o, lse);
+        assertEquals(ForwardLibraryTask.FORWARD, d.getFunctionName());
+        assertEquals(List.of(Access.READ_ONLY, Access.READ_ONLY, Access.READ_ONLY, Access.WRITE_ONLY, Access.WRITE_ONLY),
+                List.of(d.getAccess()));
+        FakeCuda cuda = new FakeCuda(90);
+        cuda.current = 0xc0ffee;
+        AttentionLibraryContext context = new AttentionLibraryContext(cuda, 0xc0ffee, 0x5eed);
+        context.prepare(d.getFunctionName(), d.getParameters(), d.getTuning());
+        String entry = table.get(0).entry();
+        assertTrue(cuda.calls.contains("allow " + entry + " smem " + smem), cuda.calls.toString());
+        cuda.calls.clear();
+        long[] p = {16, 32, 48, 64, 80};
+        context.dispatch(d.getFunctionName(), d.getParameters(), p, d.getTuning());
+        long params = 1000;   // the fake driver's first cuMemAlloc: the params block
+        assertEquals(List.of("launch " + entry + " grid " + table.get(0).gridX() + "x" + table.get(0).gridY() + "x"
+                + table.get(0).gridZ() + " block " + table.get(0).threads() + " smem " + smem + " stream 5eed args "
+                + java.util.Arrays.toString(new long[] {16, 32, 48, 64, 80, params})), cuda.calls);
+        assertArrayEquals(KernelParams.of(prefill, 0), ((LibraryCall) d.getTuning()).params());
+
+        io.github.tornadoattention.AttentionShape decode = io.github.tornadoattention.AttentionShape.builder().batch(2)
+                .heads(8).kvHeads(2).queryLength(1).kvLength(5000).headDim(128).build();
+        ForwardLibraryTask dec = ForwardLibraryTask.create(decode, 132);
+        int splits = io.github.tornadoattention.ptx.LaunchTable.decodeSplits(decode, 132, KernelManifest.shipped());
+        LibraryCall call = ((LibraryCall) dec.forward(new HalfFloatArray((int) decode.queryElements()),
+                new HalfFloatArray((int) decode.kvElements()), new HalfFloatArray((int) decode.kvElements()),
+                new HalfFloatArray((int) decode.outputElements()), new FloatArray(decode.logSumExpElements())).getTuning());
+        List<LibraryCall.Launch> l = call.launches(new long[] {16, 32, 48, 64, 80}, new LibraryCall.Workspace(0xc0, 0xa0, 0xb0));
+        assertEquals(2, l.size());
+        assertArrayEquals(new long[] {16, 32, 48, 0xa0, 0xb0, 0xc0}, l.get(0).arguments());
+        assertArrayEquals(new long[] {0xa0, 0xb0, 64, 80, 0xc0}, l.get(1).arguments());
+        assertEquals(splits, call.splits());
+        assertEquals(io.github.tornadoattention.ptx.LaunchTable.decodeWorkspace(decode, splits).partialOFloats(),
+                call.partialOFloats());
+
+        assertEquals("o", assertThrows(InvalidArgumentException.class,
+                () -> att.forward(q, k, v, new HalfFloatArray(3), lse)).argument());
+        assertEquals("lse", name(() -> att.forward(q, k, v, o, new FloatArray(1))));
+        assertEquals("multiprocessors", name(() -> ForwardLibraryTask.create(prefill, 0)));
+    }
+
     @Test
     void pagedDecodeReadsThePoolThroughTheBlockTable() {
         CacheAttentionSpec spec = spec(DType.FP16, D).build();
@@ -416,6 +475,7 @@ class AttentionLibraryTest {
                 case PREFILL -> c.lse() ? CacheLibraryTasks.PREFILL_LSE : CacheLibraryTasks.PREFILL;
                 case DECODE -> c.lse() ? CacheLibraryTasks.DECODE_LSE : CacheLibraryTasks.DECODE;
                 case APPEND_DECODE -> c.lse() ? CacheLibraryTasks.APPEND_DECODE_LSE : CacheLibraryTasks.APPEND_DECODE;
+                case FORWARD -> throw new IllegalStateException(c.name() + ": the check's cases are cache functions");
             };
             assertEquals(c.op(), att.call(function).op(), c.name());
             assertEquals(c.initialLengths().length, c.batch(), c.name());
@@ -928,15 +988,20 @@ class AttentionLibraryTest {
         }
 
         @Override
-        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, long stream,
+        public void launch(long function, int gridX, int gridY, int gridZ, int blockX, int sharedBytes, long stream,
                            java.lang.foreign.MemorySegment kernelParams) {
             launches++;
             if (!record) {
                 return;
             }
             calls.add("launch " + entries.get(function) + " grid " + gridX + "x" + gridY + "x" + gridZ + " block " + blockX
-                    + " stream " + Long.toHexString(stream) + " args "
+                    + (sharedBytes > 0 ? " smem " + sharedBytes : "") + " stream " + Long.toHexString(stream) + " args "
                     + java.util.Arrays.toString(LibraryCuda.arguments(kernelParams)));
+        }
+
+        @Override
+        public void allowDynamicShared(long function, int bytes) {
+            calls.add("allow " + entries.get(function) + " smem " + bytes);
         }
 
         /** Whether the stream is being captured (set by a test). */
