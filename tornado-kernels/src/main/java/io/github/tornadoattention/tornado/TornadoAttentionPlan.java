@@ -294,9 +294,17 @@ abstract class TornadoAttentionPlan extends AttentionPlan {
     }
 
     private void recordKernelTime(TornadoExecutionResult result) {
-        if (options.profile() && result.getProfilerResult() != null) {
-            recordDeviceMillis(result.getProfilerResult().getDeviceKernelTime() / 1e6);
+        if (options.profile()) {
+            double ms = deviceMillis(result);
+            if (!Double.isNaN(ms)) {
+                recordDeviceMillis(ms);
+            }
         }
+    }
+
+    /** The kernels' device time of one execution: TornadoVM's profiler's; NaN when it has none. */
+    protected double deviceMillis(TornadoExecutionResult result) {
+        return result.getProfilerResult() == null ? Double.NaN : result.getProfilerResult().getDeviceKernelTime() / 1e6;
     }
 
     @Override

@@ -256,7 +256,7 @@ public final class AttentionLibraryContext implements AutoCloseable {
             cuda.pushContext(context);
         }
         try {
-            long[] timed = DispatchTimer.enabled() && !cuda.isCapturing(stream) ? eventPair() : null;
+            long[] timed = (DispatchTimer.enabled() || call.timedOnDevice()) && !cuda.isCapturing(stream) ? eventPair() : null;
             if (timed != null) {
                 cuda.recordEvent(timed[0], stream);
             }
@@ -267,7 +267,7 @@ public final class AttentionLibraryContext implements AutoCloseable {
             }
             if (timed != null) {
                 cuda.recordEvent(timed[1], stream);
-                DispatchTimer.add(new DispatchTimer.Timed(this, call.function(), timed));
+                DispatchTimer.add(new DispatchTimer.Timed(this, call, timed));
             }
         } finally {
             if (push) {

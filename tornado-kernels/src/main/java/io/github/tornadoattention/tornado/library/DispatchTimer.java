@@ -6,7 +6,8 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Device time of the library's dispatches inside an engine's task graphs. While on, each dispatch records a CUDA event
+ * Device time of the library's dispatches inside an engine's task graphs. While on (or for a call that asks for it:
+ * {@code ForwardLibraryTask.timeOnDevice}, which ptx-tornado's profiled plans use), each dispatch records a CUDA event
  * on TornadoVM's stream before its launches and one after them; {@link #drain} waits for them and returns, per
  * function, the dispatches and their device milliseconds. That is the instrument ptx-cuda's kernel times use (CUDA
  * events around the launches). TornadoVM's own profiler times a library task on the host, between two stream markers
@@ -27,8 +28,8 @@ public final class DispatchTimer {
     public record Totals(int dispatches, double millis) {
     }
 
-    /** One timed dispatch: its context, function and the start and end events. */
-    record Timed(AttentionLibraryContext context, String function, long[] events) {
+    /** One timed dispatch: its context, call and the start and end events. */
+    record Timed(AttentionLibraryContext context, LibraryCall call, long[] events) {
     }
 
     private DispatchTimer() {
@@ -66,10 +67,30 @@ public final class DispatchTimer {
         for (Timed t : taken) {
             double ms = t.context().elapsedAndRecycle(t.events());
             if (!Double.isNaN(ms)) {
-                totals.merge(t.function(), new Totals(1, ms),
+                totals.merge(t.call().function(), new Totals(1, ms),
                         (a, b) -> new Totals(a.dispatches() + b.dispatches(), a.millis() + b.millis()));
             }
         }
         return totals;
+    }
+
+    /**
+     * The device milliseconds of {@code call}'s dispatches timed since the last drain (timed because the timer is on or
+     * the call asks for it: {@link LibraryCall#timeOnDevice}), waited for; NaN when there is none. Other calls'
+     * dispatches stay pending.
+     */
+    static double drainMillis(LibraryCall call) {
+        List<Timed> taken = new ArrayList<>();
+        synchronized (DispatchTimer.class) {
+            PENDING.removeIf(t -> t.call() == call && taken.add(t));
+        }
+        double sum = Double.NaN;
+        for (Timed t : taken) {
+            double ms = t.context().elapsedAndRecycle(t.events());
+            if (!Double.isNaN(ms)) {
+                sum = Double.isNaN(sum) ? ms : sum + ms;
+            }
+        }
+        return sum;
     }
 }

@@ -54,6 +54,19 @@ public final class ForwardLibraryTask {
                     Access.WRITE_ONLY, Access.WRITE_ONLY}).withTuning(call);
     }
 
+    /**
+     * Times this task's dispatches with CUDA events around its launches (not those captured into a CUDA graph), for
+     * {@link #drainDeviceMillis}; TornadoVM's profiler times a library task on the host only.
+     */
+    public void timeOnDevice(boolean on) {
+        call.timeOnDevice(on);
+    }
+
+    /** The device milliseconds of this task's dispatches timed since the last drain, waited for; NaN: none. */
+    public double drainDeviceMillis() {
+        return DispatchTimer.drainMillis(call);
+    }
+
     /** The call behind the task (tests). */
     LibraryCall call() {
         return call;

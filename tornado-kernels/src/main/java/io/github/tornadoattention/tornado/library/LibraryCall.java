@@ -107,6 +107,8 @@ public final class LibraryCall {
     private final int combineGridX;
     private final long partialOFloats;
     private final long partialLseFloats;
+    /** Its dispatches timed with CUDA events whether or not {@link DispatchTimer} is on. */
+    private volatile boolean timedOnDevice;
 
     private LibraryCall(String function, Op op, CacheAttentionSpec spec, KvCacheSpec cacheSpec, Positions at,
                         int argumentCount, String[] names, boolean exactSizes, long stepInts) {
@@ -410,6 +412,15 @@ public final class LibraryCall {
             return List.of(append, main, combine);
         }
         return combine == null ? List.of(main) : List.of(main, combine);
+    }
+
+    /** Times this call's dispatches on the device ({@link DispatchTimer#drainMillis}), or stops. */
+    void timeOnDevice(boolean on) {
+        timedOnDevice = on;
+    }
+
+    boolean timedOnDevice() {
+        return timedOnDevice;
     }
 
     public Key key() {

@@ -722,6 +722,23 @@ class AttentionLibraryTest {
             s.dispatch(P);
             assertEquals(launches, cuda.calls, "captured into a CUDA graph: not timed");
             cuda.capturing = false;
+            // A call that asks for it is timed with the timer off, and drained on its own.
+            DispatchTimer.drain();   // the reuse check's dispatch
+            DispatchTimer.enable(false);
+            cuda.calls.clear();
+            s.dispatch(P);
+            assertEquals(launches, cuda.calls, "timer off: not timed");
+            s.call().timeOnDevice(true);
+            s.dispatch(P);
+            s.dispatch(P);
+            assertTrue(cuda.calls.stream().filter(c -> c.startsWith("record ")).count() == 4, cuda.calls.toString());
+            int before = cuda.elapsedCalls;
+            double ms = DispatchTimer.drainMillis(s.call());
+            assertEquals(0.25 * (before + 1) + 0.25 * (before + 2), ms, 1e-9, "its two dispatches");
+            assertTrue(Double.isNaN(DispatchTimer.drainMillis(s.call())), "drained once: NaN");
+            s.call().timeOnDevice(false);
+            DispatchTimer.enable(true);
+            s.dispatch(P);   // pending for the close below
             s.context().close();
             assertEquals(4, cuda.calls.stream().filter(c -> c.startsWith("destroy ")).count(), "both pairs destroyed");
             assertEquals(java.util.Map.of(), DispatchTimer.drain(), "the closed context's pending dispatch is dropped");
