@@ -27,7 +27,9 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * entries (selected from the kernel manifest by the variant, as every host does: element type, head dim, causal,
  * cache layout, the fewest-features entry that serves the spec's window/softcap/sinks), the params block
  * ({@link KernelParams#forCache}, as ptx-cuda's {@code CudaCachePlan} makes it), the split workspace, the launch
- * geometry and each launch's arguments, and the checks of the task's arrays.
+ * geometry and each launch's arguments, and the checks of the task's arrays. Append-decode puts the cache's append
+ * kernel before the decode; FORWARD ({@link ForwardLibraryTask}) is dense attention of one {@code AttentionShape}
+ * with the launch table's launches (as ptx-cuda's plan makes them, dynamic shared memory included).
  *
  * <p>Every launch is fixed by the spec, never by the run-time lengths (which the kernels read from the step array on
  * the device), so a CUDA graph may capture them: decode splits the capacity
@@ -35,7 +37,8 @@ import uk.ac.manchester.tornado.api.types.arrays.TornadoNativeArray;
  * weighs 0), prefill covers {@code min(maxQueryLength, maxTotalQueries)} queries per sequence (tiles past a
  * sequence's new tokens exit).
  *
- * <p>The task factories ({@link CacheLibraryTasks}, {@link AttentionLibraryTasks#decode}) attach the call to their
+ * <p>The task factories ({@link CacheLibraryTasks}, {@link ForwardLibraryTask}, {@link AttentionLibraryTasks#decode})
+ * attach the call to their
  * descriptor (its {@code tuning}); the provider reads it back and checks the arguments against it.
  */
 public final class LibraryCall {
