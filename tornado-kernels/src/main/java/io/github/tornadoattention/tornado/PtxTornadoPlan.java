@@ -14,6 +14,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import uk.ac.manchester.tornado.api.TornadoExecutionResult;
 import uk.ac.manchester.tornado.api.common.Access;
 import uk.ac.manchester.tornado.api.common.TornadoDevice;
 import uk.ac.manchester.tornado.api.enums.TornadoVMBackendType;
@@ -110,7 +111,7 @@ final class PtxTornadoPlan extends TornadoAttentionPlan {
 
     /** The library task's own device time where it was timed (not replayed from a CUDA graph), else the profiler's. */
     @Override
-    protected double deviceMillis(uk.ac.manchester.tornado.api.TornadoExecutionResult result) {
+    protected double deviceMillis(TornadoExecutionResult result) {
         double ms = library == null ? Double.NaN : library.drainDeviceMillis();
         return Double.isNaN(ms) ? super.deviceMillis(result) : ms;
     }

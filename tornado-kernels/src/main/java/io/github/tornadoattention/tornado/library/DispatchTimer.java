@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Predicate;
 
 /**
  * Device time of the library's dispatches inside an engine's task graphs. While on (or for a call that asks for it:
@@ -58,10 +59,24 @@ public final class DispatchTimer {
      * the functions were first dispatched; the events go back to their contexts for reuse.
      */
     public static Map<String, Totals> drain() {
-        List<Timed> taken;
+        return drain(t -> true);
+    }
+
+    /**
+     * The device milliseconds of {@code call}'s dispatches timed since the last drain (timed because the timer is on or
+     * the call asks for it: {@link LibraryCall#timeOnDevice}), waited for; NaN when there is none. Other calls'
+     * dispatches stay pending.
+     */
+    static double drainMillis(LibraryCall call) {
+        Totals totals = drain(t -> t.call() == call).get(call.function());
+        return totals == null ? Double.NaN : totals.millis();
+    }
+
+    /** Takes the pending dispatches {@code which} accepts, waits for them and totals them by function name. */
+    private static Map<String, Totals> drain(Predicate<Timed> which) {
+        List<Timed> taken = new ArrayList<>();
         synchronized (DispatchTimer.class) {
-            taken = new ArrayList<>(PENDING);
-            PENDING.clear();
+            PENDING.removeIf(t -> which.test(t) && taken.add(t));
         }
         Map<String, Totals> totals = new LinkedHashMap<>();
         for (Timed t : taken) {
@@ -72,25 +87,5 @@ public final class DispatchTimer {
             }
         }
         return totals;
-    }
-
-    /**
-     * The device milliseconds of {@code call}'s dispatches timed since the last drain (timed because the timer is on or
-     * the call asks for it: {@link LibraryCall#timeOnDevice}), waited for; NaN when there is none. Other calls'
-     * dispatches stay pending.
-     */
-    static double drainMillis(LibraryCall call) {
-        List<Timed> taken = new ArrayList<>();
-        synchronized (DispatchTimer.class) {
-            PENDING.removeIf(t -> t.call() == call && taken.add(t));
-        }
-        double sum = Double.NaN;
-        for (Timed t : taken) {
-            double ms = t.context().elapsedAndRecycle(t.events());
-            if (!Double.isNaN(ms)) {
-                sum = Double.isNaN(sum) ? ms : sum + ms;
-            }
-        }
-        return sum;
     }
 }
