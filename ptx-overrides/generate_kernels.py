@@ -274,10 +274,19 @@ CACHE_D128_CAUSAL_2 = dataclasses.replace(CACHE_D128_CAUSAL, min_ctas=2)
 # 168-register D=128 causal cache tile (2 CTAs/SM); the dynamic D=96 and 192 tiles spill 12-52 bytes with them unless
 # they take the lazy rescale.  D=256's dynamic tile takes them eager (255 registers, no spill; 1.08-1.10x its plain
 # time on an H200 where the lazy rescale took 1.13-1.16x: bench/results/h200-2026-11-26-softcap-feat-tiles.md).
+# The tiles below hold no registers to spare for the softcap's multiplier and the window's left side across the tile
+# loop, which the other "_feat" entries hold (a read per tile stalls it): they re-read them per tile (lean bit 32,
+# kLeanRereadWords), else they spill 4-44 bytes on sm_89 or sm_90.
+REREAD_WORDS = 32
 FEAT_TILES = {
     ("cache-prefill", CACHE_D128_CAUSAL): CACHE_D128_CAUSAL_2,
-    ("prefill", FWD_D96_DYN): dataclasses.replace(FWD_D96_DYN, opt=LAZY),
+    ("prefill", FWD_D96_DYN): dataclasses.replace(FWD_D96_DYN, opt=LAZY, lean=REREAD_WORDS),
     ("prefill", FWD_D192_DYN): dataclasses.replace(FWD_D192_DYN, opt=LAZY),
+    ("prefill", FWD_D32): dataclasses.replace(FWD_D32, lean=REREAD_WORDS),
+    ("cache-prefill", FWD_D32): dataclasses.replace(FWD_D32, lean=REREAD_WORDS),
+    ("prefill", FWD_D128_DYN): dataclasses.replace(FWD_D128_DYN, lean=REREAD_WORDS),
+    ("prefill", FWD_D128): dataclasses.replace(FWD_D128, lean=REREAD_WORDS),
+    ("prefill", FWD_D192_STATIC): dataclasses.replace(FWD_D192_STATIC, lean=FWD_D192_STATIC.lean | REREAD_WORDS),
 }
 
 

@@ -71,9 +71,15 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
     if constexpr (Opt::kFeatures) return reload_param<P_SOFTCAP, kHdr>(params);
     else return 0;
   };
-  // The softcap's scale / c times 2 log2(e): softcap_v's argument per unit of q.k (softcap_bits() != 0).
+  // The softcap's scale / c: tanh's argument per unit of q.k; 0 = no softcap (also where scale / c underflows, as
+  // c * tanh(s / c) is then s to fp32 precision).  Every softcap decision below is cap_in != 0.
   auto softcap_in = [&]() -> float {
-    return __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(softcap_bits()) * 2.8853900817779268f;
+    if constexpr (Opt::kFeatures) {
+      const int c = softcap_bits();
+      return c != 0 ? __int_as_float(reload_param<P_SCALE, kHdr>(params)) / __int_as_float(c) : 0.f;
+    } else {
+      return 0.f;
+    }
   };
   // Sinks are the softmax's starting state (see m_i), nothing in the loop: every entry serves them (the manifest
   // lists sinks for the plain entries too).
@@ -464,18 +470,30 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       l_i[rg][hh] = 0.f;
     }
   }
-  // Softcap: scores are v = (tanh - 1) / 2 values (softcap_v), 2*c*log2(e) per unit.  Read late
-  // rather than held across the prologue.
-  const int cap_bits0 = softcap_bits();
-  const float sl2 = cap_bits0 != 0 ? __int_as_float(cap_bits0) * 2.8853900817779268f : p.scale_log2;
+  // Softcap: scores are t = tanh(scale*q.k/c) values, c*log2(e) per unit.  cap_in and the window's left side are
+  // read once and held across the tile loop: read at their point of use, every tile waited on the load (3-6% of a
+  // D=128 tile without a softcap, 4-6% more with one; bench/results/h200-2026-11-26-softcap-tanh.md).  Tiles without
+  // the two registers to spare (kLeanRereadWords, the table's FEAT_TILES) re-read them every tile.
+  constexpr bool kHoldWords = !(Opt::kLean & kLeanRereadWords);
+  const float cap_in_held = kHoldWords ? softcap_in() : 0.f;
+  const int win_left_held = kHoldWords ? window_word(WinLeft{}) : -1;
+  auto cap_in_now = [&]() -> float {
+    if constexpr (kHoldWords) return cap_in_held;
+    else return softcap_in();
+  };
+  auto win_left_now = [&]() -> int {
+    if constexpr (kHoldWords) return win_left_held;
+    else return window_word(WinLeft{});
+  };
+  const float sl2 = cap_in_now() != 0.f ? __int_as_float(softcap_bits()) * 1.4426950408889634f : p.scale_log2;
   if (!kDecode) {
     // Prefill: the head's sink z is the softmax's starting state, a key of logit z without a value: m = z in the
-    // loop's units (lse = m*scale + offset, see the epilogue), l = 1 (in one thread of each quad: row sums are
+    // loop's units (lse = m*scale, see the epilogue), l = 1 (in one thread of each quad: row sums are
     // per-thread partials), O = 0.  The loop and the epilogue then need no code for it, and no register holds it.
     // Branch-free (z = -inf gives m = -inf, l = 0, the start without a sink): a branch here costs the
     // 255-register tiles a spill.  Split passes leave the sink to the combine.
     const float z = sink_of(h_fixed);
-    const float m0 = cap_bits0 != 0 ? __fdividef(z - __int_as_float(cap_bits0), 2.f * __int_as_float(cap_bits0))
+    const float m0 = cap_in_now() != 0.f ? __fdividef(z, __int_as_float(softcap_bits()))
                                     : __fdividef(z, __int_as_float(reload_param<P_SCALE, kHdr>(params)));
     const float l0 = t4 == 0 && z != kNegInf ? 1.f : 0.f;
 #pragma unroll
@@ -572,31 +590,29 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       }
 
       // ---- score edits: softcap on every tile, then the mask (ragged Skv end, causal diagonal,
-      // window edges) on the tiles that cross a bound.  Words re-read here, not held across the loop.
+      // window edges) on the tiles that cross a bound.  The bounds' words are re-read here, not held across the loop.
       const int tile_key0 = n * BN + hf * CN;
       bool mask = tile_key0 + CN - 1 > block_lim;
-      // Softcap: scale*q.k becomes c*tanh(scale*q.k/c); S keeps v = (tanh(scale*q.k/c) - 1) / 2 and the
-      // softmax runs in those units (sl2 = 2*c*log2(e)).
-      const int cap_bits = softcap_bits();
+      // Softcap: scale*q.k becomes c*tanh(scale*q.k/c); S keeps t = tanh(scale*q.k/c) and the softmax
+      // runs in those units (sl2 = c*log2(e)).  Applied before the mask, which then sets -inf.
+      const float cap_in = cap_in_now();
       if constexpr (Opt::kFeatures) {
         // A window's left side: a prefill tile needs the mask where it starts before the first key
         // of the warp's last row (rows are queries in order); decode rows mix queries: every tile.
-        if (!mask && window_word(WinLeft{}) >= 0) {
+        if (!mask && win_left_now() >= 0) {
           if constexpr (kDecode) mask = true;
           else mask = tile_key0 < row0 + warp_row0 + RG * 16 - 1 + bounds_now().y;
         }
-        if (!mask && cap_bits != 0) {
-          const float in = softcap_in();
+        if (!mask && cap_in != 0.f) {
 #pragma unroll
           for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
             for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-              for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = softcap_v(s_acc[rg][nt][j] * in);
+              for (int j = 0; j < 4; ++j) s_acc[rg][nt][j] = tanh_approx(s_acc[rg][nt][j] * cap_in);
         }
       }
       if (mask) {
-        const float in = softcap_in();
         // Branch-free row bounds: a tile inside every row's window keeps all its keys.
         const int2 bd = bounds_now();
 #pragma unroll
@@ -611,7 +627,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
                 float& x = s_acc[rg][nt][2 * hh + c];
-                if (cap_bits != 0) x = softcap_v(x * in);
+                if (cap_in != 0.f) x = tanh_approx(x * cap_in);
                 if (nt * 8 + c > lim || nt * 8 + c < first) x = kNegInf;
               }
           }
@@ -762,10 +778,8 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
 
   // ---- epilogue: normalise once, lse = m*scale + ln(l).
   // Values only the epilogue needs are re-read here rather than kept live across the loop.
-  // lse = m*scale + ln(l); with a softcap m is in v units: m*scale = c*(1 + 2m) (scale 2c, offset c).
-  const int cap_bits1 = softcap_bits();
-  const float scale = cap_bits1 != 0 ? 2.f * __int_as_float(cap_bits1) : __int_as_float(reload_param<P_SCALE, kHdr>(params));
-  const float m_offset = cap_bits1 != 0 ? __int_as_float(cap_bits1) : 0.f;
+  // lse = m*scale + ln(l); with a softcap m is in t units: m*scale = c*m.
+  const float scale = cap_in_now() != 0.f ? __int_as_float(softcap_bits()) : __int_as_float(reload_param<P_SCALE, kHdr>(params));
   float lse_v[RG][2];
 #pragma unroll
   for (int rg = 0; rg < RG; ++rg)
@@ -774,7 +788,7 @@ __device__ __forceinline__ void fwd_body(const elem_t<Kt>* __restrict__ q, const
       const float l = quad_sum(l_i[rg][hh]);
       const bool any = l > 0.f;  // false only for a row that sees no key and no sink
       const float inv = any ? 1.f / l : 0.f;
-      lse_v[rg][hh] = any ? fmaf(m_i[rg][hh], scale, m_offset) + logf(l) : kNegInf;
+      lse_v[rg][hh] = any ? m_i[rg][hh] * scale + logf(l) : kNegInf;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
         acc_o[rg][dt][2 * hh] *= inv;

@@ -16,6 +16,7 @@ constexpr int kLeanKRoles = 1;   // K fragments read with the A-operand ldmatrix
 constexpr int kLeanHalves = 2;   // S / softmax / P V in two chunks of Bc/2 keys, chunk loop not unrolled
 constexpr int kLeanKsLoop = 4;   // S = Q K^T k-step loop unrolled by 4 only
 constexpr int kLeanKsLoop2 = 16; // S = Q K^T k-step loop unrolled by 2 only
+constexpr int kLeanRereadWords = 32;  // the softcap's and the window's words re-read every tile, not held
 
 // Ablation switches.  Each one, set false, turns off exactly one optimisation.
 template <bool kCpAsyncPipeline_ = true,  // false: one K/V buffer, load -> wait -> compute (synchronous)
