@@ -38,7 +38,7 @@ struct Opt {
 };
 
 // An Opt with register-saving variants of the kernel body switched on (bit mask of kLean*
-// below; benchmark-only tuning candidates).  A derived type rather than a seventh Opt
+// below; the table's Tile.lean, for the tiles at the register limit).  A derived type rather than a seventh Opt
 // parameter, so that the shipped entries' PTX (which names Opt in mangled symbols) is unchanged.
 template <class Base, int kLean_>
 struct OptLean : Base {
