@@ -104,9 +104,12 @@ if want features; then
   cuda run $pre --kv-seq 4096 > "$OUT/prefill-4k.log" 2>&1 && record "prefill 4096x4096" "$OUT/prefill-4k.log"
   cuda run $pre --kv-seq 32768 --causal --window 4095 > "$OUT/prefill-32k-window.log" 2>&1 \
     && record "prefill 4096x32768 causal window 4095" "$OUT/prefill-32k-window.log"
-  cuda run --batch 1 --heads 4 --kv-heads 1 --dim 128 --seq 1024 --kv-seq 8192 --causal --window 1023 --backend ptx-cuda \
-    --iters 1 --check --seed "$SEED" > "$OUT/prefill-window-check.log" 2>&1 || fail=1
-  echo "windowed prefill check: $(grep -m1 '^check' "$OUT/prefill-window-check.log")"
+  # Window 1023 runs the causal tile, 2047 the non-causal one (LaunchTable.tileCausal): check both.
+  for w in 1023 2047; do
+    cuda run --batch 1 --heads 4 --kv-heads 1 --dim 128 --seq 1024 --kv-seq 8192 --causal --window $w --backend ptx-cuda \
+      --iters 1 --check --seed "$SEED" > "$OUT/prefill-window-$w-check.log" 2>&1 || fail=1
+    echo "windowed prefill check, window $w: $(grep -m1 '^check' "$OUT/prefill-window-$w-check.log")"
+  done
   # Sinks alone run the plain entry (a prefill tile starts its softmax from the sink): they should cost nothing.
   for D in 128 256; do
     for extra in "" "--sinks" "--softcap 50" "--softcap 50 --sinks"; do

@@ -203,7 +203,29 @@ public final class LaunchTable {
 
     /** The CUDA-driver variant of {@code kind} for a dense call of {@code shape}, without its features. */
     public static KernelVariant variant(Kind kind, AttentionShape shape) {
-        return KernelVariant.of(kind, shape.dtype(), shape.headDim()).causal(shape.causal());
+        return KernelVariant.of(kind, shape.dtype(), shape.headDim()).causal(kind == Kind.PREFILL ? tileCausal(shape) : shape.causal());
+    }
+
+    /** Window width (left side + the query's own key) from which a banded causal prefill runs the non-causal tile. */
+    public static final int WIDE_WINDOW_KEYS = 2048;
+
+    /**
+     * The causal flag a dense prefill's tile is chosen by, on either ABI (every tile applies the call's own causal
+     * flag and window). A causal call runs the causal tile unless a window of at least {@link #WIDE_WINDOW_KEYS} keys,
+     * not the diagonal, bounds the keys of more than half its rows: their work is then a band, which the taller
+     * non-causal tile runs faster. Measured on an H200 (bench/results/h200-2026-11-27-windowed-prefill-tile.md):
+     * banded, the non-causal tile takes 0.92-0.98x the causal tile's time from a 2048-key window up on the CUDA-driver
+     * D=128 pair (1.01-1.11x below it), and 0.87-0.91x on the TornadoVM twins of D=96 and D=128; where the diagonal
+     * bounds half the rows or more it takes up to 1.05x. Head dims with one tile for both flags are unaffected.
+     */
+    public static boolean tileCausal(AttentionShape shape) {
+        if (!shape.causal() || shape.windowLeft() < WIDE_WINDOW_KEYS - 1) {
+            return shape.causal();
+        }
+        // Row i sees keys from i + Skv - Sq - left: the window cuts rows i > left - (Skv - Sq).
+        long unbound = Math.clamp((long) shape.windowLeft() - ((long) shape.kvLength() - shape.queryLength()) + 1, 0,
+                shape.queryLength());
+        return 2 * unbound >= shape.queryLength();
     }
 
     private static int packedRowBlocks(AttentionShape shape, Kernel split) {

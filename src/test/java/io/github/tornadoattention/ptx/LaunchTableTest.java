@@ -1,6 +1,7 @@
 package io.github.tornadoattention.ptx;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -44,6 +45,38 @@ class LaunchTableTest {
         assertEquals("flash_fwd_d128_m64n64w4s1", causal.entry());
         assertEquals(5, causal.gridX()); // ceil(300 / 64)
         assertEquals(List.of(LaunchTable.prefillLaunch(shape().build())), LaunchTable.launches(shape().build(), 0));
+    }
+
+    /** A causal call whose rows a wide window bounds runs the non-causal tile; the kernel keeps the causal flag. */
+    @Test
+    void aWideWindowThatBoundsMostRowsRunsTheNonCausalTile() {
+        AttentionShape.Builder chunk = AttentionShape.builder().batch(1).heads(32).kvHeads(8).headDim(128).causal(true);
+        // A 4096-query chunk at the end of a 32K context: the window bounds every row.
+        AttentionShape banded = chunk.queryLength(4096).kvLength(32768).window(4095, -1).build();
+        assertEquals("flash_fwd_d128_m128n48w4s1_dyn_feat", LaunchTable.prefillLaunch(banded).entry());
+        assertEquals(32, LaunchTable.prefillLaunch(banded).gridX()); // ceil(4096 / 128)
+        assertEquals(1, KernelParams.of(banded, 0)[KernelParams.P_CAUSAL]);
+        // The TornadoVM twins follow the same rule with their own tiles.
+        KernelVariant twin = LaunchTable.variant(KernelVariant.Kind.PREFILL, banded).features(LaunchTable.features(banded))
+                .headerBytes(16);
+        assertEquals("flash_fwd_d128_m128n32w4s1_qs_eager_feat_tornado", KernelManifest.shipped().select(twin).entry());
+        // Narrower than 2048 keys the causal tile is faster, banded or not.
+        assertEquals("flash_fwd_d128_m64n64w4s1_feat",
+                LaunchTable.prefillLaunch(chunk.window(LaunchTable.WIDE_WINDOW_KEYS - 2, -1).build()).entry());
+        assertEquals("flash_fwd_d128_m128n48w4s1_dyn_feat",
+                LaunchTable.prefillLaunch(chunk.window(LaunchTable.WIDE_WINDOW_KEYS - 1, -1).build()).entry());
+        // A prompt no longer than its window: the diagonal bounds every row.
+        AttentionShape prompt = chunk.queryLength(4096).kvLength(4096).window(4095, -1).build();
+        assertEquals("flash_fwd_d128_m64n64w4s1_feat", LaunchTable.prefillLaunch(prompt).entry());
+        // The window bounds rows 4096.. of a 8193-token prompt (more than half of them), of an 8192-token one half.
+        assertFalse(LaunchTable.tileCausal(chunk.queryLength(8193).kvLength(8193).build()));
+        assertTrue(LaunchTable.tileCausal(chunk.queryLength(8192).kvLength(8192).build()));
+        // Non-causal calls, and head dims with one tile for both flags, are unchanged; so is decode's split pass.
+        assertFalse(LaunchTable.tileCausal(chunk.causal(false).build()));
+        assertEquals("flash_fwd_d64_m128n64w4s2_feat",
+                LaunchTable.prefillLaunch(chunk.causal(true).headDim(64).queryLength(4096).kvLength(32768).build()).entry());
+        AttentionShape decode = chunk.headDim(128).queryLength(1).kvLength(32768).build();
+        assertTrue(LaunchTable.variant(KernelVariant.Kind.DECODE_SPLIT, decode).causal());
     }
 
     @Test

@@ -62,10 +62,12 @@ public final class PrebuiltLaunches {
         return DecodeSplitPolicy.gridSplits(DecodeSplitPolicy.keySpan(shape), (long) one.gridY() * one.gridZ(), multiprocessors);
     }
 
-    /** The dense variant of {@code kind} for {@code shape} in the twin reading arrays behind {@code headerBytes}. */
+    /**
+     * The dense variant of {@code kind} for {@code shape} in the twin reading arrays behind {@code headerBytes}: the
+     * CUDA-driver variant's fields (its prefill tile by {@link LaunchTable#tileCausal}) and features.
+     */
     private static KernelVariant twin(Kind kind, AttentionShape shape, long headerBytes) {
-        return KernelVariant.of(kind, shape.dtype(), shape.headDim()).causal(shape.causal()).features(LaunchTable.features(shape))
-                .headerBytes(Math.toIntExact(headerBytes));
+        return LaunchTable.variant(kind, shape).features(LaunchTable.features(shape)).headerBytes(Math.toIntExact(headerBytes));
     }
 
     /** Ints of the fused decode kernel's ticket array: one per row block (grid y times grid z). */

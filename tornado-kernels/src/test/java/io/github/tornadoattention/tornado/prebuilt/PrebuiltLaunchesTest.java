@@ -42,6 +42,13 @@ class PrebuiltLaunchesTest {
         }
         assertEquals("flash_fwd_d128_m64n64w4s1_tornado_h128",
                 PrebuiltLaunches.prefill(SHAPE.headDim(128).causal(true).build(), 128).entry());
+        // A causal chunk that a 4096-key window bands runs the non-causal twin (LaunchTable.tileCausal), a prompt the
+        // diagonal bounds the causal one.
+        AttentionShape.Builder windowed = AttentionShape.builder().batch(1).heads(32).kvHeads(8).headDim(128).causal(true)
+                .window(4095, -1).queryLength(4096);
+        assertEquals("flash_fwd_d128_m128n32w4s1_qs_eager_feat_tornado",
+                PrebuiltLaunches.prefill(windowed.kvLength(32768).build(), 16).entry());
+        assertEquals("flash_fwd_d128_m64n64w4s1_feat_tornado", PrebuiltLaunches.prefill(windowed.kvLength(4096).build(), 16).entry());
         assertThrows(IllegalArgumentException.class, () -> PrebuiltLaunches.prefill(SHAPE.headDim(64).build(), 24));
     }
 
