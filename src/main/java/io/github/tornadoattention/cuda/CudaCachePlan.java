@@ -29,6 +29,8 @@ final class CudaCachePlan extends CacheAttentionPlan {
     private final KernelManifest.Kernel split;
     private final KernelManifest.Kernel combine;
     private final KernelManifest.Kernel prefill;
+    /** The non-causal tile, for packed steps a wide window bands (LaunchTable.tileCausal); else {@link #prefill}. */
+    private final KernelManifest.Kernel prefillBanded;
     /** CUDA grid y and z are limited to 65535 blocks. */
     private static final int MAX_GRID_YZ = 65535;
 
@@ -43,6 +45,7 @@ final class CudaCachePlan extends CacheAttentionPlan {
     private final long splitFunction;
     private final long combineFunction;
     private final long prefillFunction;
+    private final long prefillBandedFunction;
     private final KernelArgs splitArgs = new KernelArgs(arena, 9);
     private final KernelArgs combineArgs = new KernelArgs(arena, 6);
     private final KernelArgs prefillArgs = new KernelArgs(arena, 9);
@@ -61,9 +64,15 @@ final class CudaCachePlan extends CacheAttentionPlan {
         split = select(device.backendId(), manifest, Kind.CACHE_DECODE_SPLIT, spec, cacheSpec);
         combine = select(device.backendId(), manifest, Kind.CACHE_DECODE_COMBINE, spec, cacheSpec);
         prefill = select(device.backendId(), manifest, Kind.CACHE_PREFILL, spec, cacheSpec);
+        // Both prefill tiles are loaded now, so that no step compiles; they are one entry where the head dim has one tile.
+        prefillBanded = LaunchTable.mayRunBanded(spec.causal(), spec.windowLeft())
+                ? LaunchTable.require(device.backendId(), manifest, variant(spec, cacheSpec).kind(Kind.CACHE_PREFILL).causal(false),
+                        spec.features(), spec::featureValue)
+                : prefill;
         splitFunction = device.function(split);
         combineFunction = device.function(combine);
         prefillFunction = device.function(prefill);
+        prefillBandedFunction = prefillBanded == prefill ? prefillFunction : device.function(prefillBanded);
         rowBlocks = (spec.groupSize() * Math.min(spec.maxQueryLength(), CacheAttentionSpec.MAX_DENSE_QUERIES)
                 + split.rowsPerBlock() - 1) / split.rowsPerBlock();
         DeviceTensor dp = null, pp = null, po = null, pl = null;
@@ -154,13 +163,26 @@ final class CudaCachePlan extends CacheAttentionPlan {
         if (maxNew == 0) {
             return;
         }
+        // The tile for this step's rows (LaunchTable.tileCausal): each sequence's new rows end at its length.
+        boolean banded = false;
+        if (prefillBanded != prefill) {
+            long rows = 0;
+            long unbound = 0;
+            for (int b = 0; b < spec().batch(); b++) {
+                int n = cache.newTokens(b);
+                rows += n;
+                unbound += LaunchTable.unboundRows(spec().windowLeft(), n, cache.length(b));
+            }
+            banded = !LaunchTable.tileCausal(true, spec().windowLeft(), rows, unbound);
+        }
+        KernelManifest.Kernel kernel = banded ? prefillBanded : prefill;
         long step = cache.stepInfo().address();
         prefillArgs.pointer(0, q.address()).pointer(1, cache.keys().address()).pointer(2, cache.values().address())
                 .pointer(3, o.address()).pointer(4, lse == null ? 0 : lse.address()).pointer(5, packedParams.address())
                 .pointer(6, step + 4L * 2 * spec().batch()).pointer(7, step)
                 .pointer(8, cache.spec().paged() ? cache.blockTable().address() : 0);
-        device.launch(prefill, prefillFunction, (maxNew + prefill.rowsPerBlock() - 1) / prefill.rowsPerBlock(),
-                spec().batch() * spec().heads(), 1, prefillArgs);
+        device.launch(kernel, banded ? prefillBandedFunction : prefillFunction,
+                (maxNew + kernel.rowsPerBlock() - 1) / kernel.rowsPerBlock(), spec().batch() * spec().heads(), 1, prefillArgs);
     }
 
     @Override

@@ -211,21 +211,42 @@ public final class LaunchTable {
 
     /**
      * The causal flag a dense prefill's tile is chosen by, on either ABI (every tile applies the call's own causal
-     * flag and window). A causal call runs the causal tile unless a window of at least {@link #WIDE_WINDOW_KEYS} keys,
-     * not the diagonal, bounds the keys of more than half its rows: their work is then a band, which the taller
-     * non-causal tile runs faster. Measured on an H200 (bench/results/h200-2026-11-27-windowed-prefill-tile.md):
-     * banded, the non-causal tile takes 0.92-0.98x the causal tile's time from a 2048-key window up on the CUDA-driver
-     * D=128 pair (1.01-1.11x below it), and 0.87-0.91x on the TornadoVM twins of D=96 and D=128; where the diagonal
-     * bounds half the rows or more it takes up to 1.05x. Head dims with one tile for both flags are unaffected.
+     * flag and window): {@link #tileCausal(boolean, int, long, long)} over the shape's rows.
      */
     public static boolean tileCausal(AttentionShape shape) {
-        if (!shape.causal() || shape.windowLeft() < WIDE_WINDOW_KEYS - 1) {
-            return shape.causal();
+        return tileCausal(shape.causal(), shape.windowLeft(), shape.queryLength(),
+                unboundRows(shape.windowLeft(), shape.queryLength(), shape.kvLength()));
+    }
+
+    /**
+     * The causal flag a prefill tile is chosen by, for {@code rows} query rows of which {@code unboundRows} see every
+     * key up to the diagonal ({@link #unboundRows}). A causal call runs the causal tile unless a window of at least
+     * {@link #WIDE_WINDOW_KEYS} keys, not the diagonal, bounds the keys of more than half its rows: their work is then
+     * a band, which the taller non-causal tile runs faster. Measured on an H200
+     * (bench/results/h200-2026-11-27-windowed-prefill-tile.md): banded, the non-causal tile takes 0.92-0.98x the causal
+     * tile's time from a 2048-key window up on the CUDA-driver D=128 pair (1.01-1.11x below it), and 0.87-0.91x on the
+     * TornadoVM twins of D=96 and D=128; where the diagonal bounds half the rows or more it takes up to 1.05x. Head
+     * dims with one tile for both flags are unaffected.
+     */
+    public static boolean tileCausal(boolean causal, int windowLeft, long rows, long unboundRows) {
+        return mayRunBanded(causal, windowLeft) ? 2 * unboundRows >= rows : causal;
+    }
+
+    /** True when {@link #tileCausal} may pick the non-causal tile for a call with this causal flag and window. */
+    public static boolean mayRunBanded(boolean causal, int windowLeft) {
+        return causal && windowLeft >= WIDE_WINDOW_KEYS - 1;
+    }
+
+    /**
+     * Of {@code queries} rows that end a sequence of {@code keys} keys (row i at position keys - queries + i), those
+     * whose first visible key is 0: the window's left side does not cut them.
+     */
+    public static long unboundRows(int windowLeft, int queries, int keys) {
+        if (windowLeft < 0) {
+            return queries;
         }
-        // Row i sees keys from i + Skv - Sq - left: the window cuts rows i > left - (Skv - Sq).
-        long unbound = Math.clamp((long) shape.windowLeft() - ((long) shape.kvLength() - shape.queryLength()) + 1, 0,
-                shape.queryLength());
-        return 2 * unbound >= shape.queryLength();
+        // Row i sees keys from i + keys - queries - left: the window cuts rows i > left - (keys - queries).
+        return Math.clamp((long) windowLeft - ((long) keys - queries) + 1, 0, queries);
     }
 
     private static int packedRowBlocks(AttentionShape shape, Kernel split) {

@@ -51,7 +51,12 @@ class FakeDriverHostTest {
 
     private static String row(String module, String entry, String kind, String dtype, int d, String layout, String features,
                               int headerBytes, int br, int threads, int dynamicSmem) {
-        return String.join("\t", module, entry, kind, dtype, String.valueOf(d), "any", layout, features,
+        return row(module, entry, kind, dtype, d, "any", layout, features, headerBytes, br, threads, dynamicSmem);
+    }
+
+    private static String row(String module, String entry, String kind, String dtype, int d, String causal, String layout,
+                              String features, int headerBytes, int br, int threads, int dynamicSmem) {
+        return String.join("\t", module, entry, kind, dtype, String.valueOf(d), causal, layout, features,
                 headerBytes == 0 ? "cuda" : "tornado", String.valueOf(headerBytes), "sm80", String.valueOf(br), "64", "4",
                 String.valueOf(threads), "2", "0", "-", String.valueOf(dynamicSmem), "0", "100", "100");
     }
@@ -79,7 +84,13 @@ class FakeDriverHostTest {
                 row("fake_cache.ptx", "cache_split_bf16_d96", "cache-decode-split", "bf16", 96, "any", ALL, 0, 16, 32, 0),
                 row("fake_cache.ptx", "cache_combine_bf16_d96", "cache-decode-combine", "bf16", 96, "any", ALL, 0, 8, 96, 0),
                 row("fake_cache.ptx", "cache_fwd_bf16_d96", "cache-prefill", "bf16", 96, "any", ALL, 0, 64, 128, 70000),
-                row("fake_cache.ptx", "append_bf16", "cache-append", "bf16", 0, "any", "-", 0, 0, 128, 0));
+                row("fake_cache.ptx", "append_bf16", "cache-append", "bf16", 0, "any", "-", 0, 0, 128, 0),
+                // fp16 D=128: a causal and a non-causal cache-prefill tile, told apart by their dynamic shared memory.
+                row("fake_cache128.ptx", "cache_split_d128", "cache-decode-split", "fp16", 128, "any", ALL, 0, 16, 32, 0),
+                row("fake_cache128.ptx", "cache_combine_d128", "cache-decode-combine", "fp16", 128, "any", ALL, 0, 8, 128, 0),
+                row("fake_cache128.ptx", "cache_fwd_d128_causal", "cache-prefill", "fp16", 128, "1", "any", ALL, 0, 64, 128, 0),
+                row("fake_cache128.ptx", "cache_fwd_d128", "cache-prefill", "fp16", 128, "0", "any", ALL, 0, 128, 128, 61440),
+                row("fake_cache128.ptx", "append_fp16", "cache-append", "fp16", 0, "any", "-", 0, 0, 128, 0));
         Files.writeString(dir.resolve("manifest.tsv"), String.join("\n", rows) + "\n");
         // One module compressed (as branch hd ships them), the others plain: both are read.
         try (OutputStream out = new GZIPOutputStream(Files.newOutputStream(dir.resolve("fake_fwd.ptx.gz")))) {
@@ -88,6 +99,8 @@ class FakeDriverHostTest {
         Files.writeString(dir.resolve("fake_decode.ptx"), ptx("split_bf16_d96", "combine_bf16_d96"));
         Files.writeString(dir.resolve("fake_cache.ptx"), ptx("cache_split_bf16_d96", "cache_combine_bf16_d96",
                 "cache_fwd_bf16_d96", "append_bf16"));
+        Files.writeString(dir.resolve("fake_cache128.ptx"), ptx("cache_split_d128", "cache_combine_d128", "cache_fwd_d128_causal",
+                "cache_fwd_d128", "append_fp16"));
         cuda = new CudaContext(new CudaDriver(lib), 0, KernelManifest.load(dir));
         device = new CudaDevice(cuda);
     }
@@ -200,6 +213,54 @@ class FakeDriverHostTest {
         }
     }
 
+    /**
+     * A causal plan with a 4096-key window runs the causal prefill tile while the diagonal bounds most of a step's rows
+     * and the non-causal one once the window does (LaunchTable.tileCausal); both are loaded with the plan, and no step
+     * loads or allocates anything.
+     */
+    @Test
+    void aWideWindowRunsTheNonCausalPrefillTileOnTheStepsItBands() {
+        CacheAttentionSpec spec = CacheAttentionSpec.builder().batch(2).heads(2).kvHeads(1).headDim(128).maxQueryLength(256)
+                .maxTotalQueries(512).maxLength(8192).causal(true).window(4095, -1).build();
+        KvCacheSpec cacheSpec = KvCacheSpec.contiguous(2, 1, 8192, 128);
+        long loads = FakeDriver.count("cuModuleLoadData");
+        try (KvCache cache = device.kvCache(cacheSpec); CacheAttentionPlan plan = device.plan(spec, cacheSpec);
+             HalfTensor rows = ones(DType.FP16, 256L * 128);
+             DeviceTensor q = device.allocate(DType.FP16, spec.packedQueryElements());
+             DeviceTensor o = device.allocate(DType.FP16, spec.packedQueryElements())) {
+            // One JIT-compiled module per entry: split, combine and both prefill tiles, all with the plan.
+            assertEquals(loads + 4, FakeDriver.count("cuModuleLoadData"));
+            long allocations = 0;
+            long launchedLoads = 0;
+            List<Long> tiles = new java.util.ArrayList<>();
+            for (int step = 0; step < 20; step++) {
+                if (step == 1) {
+                    // The cache's append kernel and its staging buffers came with step 0.
+                    launchedLoads = FakeDriver.count("cuModuleLoadData");
+                    allocations = device.allocations();
+                }
+                // Two 128-token prompts; then slot 0 takes 255 tokens a step, slot 1 one.
+                if (step == 0) {
+                    cache.appendPacked(rows, rows, 128, 128);
+                } else {
+                    cache.appendPacked(rows, rows, 255, 1);
+                }
+                plan.forwardPacked(q, cache, o, null);
+                tiles.add(FakeDriver.count("lastLaunchDynamicSharedBytes"));
+            }
+            // From step 1, slot 0's 255 rows end at key 128 + 255 s: the window cuts its rows i > 4222 - 255 s, none up to
+            // step 15, 112 of them at step 16 (with slot 1's uncut row, 144 of 256 rows still see the diagonal) and all
+            // from step 17.
+            List<Long> expected = new java.util.ArrayList<>();
+            for (int step = 0; step < 20; step++) {
+                expected.add(step < 17 ? 0L : 61440L);
+            }
+            assertEquals(expected, tiles);
+            assertEquals(launchedLoads, FakeDriver.count("cuModuleLoadData"), "no step compiles");
+            assertEquals(allocations, device.allocations(), "a step allocates nothing");
+        }
+    }
+
     @Test
     void whatTheManifestDoesNotServeIsRefusedByNameWithWhatItServes() {
         // fp16 D=96 has a plain and a window entry: sinks are refused by name and value.
@@ -212,10 +273,11 @@ class FakeDriverHostTest {
         e = assertThrows(InvalidArgumentException.class, () -> LaunchTable.checkSupported("ptx-cuda", d128, cuda.manifest()));
         assertEquals("headDim", e.argument());
         assertTrue(e.getMessage().contains("bf16 D=96"), e.getMessage());
-        // The cache plan: fp16 has no cache entries in this manifest.
+        // The cache plan: fp16 has cache entries at D=128 only in this manifest.
         CacheAttentionSpec fp16 = CacheAttentionSpec.builder().batch(2).heads(4).kvHeads(2).headDim(96).maxLength(512).build();
         e = assertThrows(InvalidArgumentException.class, () -> device.plan(fp16, KvCacheSpec.contiguous(2, 2, 512, 96)));
-        assertEquals("dtype", e.argument());
+        assertEquals("headDim", e.argument());
+        assertTrue(e.getMessage().contains("fp16 D=128"), e.getMessage());
     }
 
     @Test

@@ -71,6 +71,17 @@ class LaunchTableTest {
         // The window bounds rows 4096.. of a 8193-token prompt (more than half of them), of an 8192-token one half.
         assertFalse(LaunchTable.tileCausal(chunk.queryLength(8193).kvLength(8193).build()));
         assertTrue(LaunchTable.tileCausal(chunk.queryLength(8192).kvLength(8192).build()));
+        // The same rule over a KV cache's packed rows: a 64-row chunk ending at key 5000 of a 4096-key window is banded,
+        // the first 64 rows of a prompt are not; the window cuts rows i > left - (keys - queries).
+        assertEquals(0, LaunchTable.unboundRows(4095, 64, 5000));
+        assertEquals(64, LaunchTable.unboundRows(4095, 64, 64));
+        assertEquals(4096, LaunchTable.unboundRows(4095, 8192, 8192));
+        assertEquals(10, LaunchTable.unboundRows(4095, 100, 4186));
+        assertEquals(100, LaunchTable.unboundRows(-1, 100, 1 << 20));
+        assertTrue(LaunchTable.tileCausal(true, 4095, 64 + 64, 64));
+        assertFalse(LaunchTable.tileCausal(true, 4095, 64 + 65, 64));
+        assertTrue(LaunchTable.tileCausal(true, LaunchTable.WIDE_WINDOW_KEYS - 2, 64, 0));
+        assertFalse(LaunchTable.mayRunBanded(false, 4095));
         // Non-causal calls, and head dims with one tile for both flags, are unchanged; so is decode's split pass.
         assertFalse(LaunchTable.tileCausal(chunk.causal(false).build()));
         assertEquals("flash_fwd_d64_m128n64w4s2_feat",
