@@ -66,8 +66,7 @@ final class CudaCachePlan extends CacheAttentionPlan {
         prefill = select(device.backendId(), manifest, Kind.CACHE_PREFILL, spec, cacheSpec);
         // Both prefill tiles are loaded now, so that no step compiles; they are one entry where the head dim has one tile.
         prefillBanded = LaunchTable.mayRunBanded(spec.causal(), spec.windowLeft())
-                ? LaunchTable.require(device.backendId(), manifest, variant(spec, cacheSpec).kind(Kind.CACHE_PREFILL).causal(false),
-                        spec.features(), spec::featureValue)
+                ? select(device.backendId(), manifest, variant(spec, cacheSpec).kind(Kind.CACHE_PREFILL).causal(false), spec)
                 : prefill;
         splitFunction = device.function(split);
         combineFunction = device.function(combine);
@@ -105,7 +104,13 @@ final class CudaCachePlan extends CacheAttentionPlan {
      */
     static KernelManifest.Kernel select(String backendId, KernelManifest manifest, Kind kind, CacheAttentionSpec spec,
                                         KvCacheSpec cacheSpec) {
-        return LaunchTable.require(backendId, manifest, variant(spec, cacheSpec).kind(kind), spec.features(), spec::featureValue);
+        return select(backendId, manifest, variant(spec, cacheSpec).kind(kind), spec);
+    }
+
+    /** The entry for {@code variant} with the spec's features, refused as {@link LaunchTable#require} words it. */
+    private static KernelManifest.Kernel select(String backendId, KernelManifest manifest, KernelVariant variant,
+                                                CacheAttentionSpec spec) {
+        return LaunchTable.require(backendId, manifest, variant, spec.features(), spec::featureValue);
     }
 
     /** The CUDA-driver variant of a cache call of this spec without its features (its kind set per pass). */
